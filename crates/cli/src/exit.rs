@@ -1,0 +1,44 @@
+//! Exit codes, in one place: 0 success, 1 the gate found violations, 2 it could not judge.
+
+use std::process::ExitCode;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Everything was read and judged; nothing fails the build.
+    Success = 0,
+    /// Usage error, unreadable or invalid input, internal error: no verdict.
+    Error = 2,
+}
+
+impl From<ExitStatus> for ExitCode {
+    fn from(status: ExitStatus) -> Self {
+        ExitCode::from(status as u8)
+    }
+}
+
+/// A closed stdout (`tensorplay inspect … | head`) is not a failure.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// The error and its causes on one line, leaving out causes whose text the message
+/// already carries (engine errors quote their source in their own message).
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
+}

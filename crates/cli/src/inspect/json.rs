@@ -1,0 +1,119 @@
+//! The JSON renderer of `inspect`. Field names and order are a stable interface:
+//! add fields, never rename or remove them.
+
+use super::Snapshot;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use tensorplay_engine::{Owner, Storage, Tensor};
+
+#[derive(Serialize)]
+struct Document<'a> {
+    path: String,
+    format: &'static str,
+    metadata: &'a BTreeMap<String, String>,
+    tensors: Vec<TensorJson<'a>>,
+    storages: Vec<StorageJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct TensorJson<'a> {
+    name: &'a str,
+    dtype: &'static str,
+    shape: &'a [u64],
+    strides: &'a [u64],
+    storage_offset: u64,
+    storage: usize,
+    device: String,
+    requires_grad: bool,
+    contiguous: bool,
+    nbytes: u64,
+}
+
+#[derive(Serialize)]
+struct StorageJson<'a> {
+    id: usize,
+    key: &'a str,
+    device: &'a str,
+    dtype: &'static str,
+    nbytes: u64,
+    tensors: Vec<&'a str>,
+    data_ptr: DataPtrJson,
+}
+
+/// Where the bytes are; the process address is left out, being different on every run.
+#[derive(Serialize)]
+struct DataPtrJson {
+    backend: &'static str,
+    file: Option<String>,
+    offset: Option<u64>,
+    device: String,
+}
+
+pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
+    let ckpt = snapshot.checkpoint;
+    let by_storage = ckpt.tensors_by_storage();
+    let tensors = snapshot
+        .tensors
+        .iter()
+        .map(|t| tensor_json(t))
+        .collect::<anyhow::Result<_>>()?;
+    let storages = snapshot
+        .storages
+        .iter()
+        .map(|s| storage_json(s, by_storage.get(s.id()).cloned().unwrap_or_default()))
+        .collect();
+    let doc = Document {
+        path: ckpt.path.display().to_string(),
+        format: ckpt.format.name(),
+        metadata: &ckpt.metadata,
+        tensors,
+        storages,
+    };
+    let mut text = serde_json::to_string_pretty(&doc)?;
+    text.push('\n');
+    Ok(text)
+}
+
+fn tensor_json(tensor: &Tensor) -> anyhow::Result<TensorJson<'_>> {
+    let imp = tensor.tensor_impl();
+    let layout = imp.layout();
+    Ok(TensorJson {
+        name: tensor.name(),
+        dtype: imp.dtype().name(),
+        shape: layout.sizes(),
+        strides: layout.strides(),
+        storage_offset: layout.storage_offset(),
+        storage: imp.storage().id(),
+        device: imp.device().to_string(),
+        requires_grad: imp.requires_grad(),
+        contiguous: layout.is_contiguous(),
+        nbytes: imp.nbytes()?,
+    })
+}
+
+fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<'a> {
+    let ptr = storage.data_ptr();
+    let data_ptr = match ptr.owner() {
+        Owner::Host { buffer, range } => DataPtrJson {
+            backend: buffer.backend().name(),
+            file: Some(buffer.source().display().to_string()),
+            offset: Some(range.start),
+            device: ptr.device().to_string(),
+        },
+        Owner::None => DataPtrJson {
+            backend: "none",
+            file: None,
+            offset: None,
+            device: ptr.device().to_string(),
+        },
+    };
+    StorageJson {
+        id: storage.id(),
+        key: storage.key(),
+        device: storage.location(),
+        dtype: storage.dtype().name(),
+        nbytes: storage.nbytes(),
+        tensors,
+        data_ptr,
+    }
+}

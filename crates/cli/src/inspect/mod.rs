@@ -1,0 +1,83 @@
+//! `tensorplay inspect`: the four-layer snapshot of a checkpoint.
+
+mod json;
+mod text;
+
+use crate::exit::ExitStatus;
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tensorplay_engine::{load, Checkpoint, Storage, Tensor};
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Checkpoint file or sharded index (the format is read from the content).
+    file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    format: OutputFormat,
+    /// Show only this tensor and its storage.
+    #[arg(long, value_name = "NAME")]
+    tensor: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputFormat {
+    /// Tables for people.
+    Text,
+    /// One JSON document, stable across releases.
+    Json,
+}
+
+/// What one inspect run shows: all of a checkpoint, or one tensor and its storage.
+pub struct Snapshot<'a> {
+    pub checkpoint: &'a Checkpoint,
+    pub tensors: Vec<&'a Tensor>,
+    pub storages: Vec<&'a Arc<Storage>>,
+}
+
+impl<'a> Snapshot<'a> {
+    fn new(checkpoint: &'a Checkpoint, only: Option<&str>) -> anyhow::Result<Self> {
+        let tensors: Vec<&Tensor> = match only {
+            None => checkpoint.tensors.iter().collect(),
+            Some(name) => match checkpoint.tensor(name) {
+                Some(t) => vec![t],
+                None => bail!(
+                    "{}: no tensor named '{name}' (the checkpoint holds {} tensors)",
+                    checkpoint.path.display(),
+                    checkpoint.tensors.len()
+                ),
+            },
+        };
+        let storages = match only {
+            None => checkpoint.storages.iter().collect(),
+            Some(_) => tensors.iter().map(|t| t.tensor_impl().storage()).collect(),
+        };
+        Ok(Snapshot {
+            checkpoint,
+            tensors,
+            storages,
+        })
+    }
+}
+
+pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
+    let checkpoint = load::open(&args.file)?;
+    for tensor in &checkpoint.tensors {
+        tensor
+            .tensor_impl()
+            .verify_data_ptr_consistency(tensor.name())
+            .with_context(|| checkpoint.path.display().to_string())?;
+    }
+    let snapshot = Snapshot::new(&checkpoint, args.tensor.as_deref())?;
+    let rendered = match args.format {
+        OutputFormat::Text => text::render(&snapshot)?,
+        OutputFormat::Json => json::render(&snapshot)?,
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(rendered.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitStatus::Success)
+}

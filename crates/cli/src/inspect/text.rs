@@ -1,0 +1,100 @@
+//! The text renderer of `inspect`: a header line, then a table of tensors and one of storages.
+
+use super::Snapshot;
+use crate::table::Table;
+use std::fmt::Write;
+use tensorplay_engine::Owner;
+
+pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
+    let ckpt = snapshot.checkpoint;
+    let mut out = String::new();
+    writeln!(
+        out,
+        "{}: {}, {} tensors, {} storages, {} bytes",
+        ckpt.path.display(),
+        ckpt.format,
+        ckpt.tensors.len(),
+        ckpt.storages.len(),
+        ckpt.storage_bytes()
+    )?;
+    if !ckpt.metadata.is_empty() {
+        let pairs: Vec<String> = ckpt
+            .metadata
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        writeln!(out, "metadata: {}", pairs.join(", "))?;
+    }
+
+    let mut tensors = Table::new(&[
+        "TENSOR",
+        "DTYPE",
+        "SHAPE",
+        "STRIDES",
+        "OFFSET",
+        "STORAGE",
+        "DEVICE",
+        "GRAD",
+        "CONTIGUOUS",
+        "BYTES",
+    ]);
+    for t in &snapshot.tensors {
+        let imp = t.tensor_impl();
+        let layout = imp.layout();
+        tensors.row(vec![
+            t.name().to_owned(),
+            imp.dtype().to_string(),
+            format!("{:?}", layout.sizes()),
+            format!("{:?}", layout.strides()),
+            layout.storage_offset().to_string(),
+            imp.storage().id().to_string(),
+            imp.device().to_string(),
+            yes_no(imp.requires_grad()).to_owned(),
+            yes_no(layout.is_contiguous()).to_owned(),
+            imp.nbytes()?.to_string(),
+        ]);
+    }
+    writeln!(out, "\nTensors")?;
+    out.push_str(&tensors.render("  "));
+
+    let by_storage = ckpt.tensors_by_storage();
+    let mut storages = Table::new(&[
+        "STORAGE", "KEY", "DTYPE", "DEVICE", "BYTES", "DATA PTR", "TENSORS",
+    ]);
+    for s in &snapshot.storages {
+        let ptr = s.data_ptr();
+        let where_ = match ptr.owner() {
+            Owner::Host { buffer, range } => format!(
+                "{} {:#x} ({} @ {})",
+                buffer.backend().name(),
+                ptr.address(),
+                buffer.source().display(),
+                range.start
+            ),
+            Owner::None => "none".to_owned(),
+        };
+        storages.row(vec![
+            s.id().to_string(),
+            s.key().to_owned(),
+            s.dtype().to_string(),
+            s.location().to_owned(),
+            s.nbytes().to_string(),
+            where_,
+            by_storage
+                .get(s.id())
+                .map(|n| n.join(", "))
+                .unwrap_or_default(),
+        ]);
+    }
+    writeln!(out, "\nStorages")?;
+    out.push_str(&storages.render("  "));
+    Ok(out)
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}

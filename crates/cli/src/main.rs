@@ -1,0 +1,39 @@
+//! The `tensorplay` command line: argument parsing, output and exit codes. The library
+//! crates print nothing; everything a user sees is written here.
+
+mod exit;
+mod inspect;
+mod table;
+
+use clap::{Parser, Subcommand};
+use exit::ExitStatus;
+use std::process::ExitCode;
+
+/// Audits machine-learning checkpoints without executing them.
+#[derive(Debug, Parser)]
+#[command(name = "tensorplay", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the four layers of a checkpoint: tensors, their layouts, storages and data pointers.
+    Inspect(inspect::InspectArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(&args),
+    };
+    match result {
+        Ok(status) => status.into(),
+        Err(err) if exit::is_broken_pipe(&err) => ExitStatus::Success.into(),
+        Err(err) => {
+            eprintln!("error: {}", exit::one_line(&err));
+            ExitStatus::Error.into()
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! A checkpoint: every tensor and storage one file (or one sharded set) holds.
+
+use crate::storage::Storage;
+use crate::tensor::Tensor;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The container format a checkpoint was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// One `.safetensors` file.
+    Safetensors,
+    /// A `model.safetensors.index.json` and its shards.
+    SafetensorsIndex,
+    /// A `torch.save` zip archive.
+    PytorchZip,
+    /// A legacy stacked-pickle `torch.save` file.
+    PytorchLegacy,
+    /// A `torch.jit.save` archive.
+    Torchscript,
+    /// A `pytorch_model.bin.index.json` and its shards.
+    PytorchIndex,
+}
+
+impl Format {
+    /// Stable name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Safetensors => "safetensors",
+            Format::SafetensorsIndex => "safetensors-index",
+            Format::PytorchZip => "pytorch-zip",
+            Format::PytorchLegacy => "pytorch-legacy",
+            Format::Torchscript => "torchscript",
+            Format::PytorchIndex => "pytorch-index",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a reader rebuilt from a file: the four layers and the file's own metadata.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// The path as given.
+    pub path: PathBuf,
+    /// The container format.
+    pub format: Format,
+    /// Tensors in file order.
+    pub tensors: Vec<Tensor>,
+    /// Storages; `storages[i].id() == i`.
+    pub storages: Vec<Arc<Storage>>,
+    /// Free-form string metadata the file carries (safetensors `__metadata__`).
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Checkpoint {
+    /// The tensor with this name.
+    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.iter().find(|t| t.name() == name)
+    }
+
+    /// Names of the tensors viewing each storage, indexed by storage id.
+    pub fn tensors_by_storage(&self) -> Vec<Vec<&str>> {
+        let mut out = vec![Vec::new(); self.storages.len()];
+        for t in &self.tensors {
+            if let Some(names) = out.get_mut(t.tensor_impl().storage().id()) {
+                names.push(t.name());
+            }
+        }
+        out
+    }
+
+    /// Bytes held by all storages.
+    pub fn storage_bytes(&self) -> u64 {
+        self.storages
+            .iter()
+            .fold(0u64, |acc, s| acc.saturating_add(s.nbytes()))
+    }
+}

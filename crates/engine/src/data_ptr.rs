@@ -1,0 +1,103 @@
+//! DataPtr: the address a storage's bytes really live at, on which device, owned by what.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::memory::HostBuffer;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// The final layer: where the bytes are.
+#[derive(Debug, Clone)]
+pub struct DataPtr {
+    address: u64,
+    device: Device,
+    owner: Owner,
+}
+
+/// What keeps a DataPtr's bytes alive.
+#[derive(Debug, Clone)]
+pub enum Owner {
+    /// A range of a host buffer (a mapped file or heap bytes).
+    Host {
+        /// The buffer.
+        buffer: Arc<HostBuffer>,
+        /// The range inside it.
+        range: Range<u64>,
+    },
+    /// Nothing: the storage has no bytes (meta tensors).
+    None,
+}
+
+impl DataPtr {
+    /// Points at `range` of a host buffer; the range must lie inside the buffer.
+    pub fn host(buffer: Arc<HostBuffer>, range: Range<u64>) -> Result<Self> {
+        if range.start > range.end || range.end > buffer.len() {
+            return Err(Error::DataPtrInconsistent {
+                tensor: String::new(),
+                detail: format!(
+                    "byte range {}..{} lies outside the {}-byte buffer of {}",
+                    range.start,
+                    range.end,
+                    buffer.len(),
+                    buffer.source().display()
+                ),
+            });
+        }
+        // Host addresses fit u64 on every supported target; the sum stays inside the buffer.
+        let address = buffer.bytes().as_ptr() as u64 + range.start;
+        Ok(DataPtr {
+            address,
+            device: Device::Cpu,
+            owner: Owner::Host { buffer, range },
+        })
+    }
+
+    /// A DataPtr that owns nothing, for storages without bytes, on `device`.
+    pub fn none(device: Device) -> Self {
+        DataPtr {
+            address: 0,
+            device,
+            owner: Owner::None,
+        }
+    }
+
+    /// The address in the owning process (host virtual address, or device pointer).
+    pub fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// The device the bytes really are on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// What owns the bytes.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// The bytes, when they are in host memory.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match &self.owner {
+            Owner::Host { buffer, range } => {
+                let start = usize::try_from(range.start).ok()?;
+                let end = usize::try_from(range.end).ok()?;
+                buffer.bytes().get(start..end)
+            }
+            Owner::None => None,
+        }
+    }
+
+    /// Number of bytes owned (0 for none).
+    pub fn len(&self) -> u64 {
+        match &self.owner {
+            Owner::Host { range, .. } => range.end - range.start,
+            Owner::None => 0,
+        }
+    }
+
+    /// Whether no bytes are owned.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

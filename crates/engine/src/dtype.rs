@@ -1,0 +1,334 @@
+//! Element types, named as PyTorch names them.
+
+use std::fmt;
+
+/// The element type of a tensor or storage.
+///
+/// Names follow `str(torch.<dtype>)` without the `torch.` prefix. The three sub-byte
+/// micro-scaling types that safetensors stores but PyTorch has no dtype for
+/// (`F4`, `F6_E2M3`, `F6_E3M2`) take the OCP MX names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DType {
+    /// `torch.bool`
+    Bool,
+    /// `torch.uint8`
+    UInt8,
+    /// `torch.int8`
+    Int8,
+    /// `torch.int16`
+    Int16,
+    /// `torch.uint16`
+    UInt16,
+    /// `torch.int32`
+    Int32,
+    /// `torch.uint32`
+    UInt32,
+    /// `torch.int64`
+    Int64,
+    /// `torch.uint64`
+    UInt64,
+    /// `torch.float16`
+    Float16,
+    /// `torch.bfloat16`
+    BFloat16,
+    /// `torch.float32`
+    Float32,
+    /// `torch.float64`
+    Float64,
+    /// `torch.complex32`
+    Complex32,
+    /// `torch.complex64`
+    Complex64,
+    /// `torch.complex128`
+    Complex128,
+    /// `torch.float8_e4m3fn`
+    Float8E4m3fn,
+    /// `torch.float8_e5m2`
+    Float8E5m2,
+    /// `torch.float8_e4m3fnuz`
+    Float8E4m3fnuz,
+    /// `torch.float8_e5m2fnuz`
+    Float8E5m2fnuz,
+    /// `torch.float8_e8m0fnu`
+    Float8E8m0fnu,
+    /// `torch.float4_e2m1fn_x2`: two 4-bit floats packed in one byte element.
+    Float4E2m1fnX2,
+    /// safetensors `F4`: one 4-bit float per element.
+    Float4E2m1fn,
+    /// safetensors `F6_E2M3`: one 6-bit float per element.
+    Float6E2m3fn,
+    /// safetensors `F6_E3M2`: one 6-bit float per element.
+    Float6E3m2fn,
+    /// `torch.qint8`
+    QInt8,
+    /// `torch.quint8`
+    QUInt8,
+    /// `torch.qint32`
+    QInt32,
+    /// `torch.quint4x2`
+    QUInt4x2,
+    /// `torch.quint2x4`
+    QUInt2x4,
+    /// `torch.bits8`
+    Bits8,
+    /// `torch.bits16`
+    Bits16,
+    /// `torch.bits1x8`
+    Bits1x8,
+    /// `torch.bits2x4`
+    Bits2x4,
+    /// `torch.bits4x2`
+    Bits4x2,
+}
+
+/// How a dtype's bits are interpreted; later rules (numeric health) dispatch on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DTypeKind {
+    /// `bool`
+    Bool,
+    /// Signed or unsigned integers, and the opaque `bits*` types.
+    Integer,
+    /// Real floating point of any width.
+    Float,
+    /// A pair of floats.
+    Complex,
+    /// Quantized integers with separate scale and zero point.
+    Quantized,
+}
+
+use DType::*;
+
+impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: &'static [DType] = &[
+        Bool,
+        UInt8,
+        Int8,
+        Int16,
+        UInt16,
+        Int32,
+        UInt32,
+        Int64,
+        UInt64,
+        Float16,
+        BFloat16,
+        Float32,
+        Float64,
+        Complex32,
+        Complex64,
+        Complex128,
+        Float8E4m3fn,
+        Float8E5m2,
+        Float8E4m3fnuz,
+        Float8E5m2fnuz,
+        Float8E8m0fnu,
+        Float4E2m1fnX2,
+        Float4E2m1fn,
+        Float6E2m3fn,
+        Float6E3m2fn,
+        QInt8,
+        QUInt8,
+        QInt32,
+        QUInt4x2,
+        QUInt2x4,
+        Bits8,
+        Bits16,
+        Bits1x8,
+        Bits2x4,
+        Bits4x2,
+    ];
+
+    /// The PyTorch name (`float32`, `bfloat16`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Bool => "bool",
+            UInt8 => "uint8",
+            Int8 => "int8",
+            Int16 => "int16",
+            UInt16 => "uint16",
+            Int32 => "int32",
+            UInt32 => "uint32",
+            Int64 => "int64",
+            UInt64 => "uint64",
+            Float16 => "float16",
+            BFloat16 => "bfloat16",
+            Float32 => "float32",
+            Float64 => "float64",
+            Complex32 => "complex32",
+            Complex64 => "complex64",
+            Complex128 => "complex128",
+            Float8E4m3fn => "float8_e4m3fn",
+            Float8E5m2 => "float8_e5m2",
+            Float8E4m3fnuz => "float8_e4m3fnuz",
+            Float8E5m2fnuz => "float8_e5m2fnuz",
+            Float8E8m0fnu => "float8_e8m0fnu",
+            Float4E2m1fnX2 => "float4_e2m1fn_x2",
+            Float4E2m1fn => "float4_e2m1fn",
+            Float6E2m3fn => "float6_e2m3fn",
+            Float6E3m2fn => "float6_e3m2fn",
+            QInt8 => "qint8",
+            QUInt8 => "quint8",
+            QInt32 => "qint32",
+            QUInt4x2 => "quint4x2",
+            QUInt2x4 => "quint2x4",
+            Bits8 => "bits8",
+            Bits16 => "bits16",
+            Bits1x8 => "bits1x8",
+            Bits2x4 => "bits2x4",
+            Bits4x2 => "bits4x2",
+        }
+    }
+
+    /// The dtype with this PyTorch name, if any.
+    pub fn from_name(name: &str) -> Option<DType> {
+        Self::ALL.iter().copied().find(|d| d.name() == name)
+    }
+
+    /// Bits one element occupies in memory. Only the safetensors micro-scaling
+    /// types are narrower than a byte; PyTorch's packed types count one byte per element.
+    pub fn bits(self) -> u64 {
+        match self {
+            Float4E2m1fn => 4,
+            Float6E2m3fn | Float6E3m2fn => 6,
+            Bool | UInt8 | Int8 | Float8E4m3fn | Float8E5m2 | Float8E4m3fnuz | Float8E5m2fnuz
+            | Float8E8m0fnu | Float4E2m1fnX2 | QInt8 | QUInt8 | QUInt4x2 | QUInt2x4 | Bits8
+            | Bits1x8 | Bits2x4 | Bits4x2 => 8,
+            Int16 | UInt16 | Float16 | BFloat16 | Bits16 => 16,
+            Int32 | UInt32 | Float32 | Complex32 | QInt32 => 32,
+            Int64 | UInt64 | Float64 | Complex64 => 64,
+            Complex128 => 128,
+        }
+    }
+
+    /// Bytes per element, as `torch.dtype.itemsize`; `None` for sub-byte types.
+    pub fn element_size(self) -> Option<u64> {
+        let bits = self.bits();
+        (bits % 8 == 0).then_some(bits / 8)
+    }
+
+    /// How the element's bits are interpreted.
+    pub fn kind(self) -> DTypeKind {
+        match self {
+            Bool => DTypeKind::Bool,
+            UInt8 | Int8 | Int16 | UInt16 | Int32 | UInt32 | Int64 | UInt64 | Bits8 | Bits16
+            | Bits1x8 | Bits2x4 | Bits4x2 => DTypeKind::Integer,
+            Float16 | BFloat16 | Float32 | Float64 | Float8E4m3fn | Float8E5m2 | Float8E4m3fnuz
+            | Float8E5m2fnuz | Float8E8m0fnu | Float4E2m1fnX2 | Float4E2m1fn | Float6E2m3fn
+            | Float6E3m2fn => DTypeKind::Float,
+            Complex32 | Complex64 | Complex128 => DTypeKind::Complex,
+            QInt8 | QUInt8 | QInt32 | QUInt4x2 | QUInt2x4 => DTypeKind::Quantized,
+        }
+    }
+
+    /// The dtype a safetensors header code (`"F32"`, `"BF16"`, …) stands for.
+    pub fn from_safetensors_code(code: &str) -> Option<DType> {
+        Some(match code {
+            "BOOL" => Bool,
+            "U8" => UInt8,
+            "I8" => Int8,
+            "I16" => Int16,
+            "U16" => UInt16,
+            "I32" => Int32,
+            "U32" => UInt32,
+            "I64" => Int64,
+            "U64" => UInt64,
+            "F16" => Float16,
+            "BF16" => BFloat16,
+            "F32" => Float32,
+            "F64" => Float64,
+            "C64" => Complex64,
+            "F8_E4M3" => Float8E4m3fn,
+            "F8_E5M2" => Float8E5m2,
+            "F8_E4M3FNUZ" => Float8E4m3fnuz,
+            "F8_E5M2FNUZ" => Float8E5m2fnuz,
+            "F8_E8M0" => Float8E8m0fnu,
+            "F4" => Float4E2m1fn,
+            "F6_E2M3" => Float6E2m3fn,
+            "F6_E3M2" => Float6E3m2fn,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for &d in DType::ALL {
+            assert!(seen.insert(d.name()), "duplicate name {}", d.name());
+            assert_eq!(DType::from_name(d.name()), Some(d));
+        }
+        assert_eq!(DType::from_name("float"), None);
+    }
+
+    #[test]
+    fn element_sizes_match_pytorch_itemsize() {
+        let expected = [
+            (Bool, 1),
+            (BFloat16, 2),
+            (Float16, 2),
+            (Float32, 4),
+            (Float64, 8),
+            (Complex32, 4),
+            (Complex64, 8),
+            (Complex128, 16),
+            (Float8E4m3fn, 1),
+            (Float4E2m1fnX2, 1),
+            (QInt32, 4),
+            (QUInt4x2, 1),
+            (Int64, 8),
+            (UInt16, 2),
+        ];
+        for (d, size) in expected {
+            assert_eq!(d.element_size(), Some(size), "{d}");
+        }
+        assert_eq!(Float4E2m1fn.element_size(), None);
+        assert_eq!(Float6E3m2fn.bits(), 6);
+    }
+
+    #[test]
+    fn every_safetensors_code_of_the_crate_maps_to_a_dtype_of_the_same_width() {
+        use safetensors::Dtype as S;
+        let codes = [
+            S::BOOL,
+            S::F4,
+            S::F6_E2M3,
+            S::F6_E3M2,
+            S::U8,
+            S::I8,
+            S::F8_E5M2,
+            S::F8_E4M3,
+            S::F8_E8M0,
+            S::F8_E4M3FNUZ,
+            S::F8_E5M2FNUZ,
+            S::I16,
+            S::U16,
+            S::F16,
+            S::BF16,
+            S::I32,
+            S::U32,
+            S::F32,
+            S::C64,
+            S::F64,
+            S::I64,
+            S::U64,
+        ];
+        for code in codes {
+            let text = serde_json::to_value(code).expect("dtype serialises");
+            let text = text.as_str().expect("dtype serialises as a string");
+            let d = DType::from_safetensors_code(text).unwrap_or_else(|| panic!("{text}"));
+            assert_eq!(d.bits(), code.bitsize() as u64, "{text}");
+        }
+        assert_eq!(DType::from_safetensors_code("F128"), None);
+    }
+}

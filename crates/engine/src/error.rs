@@ -1,0 +1,250 @@
+//! The engine's one error type. Every variant that comes from a file names the file
+//! and the part of it that is wrong, so the CLI can print it on one line as it is.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while reading a checkpoint or building its model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file could not be opened, measured or mapped.
+    #[error("{}: cannot read: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+
+    /// The file has no bytes at all.
+    #[error("{}: empty file", .path.display())]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// The first bytes match no format tensorplay reads.
+    #[error("{}: not a checkpoint tensorplay can read (first bytes: {first_bytes})", .path.display())]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+        /// Up to 16 leading bytes, in hex.
+        first_bytes: String,
+    },
+
+    /// The format was recognised but tensorplay has no reader for it yet.
+    #[error("{}: {format} files are recognised but not readable yet", .path.display())]
+    UnsupportedFormat {
+        /// The file.
+        path: PathBuf,
+        /// The recognised format's name.
+        format: &'static str,
+    },
+
+    /// The safetensors length prefix is missing.
+    #[error("{}: header: file is {len} bytes, too short for the 8-byte header length", .path.display())]
+    HeaderTooSmall {
+        /// The file.
+        path: PathBuf,
+        /// The file's length.
+        len: u64,
+    },
+
+    /// The safetensors header length is above the format's cap.
+    #[error("{}: header: declared length {declared} bytes exceeds the {max}-byte limit", .path.display())]
+    HeaderTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The declared header length.
+        declared: u64,
+        /// The cap.
+        max: u64,
+    },
+
+    /// The safetensors header would end past the end of the file.
+    #[error("{}: header: declared length {declared} bytes runs past the end of the {file_len}-byte file", .path.display())]
+    HeaderBeyondFile {
+        /// The file.
+        path: PathBuf,
+        /// The declared header length.
+        declared: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+
+    /// The header is not UTF-8.
+    #[error("{}: header: invalid UTF-8 at header byte {position}", .path.display())]
+    HeaderNotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// Offset of the first bad byte inside the header.
+        position: u64,
+    },
+
+    /// The header is not well-formed JSON, or not the object the format prescribes.
+    #[error("{}: header: {detail}", .path.display())]
+    HeaderSyntax {
+        /// The file.
+        path: PathBuf,
+        /// What the parser found, with line and column.
+        detail: String,
+    },
+
+    /// Two header entries or index entries carry the same tensor name.
+    #[error("{}: header: tensor '{name}' is declared more than once", .path.display())]
+    DuplicateTensor {
+        /// The file.
+        path: PathBuf,
+        /// The repeated name.
+        name: String,
+    },
+
+    /// A header entry is well-formed JSON but describes an impossible tensor.
+    #[error("{}: tensor '{tensor}': {detail}", .path.display())]
+    InvalidTensor {
+        /// The file.
+        path: PathBuf,
+        /// The tensor's name.
+        tensor: String,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// The tensor data region does not end where the file ends.
+    #[error("{}: data: tensors end at byte {data_end} but the file has {file_len} bytes ({})", .path.display(), data_length_problem(*.data_end, *.file_len))]
+    DataLength {
+        /// The file.
+        path: PathBuf,
+        /// Absolute file offset where the declared tensor data ends.
+        data_end: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+
+    /// The safetensors crate rejected a header tensorplay's own checks let through.
+    #[error("{}: header: rejected by the safetensors format rules ({detail})", .path.display())]
+    SafetensorsRejected {
+        /// The file.
+        path: PathBuf,
+        /// The crate's error.
+        detail: String,
+    },
+
+    /// A sharded index file is not the JSON object the format prescribes.
+    #[error("{}: index: {detail}", .path.display())]
+    IndexSyntax {
+        /// The index file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// A shard of an index could not be read.
+    #[error("{}: shard {source}", .path.display())]
+    Shard {
+        /// The index file.
+        path: PathBuf,
+        /// The shard's own error, which names the shard.
+        source: Box<Error>,
+    },
+
+    /// A sharded index names a shard in a way tensorplay refuses to follow.
+    #[error("{}: weight_map: shard path '{shard}' must be a plain file name beside the index", .path.display())]
+    IndexShardPath {
+        /// The index file.
+        path: PathBuf,
+        /// The shard name as written.
+        shard: String,
+    },
+
+    /// A sharded index lists no tensors.
+    #[error("{}: weight_map: the index lists no tensors", .path.display())]
+    IndexEmpty {
+        /// The index file.
+        path: PathBuf,
+    },
+
+    /// The index maps a tensor to a shard that does not hold it.
+    #[error("{}: weight_map: tensor '{tensor}' is mapped to '{shard}' but that shard does not hold it", .path.display())]
+    IndexTensorAbsent {
+        /// The index file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The shard the index names.
+        shard: String,
+    },
+
+    /// One tensor name is held by two shards.
+    #[error("{}: shards: tensor '{tensor}' is held by both '{first}' and '{second}'", .path.display())]
+    IndexTensorInTwoShards {
+        /// The index file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// One shard holding it.
+        first: String,
+        /// Another shard holding it.
+        second: String,
+    },
+
+    /// A shard holds a tensor the index does not list.
+    #[error("{}: weight_map: shard '{shard}' holds tensor '{tensor}', which the index does not list", .path.display())]
+    IndexUnlistedTensor {
+        /// The index file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The shard holding it.
+        shard: String,
+    },
+
+    /// Shards of one index are of different formats.
+    #[error("{}: shards: '{shard}' is {found}, but the set is {expected}", .path.display())]
+    IndexMixedFormats {
+        /// The index file.
+        path: PathBuf,
+        /// The odd shard.
+        shard: String,
+        /// Its format.
+        found: &'static str,
+        /// The format of the first shard.
+        expected: &'static str,
+    },
+
+    /// Arithmetic on a size, stride or offset overflowed 64 bits.
+    #[error("{what} overflows 64-bit arithmetic")]
+    Overflow {
+        /// The quantity being computed.
+        what: &'static str,
+    },
+
+    /// A layout's sizes and strides have different ranks.
+    #[error("shape has {sizes} dimensions but strides have {strides}")]
+    RankMismatch {
+        /// Number of sizes.
+        sizes: usize,
+        /// Number of strides.
+        strides: usize,
+    },
+
+    /// A tensor's DataPtr is not where its Storage says it should be.
+    #[error("tensor '{tensor}': data pointer inconsistent with its storage: {detail}")]
+    DataPtrInconsistent {
+        /// The tensor.
+        tensor: String,
+        /// What does not agree.
+        detail: String,
+    },
+}
+
+fn data_length_problem(data_end: u64, file_len: u64) -> &'static str {
+    if data_end > file_len {
+        "file is truncated"
+    } else {
+        "trailing bytes after the last tensor"
+    }
+}
+
+/// The engine's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

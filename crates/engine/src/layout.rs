@@ -1,0 +1,262 @@
+//! Sizes, strides and storage offset: how a tensor reads its storage.
+
+use crate::error::{Error, Result};
+use crate::DType;
+use std::ops::Range;
+
+/// A strided view into a storage, counted in elements as PyTorch counts them.
+///
+/// Construction checks that every product and sum the layout implies fits in 64 bits,
+/// so the accessors below never overflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    sizes: Vec<u64>,
+    strides: Vec<u64>,
+    storage_offset: u64,
+    numel: u64,
+    /// One past the highest element index the view reaches; `storage_offset` when empty.
+    element_end: u64,
+}
+
+impl Layout {
+    /// A layout from explicit sizes, strides and offset.
+    pub fn new(sizes: Vec<u64>, strides: Vec<u64>, storage_offset: u64) -> Result<Self> {
+        if sizes.len() != strides.len() {
+            return Err(Error::RankMismatch {
+                sizes: sizes.len(),
+                strides: strides.len(),
+            });
+        }
+        let numel = sizes
+            .iter()
+            .try_fold(1u64, |acc, &s| acc.checked_mul(s))
+            .ok_or(Error::Overflow {
+                what: "element count",
+            })?;
+        let element_end = if numel == 0 {
+            storage_offset
+        } else {
+            let overflow = || Error::Overflow {
+                what: "view extent",
+            };
+            let last = sizes
+                .iter()
+                .zip(&strides)
+                .try_fold(storage_offset, |acc, (&size, &stride)| {
+                    (size - 1).checked_mul(stride)?.checked_add(acc)
+                })
+                .ok_or_else(overflow)?;
+            last.checked_add(1).ok_or_else(overflow)?
+        };
+        Ok(Layout {
+            sizes,
+            strides,
+            storage_offset,
+            numel,
+            element_end,
+        })
+    }
+
+    /// A C-contiguous layout at offset 0, with the strides PyTorch gives a fresh tensor
+    /// (size-0 dimensions count as 1 when striding).
+    pub fn contiguous(sizes: Vec<u64>) -> Result<Self> {
+        let mut strides = vec![1u64; sizes.len()];
+        for i in (1..sizes.len()).rev() {
+            // Indices are in range by the loop bounds; sizes and strides have one length.
+            strides[i - 1] = strides[i]
+                .checked_mul(sizes[i].max(1))
+                .ok_or(Error::Overflow {
+                    what: "contiguous strides",
+                })?;
+        }
+        Layout::new(sizes, strides, 0)
+    }
+
+    /// Sizes per dimension.
+    pub fn sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+
+    /// Strides per dimension, in elements.
+    pub fn strides(&self) -> &[u64] {
+        &self.strides
+    }
+
+    /// Offset of the first element into the storage, in elements.
+    pub fn storage_offset(&self) -> u64 {
+        self.storage_offset
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> u64 {
+        self.numel
+    }
+
+    /// PyTorch's `is_contiguous()`: C order, ignoring size-1 dimensions; empty tensors are contiguous.
+    pub fn is_contiguous(&self) -> bool {
+        if self.numel == 0 {
+            return true;
+        }
+        let mut expected = 1u64;
+        for (&size, &stride) in self.sizes.iter().zip(&self.strides).rev() {
+            if size == 1 {
+                continue;
+            }
+            if stride != expected {
+                return false;
+            }
+            // Bounded by numel, which fitted.
+            expected = expected.saturating_mul(size);
+        }
+        true
+    }
+
+    /// Element indices the view touches: lowest, and one past the highest. `None` when empty.
+    pub fn element_range(&self) -> Option<Range<u64>> {
+        (self.numel > 0).then_some(self.storage_offset..self.element_end)
+    }
+
+    /// Bytes of the storage the view touches, `None` when it touches none.
+    /// Sub-byte dtypes round the end up to the byte holding the last bit.
+    pub fn byte_range(&self, dtype: DType) -> Result<Option<Range<u64>>> {
+        let Some(range) = self.element_range() else {
+            return Ok(None);
+        };
+        let overflow = || Error::Overflow {
+            what: "view byte extent",
+        };
+        let start = range.start.checked_mul(dtype.bits()).ok_or_else(overflow)? / 8;
+        let end = range
+            .end
+            .checked_mul(dtype.bits())
+            .ok_or_else(overflow)?
+            .div_ceil(8);
+        Ok(Some(start..end))
+    }
+
+    /// Bytes the elements themselves occupy (numel × element width), whatever the strides.
+    pub fn nbytes(&self, dtype: DType) -> Result<u64> {
+        let bits = self
+            .numel
+            .checked_mul(dtype.bits())
+            .ok_or(Error::Overflow {
+                what: "tensor byte size",
+            })?;
+        Ok(bits.div_ceil(8))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn l(sizes: &[u64], strides: &[u64], off: u64) -> Layout {
+        Layout::new(sizes.to_vec(), strides.to_vec(), off).expect("valid layout")
+    }
+
+    #[test]
+    fn contiguous_strides_follow_pytorch() {
+        assert_eq!(
+            Layout::contiguous(vec![2, 3, 4]).unwrap().strides(),
+            &[12, 4, 1]
+        );
+        assert_eq!(Layout::contiguous(vec![2, 0]).unwrap().strides(), &[1, 1]);
+        assert_eq!(Layout::contiguous(vec![0, 3]).unwrap().strides(), &[3, 1]);
+        assert!(Layout::contiguous(vec![]).unwrap().strides().is_empty());
+        assert_eq!(Layout::contiguous(vec![]).unwrap().numel(), 1);
+    }
+
+    #[test]
+    fn contiguity_ignores_size_one_dims() {
+        assert!(l(&[3, 1], &[1, 1], 2).is_contiguous());
+        assert!(l(&[1, 4], &[99, 1], 0).is_contiguous());
+        assert!(!l(&[3, 2], &[1, 3], 0).is_contiguous()); // a transpose
+        assert!(!l(&[4], &[2], 1).is_contiguous()); // every other element
+        assert!(l(&[0, 5], &[7, 3], 0).is_contiguous()); // empty
+    }
+
+    #[test]
+    fn extents_of_views_over_one_storage() {
+        // numbers[1::2] of a 9-element storage reaches elements 1..8.
+        assert_eq!(l(&[4], &[2], 1).element_range(), Some(1..8));
+        assert_eq!(
+            l(&[4], &[2], 1).byte_range(DType::Float64).unwrap(),
+            Some(8..64)
+        );
+        // A transposed 2x3 reaches all six.
+        assert_eq!(l(&[3, 2], &[1, 3], 0).element_range(), Some(0..6));
+        assert_eq!(l(&[0], &[1], 5).byte_range(DType::Float32).unwrap(), None);
+        // Broadcast (stride 0) touches one element.
+        assert_eq!(l(&[1000], &[0], 3).element_range(), Some(3..4));
+        // Sub-byte: three 6-bit values need 18 bits, so 3 bytes.
+        assert_eq!(
+            l(&[3], &[1], 0).byte_range(DType::Float6E2m3fn).unwrap(),
+            Some(0..3)
+        );
+        assert_eq!(l(&[3], &[1], 0).nbytes(DType::Float6E2m3fn).unwrap(), 3);
+    }
+
+    #[test]
+    fn overflow_is_an_error_not_a_wrap() {
+        assert!(matches!(
+            Layout::new(vec![u64::MAX, 2], vec![1, 1], 0),
+            Err(Error::Overflow { .. })
+        ));
+        assert!(matches!(
+            Layout::new(vec![2], vec![u64::MAX], 1),
+            Err(Error::Overflow { .. })
+        ));
+        assert!(matches!(
+            Layout::new(vec![1], vec![1], u64::MAX),
+            Err(Error::Overflow { .. })
+        ));
+        assert!(matches!(
+            Layout::contiguous(vec![1 << 40, 1 << 40]),
+            Err(Error::Overflow { .. })
+        ));
+        let big = l(&[1 << 62], &[1], 0);
+        assert!(matches!(
+            big.nbytes(DType::Float64),
+            Err(Error::Overflow { .. })
+        ));
+        assert!(matches!(
+            big.byte_range(DType::Float64),
+            Err(Error::Overflow { .. })
+        ));
+        assert!(matches!(
+            Layout::new(vec![2, 2], vec![1], 0),
+            Err(Error::RankMismatch {
+                sizes: 2,
+                strides: 1
+            })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_layouts_never_panic(
+            dims in proptest::collection::vec((any::<u64>(), any::<u64>()), 0..6),
+            off in any::<u64>(),
+        ) {
+            let (sizes, strides): (Vec<u64>, Vec<u64>) = dims.into_iter().unzip();
+            if let Ok(layout) = Layout::new(sizes, strides, off) {
+                let _ = layout.is_contiguous();
+                let _ = layout.byte_range(DType::Complex128);
+                let _ = layout.nbytes(DType::Float4E2m1fn);
+            }
+        }
+
+        #[test]
+        fn contiguous_layouts_cover_exactly_numel_elements(
+            sizes in proptest::collection::vec(0u64..6, 0..5),
+        ) {
+            let layout = Layout::contiguous(sizes).unwrap();
+            prop_assert!(layout.is_contiguous());
+            match layout.element_range() {
+                Some(r) => prop_assert_eq!(r.end - r.start, layout.numel()),
+                None => prop_assert_eq!(layout.numel(), 0),
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! tensorplay's model of a checkpoint, read without executing anything in it.
+//!
+//! PyTorch keeps every tensor in four layers, and so does this crate, one type per file:
+//! [`Tensor`] (the named handle) → [`TensorImpl`] (layout, dtype, device, autograd flags) →
+//! [`Storage`] (one shared byte buffer on one device) → [`DataPtr`] (where the bytes really
+//! are). Readers in [`load`] rebuild those layers from a file's bytes; [`load::open`] picks the
+//! reader from the file's content, never from its name.
+#![deny(missing_docs)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod checkpoint;
+pub mod data_ptr;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod layout;
+pub mod load;
+pub mod memory;
+pub mod storage;
+pub mod tensor;
+pub mod tensor_impl;
+
+pub use checkpoint::{Checkpoint, Format};
+pub use data_ptr::{DataPtr, Owner};
+pub use device::Device;
+pub use dtype::{DType, DTypeKind};
+pub use error::{Error, Result};
+pub use layout::Layout;
+pub use memory::{HostBackend, HostBuffer};
+pub use storage::Storage;
+pub use tensor::Tensor;
+pub use tensor_impl::TensorImpl;

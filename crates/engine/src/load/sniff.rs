@@ -1,0 +1,89 @@
+//! Content sniffing: which reader a file needs, from its first bytes alone.
+
+/// How many leading bytes [`sniff`] looks at.
+pub const SNIFF_LEN: usize = 64;
+
+/// What the first bytes of a file say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sniffed {
+    /// An 8-byte little-endian header length followed by a JSON object.
+    Safetensors,
+    /// A zip archive: `torch.save` since 1.6, or `torch.jit.save`.
+    Zip,
+    /// A legacy `torch.save` stream: a pickle of PyTorch's magic number first.
+    LegacyPickle,
+    /// A JSON document: a sharded checkpoint's index.
+    JsonIndex,
+    /// None of the above.
+    Unknown,
+}
+
+/// The pickled magic number `0x1950a86a20f9469cfc6c` as `LONG1` after `PROTO`.
+const LEGACY_MAGIC: [u8; 12] = [
+    0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
+];
+
+/// Classifies a file from its first bytes (up to [`SNIFF_LEN`]).
+pub fn sniff(prefix: &[u8]) -> Sniffed {
+    if prefix.starts_with(b"PK\x03\x04") || prefix.starts_with(b"PK\x05\x06") {
+        return Sniffed::Zip;
+    }
+    if prefix.first() == Some(&0x80) && prefix.get(2..14) == Some(&LEGACY_MAGIC[..]) {
+        return Sniffed::LegacyPickle;
+    }
+    if looks_like_safetensors(prefix) {
+        return Sniffed::Safetensors;
+    }
+    let text = prefix.strip_prefix(b"\xef\xbb\xbf").unwrap_or(prefix);
+    if text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        return Sniffed::JsonIndex;
+    }
+    Sniffed::Unknown
+}
+
+/// A plausible header length (below 2^40, so JSON text in those bytes never qualifies)
+/// followed by JSON: `{`, or whitespace the reader will then reject with a precise message.
+fn looks_like_safetensors(prefix: &[u8]) -> bool {
+    let Some(len_bytes) = prefix.get(..8) else {
+        return false;
+    };
+    let mut le = [0u8; 8];
+    le.copy_from_slice(len_bytes);
+    let n = u64::from_le_bytes(le);
+    let first = prefix
+        .get(8..)
+        .unwrap_or_default()
+        .iter()
+        .find(|b| !b.is_ascii_whitespace());
+    n > 0 && n < (1 << 40) && first == Some(&b'{')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_by_content() {
+        let mut st = 16u64.to_le_bytes().to_vec();
+        st.extend_from_slice(b"{\"a\":1}         ");
+        assert_eq!(sniff(&st), Sniffed::Safetensors);
+        // 0x7b is '{': a safetensors length prefix may begin like JSON.
+        let mut st = 123u64.to_le_bytes().to_vec();
+        st.extend_from_slice(b"{}");
+        assert_eq!(sniff(&st), Sniffed::Safetensors);
+        assert_eq!(sniff(b"PK\x03\x04rest"), Sniffed::Zip);
+        let legacy = [
+            0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
+            0x2e,
+        ];
+        assert_eq!(sniff(&legacy), Sniffed::LegacyPickle);
+        assert_eq!(sniff(b"  {\n  \"metadata\": {}"), Sniffed::JsonIndex);
+        assert_eq!(sniff(b"\xef\xbb\xbf{\"weight_map\""), Sniffed::JsonIndex);
+        assert_eq!(sniff(b""), Sniffed::Unknown);
+        assert_eq!(
+            sniff(b"\x00\x00\x00\x00\x00\x00\x00\x00{"),
+            Sniffed::Unknown
+        );
+        assert_eq!(sniff(b"GIF89a...."), Sniffed::Unknown);
+    }
+}

@@ -1,0 +1,102 @@
+//! Host memory backends: where the bytes of host-resident storages are kept.
+
+use crate::error::{Error, Result};
+use memmap2::Mmap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A read-only block of host bytes that storages point into.
+#[derive(Debug)]
+pub struct HostBuffer {
+    source: PathBuf,
+    backing: Backing,
+}
+
+#[derive(Debug)]
+enum Backing {
+    Mapped(Mmap),
+    Heap(Box<[u8]>),
+}
+
+/// Which host backend holds a buffer's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostBackend {
+    /// A read-only memory map of a file range: zero copy.
+    Mmap,
+    /// Bytes owned on the heap (decompressed or byte-swapped data, tests).
+    Heap,
+}
+
+impl HostBackend {
+    /// Short name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostBackend::Mmap => "mmap",
+            HostBackend::Heap => "heap",
+        }
+    }
+}
+
+impl HostBuffer {
+    /// Maps a whole file read-only. An empty file is an error (there is nothing to map).
+    pub fn map_file(path: &Path) -> Result<Arc<Self>> {
+        let io = |source| Error::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.len() == 0 {
+            return Err(Error::Empty {
+                path: path.to_owned(),
+            });
+        }
+        // SAFETY: the map is read-only and tensorplay never writes the file. Another process
+        // truncating it while it is mapped is outside what any mmap reader can defend against;
+        // CI inputs are files at rest.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Ok(Arc::new(HostBuffer {
+            source: path.to_owned(),
+            backing: Backing::Mapped(map),
+        }))
+    }
+
+    /// Takes ownership of bytes on the heap; `source` names where they came from.
+    pub fn from_vec(source: impl Into<PathBuf>, bytes: Vec<u8>) -> Arc<Self> {
+        Arc::new(HostBuffer {
+            source: source.into(),
+            backing: Backing::Heap(bytes.into_boxed_slice()),
+        })
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.backing {
+            Backing::Mapped(map) => map,
+            Backing::Heap(bytes) => bytes,
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.bytes().is_empty()
+    }
+
+    /// The file the bytes came from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// Which backend holds the bytes.
+    pub fn backend(&self) -> HostBackend {
+        match self.backing {
+            Backing::Mapped(_) => HostBackend::Mmap,
+            Backing::Heap(_) => HostBackend::Heap,
+        }
+    }
+}

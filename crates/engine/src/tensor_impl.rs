@@ -1,0 +1,251 @@
+//! TensorImpl: the control block a tensor forwards to — layout, dtype, device, autograd flags
+//! and the storage it reads.
+
+use crate::data_ptr::Owner;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::storage::Storage;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Layout, dtype, device and flags over one shared [`Storage`].
+#[derive(Debug)]
+pub struct TensorImpl {
+    layout: Layout,
+    dtype: DType,
+    device: Device,
+    requires_grad: bool,
+    is_parameter: bool,
+    storage: Arc<Storage>,
+}
+
+impl TensorImpl {
+    /// A view of `storage` with `layout`. The device is the tensor's own claim, which a
+    /// consistent checkpoint keeps equal to the storage's.
+    pub fn new(
+        layout: Layout,
+        dtype: DType,
+        device: Device,
+        requires_grad: bool,
+        is_parameter: bool,
+        storage: Arc<Storage>,
+    ) -> Self {
+        TensorImpl {
+            layout,
+            dtype,
+            device,
+            requires_grad,
+            is_parameter,
+            storage,
+        }
+    }
+
+    /// Sizes, strides and storage offset.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device the tensor claims.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Whether autograd tracks it.
+    pub fn requires_grad(&self) -> bool {
+        self.requires_grad
+    }
+
+    /// Whether it was saved as an `nn.Parameter`.
+    pub fn is_parameter(&self) -> bool {
+        self.is_parameter
+    }
+
+    /// The storage it views.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// Bytes its elements occupy.
+    pub fn nbytes(&self) -> Result<u64> {
+        self.layout.nbytes(self.dtype)
+    }
+
+    /// Bytes of the storage it touches; `None` when empty.
+    pub fn byte_range(&self) -> Result<Option<Range<u64>>> {
+        self.layout.byte_range(self.dtype)
+    }
+
+    /// Its data address: storage address + storage offset × element width.
+    pub fn data_address(&self) -> Result<u64> {
+        let offset_bits = self
+            .layout
+            .storage_offset()
+            .checked_mul(self.dtype.bits())
+            .ok_or(Error::Overflow {
+                what: "data address",
+            })?;
+        self.storage
+            .data_ptr()
+            .address()
+            .checked_add(offset_bits / 8)
+            .ok_or(Error::Overflow {
+                what: "data address",
+            })
+    }
+
+    /// The design's `verify_data_ptr_consistency`: the data address follows from the storage's
+    /// and the offset, and every byte the view reaches lies inside the storage, whose DataPtr
+    /// holds exactly the bytes it records.
+    pub fn verify_data_ptr_consistency(&self, name: &str) -> Result<()> {
+        let fail = |detail: String| Error::DataPtrInconsistent {
+            tensor: name.to_owned(),
+            detail,
+        };
+        let storage = &self.storage;
+        let ptr = storage.data_ptr();
+        let holds_bytes = matches!(ptr.owner(), Owner::Host { .. });
+        if holds_bytes && ptr.len() != storage.nbytes() {
+            return Err(fail(format!(
+                "storage records {} bytes but its DataPtr holds {}",
+                storage.nbytes(),
+                ptr.len()
+            )));
+        }
+        if self.dtype != storage.dtype() {
+            return Err(fail(format!(
+                "tensor dtype {} differs from storage dtype {}",
+                self.dtype,
+                storage.dtype()
+            )));
+        }
+        let address = self.data_address()?;
+        if let Some(range) = self.byte_range()? {
+            if range.end > storage.nbytes() {
+                return Err(fail(format!(
+                    "view reaches bytes {}..{} of a {}-byte storage",
+                    range.start,
+                    range.end,
+                    storage.nbytes()
+                )));
+            }
+            if address != ptr.address() + range.start {
+                return Err(fail(format!(
+                    "data address {address:#x} is not storage address {:#x} + {}",
+                    ptr.address(),
+                    range.start
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The storage bytes the view reaches, when they are in host memory.
+    pub fn view_bytes(&self) -> Option<&[u8]> {
+        let range = self.byte_range().ok()?.unwrap_or(0..0);
+        let bytes = self.storage.data_ptr().bytes()?;
+        bytes.get(usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DataPtr, HostBuffer};
+
+    fn storage(nbytes: u64, dtype: DType) -> Arc<Storage> {
+        let buffer = HostBuffer::from_vec("mem", (0..nbytes as u8).collect());
+        let ptr = DataPtr::host(buffer, 0..nbytes).expect("in range");
+        Arc::new(Storage::new(0, "0", dtype, nbytes, "cpu", ptr))
+    }
+
+    fn view(storage: &Arc<Storage>, sizes: &[u64], strides: &[u64], offset: u64) -> TensorImpl {
+        let layout = Layout::new(sizes.to_vec(), strides.to_vec(), offset).expect("layout");
+        TensorImpl::new(
+            layout,
+            storage.dtype(),
+            Device::Cpu,
+            false,
+            false,
+            Arc::clone(storage),
+        )
+    }
+
+    #[test]
+    fn a_view_reads_from_storage_address_plus_offset() {
+        // numbers[1::2] over nine float64s.
+        let s = storage(72, DType::Float64);
+        let v = view(&s, &[4], &[2], 1);
+        v.verify_data_ptr_consistency("v").expect("consistent");
+        assert_eq!(v.data_address().unwrap(), s.data_ptr().address() + 8);
+        assert_eq!(v.view_bytes().unwrap(), &(8u8..64).collect::<Vec<_>>()[..]);
+        assert_eq!(v.nbytes().unwrap(), 32);
+    }
+
+    #[test]
+    fn a_view_past_its_storage_is_inconsistent() {
+        let s = storage(16, DType::Float32);
+        let err = view(&s, &[4], &[1], 1)
+            .verify_data_ptr_consistency("w")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tensor 'w': data pointer inconsistent with its storage: view reaches bytes 4..20 of a 16-byte storage"
+        );
+    }
+
+    #[test]
+    fn a_tensor_must_share_its_storage_dtype() {
+        let s = storage(16, DType::Float32);
+        let layout = Layout::contiguous(vec![4]).unwrap();
+        let t = TensorImpl::new(layout, DType::Int32, Device::Cpu, false, false, s);
+        let err = t.verify_data_ptr_consistency("t").unwrap_err().to_string();
+        assert!(
+            err.contains("tensor dtype int32 differs from storage dtype float32"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_storage_must_own_the_bytes_it_records() {
+        let buffer = HostBuffer::from_vec("mem", vec![0; 8]);
+        let ptr = DataPtr::host(buffer, 0..8).unwrap();
+        let s = Arc::new(Storage::new(0, "0", DType::Float32, 16, "cpu", ptr));
+        let err = view(&s, &[2], &[1], 0)
+            .verify_data_ptr_consistency("t")
+            .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("storage records 16 bytes but its DataPtr holds 8"));
+    }
+
+    #[test]
+    fn a_data_ptr_cannot_point_outside_its_buffer() {
+        let buffer = HostBuffer::from_vec("mem", vec![0; 8]);
+        assert!(DataPtr::host(Arc::clone(&buffer), 4..9).is_err());
+        assert!(DataPtr::host(buffer, 0..8).is_ok());
+    }
+
+    #[test]
+    fn a_storage_without_bytes_keeps_its_recorded_size() {
+        let s = Arc::new(Storage::new(
+            0,
+            "0",
+            DType::Float32,
+            16,
+            "meta",
+            DataPtr::none(Device::Meta),
+        ));
+        assert_eq!(s.device(), &Device::Meta);
+        let t = view(&s, &[4], &[1], 0);
+        t.verify_data_ptr_consistency("m")
+            .expect("nothing to contradict");
+        assert_eq!(t.view_bytes(), None);
+    }
+}

@@ -1,0 +1,109 @@
+//! Every bad fixture gives one clear line on stderr naming the file and what is wrong, exit 2,
+//! and nothing on stdout.
+
+use crate::common::{read_json, stderr, stdout, tensorplay};
+
+/// Each bad fixture and the words its error must carry.
+const EXPECTED: &[(&str, &str)] = &[
+    ("bad/bad_json.safetensors", "header: invalid JSON: EOF while parsing an object at line 1 column 112"),
+    ("bad/duplicate_name.safetensors", "header: tensor 'a' is declared more than once"),
+    ("bad/empty.safetensors", "empty file"),
+    ("bad/gap.safetensors", "tensor 'b': data_offsets start at 24 but the previous tensor ends at 16: a gap of 8 bytes"),
+    ("bad/header_beyond_file.safetensors", "header: declared length 216 bytes runs past the end of the 152-byte file"),
+    ("bad/header_too_large.safetensors", "header: declared length 200000000 bytes exceeds the 100000000-byte limit"),
+    ("bad/leading_space.safetensors", "header: must begin with '{' but begins with ' '"),
+    ("bad/not_utf8.safetensors", "header: invalid UTF-8 at header byte"),
+    ("bad/offset_overflow.safetensors", "tensor 'b': data_offsets start at 18446744073709551599"),
+    ("bad/overlap.safetensors", "tensor 'b': data_offsets [8, 24] overlap tensor 'a', which ends at 16"),
+    ("bad/size_mismatch.safetensors", "tensor 'a': dtype float32 × shape [2, 2] = 16 bytes, but data_offsets [0, 12] span 12"),
+    ("bad/tiny.safetensors", "not a checkpoint tensorplay can read (first bytes: 70 00 00 00 00)"),
+    ("bad/trailing_bytes.safetensors", "data: tensors end at byte 152 but the file has 160 bytes (trailing bytes after the last tensor)"),
+    ("bad/truncated.safetensors", "data: tensors end at byte 152 but the file has 140 bytes (file is truncated)"),
+    ("bad/unknown_dtype.safetensors", "tensor 'b': unknown dtype 'F128'"),
+    ("bad/unknown_field.safetensors", "tensor 'a': unknown field `extra`"),
+    ("bad/random.bin", "not a checkpoint tensorplay can read (first bytes: 78 4d da a2"),
+    ("bad/index_bad_json/model.safetensors.index.json", "index: invalid JSON"),
+    ("bad/index_missing_shard/model.safetensors.index.json", "shard fixtures/safetensors/bad/index_missing_shard/model-00002-of-00002.safetensors: cannot read: No such file or directory"),
+    ("bad/index_path_escape/model.safetensors.index.json", "weight_map: shard path '../../basic.safetensors' must be a plain file name beside the index"),
+    ("bad/index_tensor_absent/model.safetensors.index.json", "weight_map: tensor 'model.layers.2.mlp.weight' is mapped to 'model-00001-of-00002.safetensors' but that shard does not hold it"),
+    ("bad/index_tensor_in_two_shards/model.safetensors.index.json", "shards: tensor 'model.embed_tokens.weight' is held by both 'model-00001-of-00002.safetensors' and 'model-00002-of-00002.safetensors'"),
+    ("bad/index_unlisted_tensor/model.safetensors.index.json", "weight_map: shard 'model-00002-of-00002.safetensors' holds tensor 'model.unlisted.weight', which the index does not list"),
+];
+
+fn check_one_line_error(path: &str, expected: &str) {
+    for format in ["text", "json"] {
+        let out = tensorplay(&["inspect", "--format", format, path]);
+        assert_eq!(out.status.code(), Some(2), "{path}: {}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "{path}: printed {}", stdout(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{path}: not one line: {err}");
+        let prefix = format!("error: {path}: ");
+        assert!(err.starts_with(&prefix), "{path}: {err}");
+        assert!(
+            err.contains(expected),
+            "{path}: expected '{expected}' in {err}"
+        );
+        assert!(!err.contains("panicked"), "{path}: {err}");
+    }
+}
+
+#[test]
+fn every_bad_fixture_gives_its_clear_error() {
+    for (relative, expected) in EXPECTED {
+        check_one_line_error(&format!("fixtures/safetensors/{relative}"), expected);
+    }
+}
+
+/// The truth file records what the real library makes of each bad fixture. tensorplay
+/// rejects every one, including those the library accepts where its spec does not
+/// (duplicate names, unknown fields, text before the brace).
+#[test]
+fn every_bad_fixture_in_the_truth_is_covered_and_the_library_agrees_where_it_rejects() {
+    let truth = read_json("fixtures/safetensors/bad/truth.json");
+    let truth = truth.as_object().expect("an object per bad fixture");
+    let covered: Vec<String> = EXPECTED
+        .iter()
+        .map(|(p, _)| format!("fixtures/safetensors/{p}"))
+        .collect();
+    for key in truth.keys() {
+        assert!(covered.contains(key), "{key} has no expected error here");
+    }
+    let accepted: Vec<&str> = truth
+        .iter()
+        .filter(|(_, v)| v["library_accepts"] == true)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(
+        accepted,
+        [
+            "fixtures/safetensors/bad/duplicate_name.safetensors",
+            "fixtures/safetensors/bad/leading_space.safetensors",
+            "fixtures/safetensors/bad/unknown_field.safetensors",
+        ],
+        "the library's leniencies changed; review the stricter rules"
+    );
+}
+
+#[test]
+fn missing_paths_directories_and_other_files_are_one_line_errors() {
+    check_one_line_error(
+        "fixtures/does-not-exist.safetensors",
+        "cannot read: No such file or directory",
+    );
+    check_one_line_error("fixtures", "cannot read");
+    check_one_line_error("fixtures/make.sh", "not a checkpoint tensorplay can read");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = tensorplay(&["inspect"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("Usage"), "{}", stderr(&out));
+    let out = tensorplay(&[
+        "inspect",
+        "--format",
+        "xml",
+        "fixtures/safetensors/basic.safetensors",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}

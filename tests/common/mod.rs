@@ -1,0 +1,68 @@
+//! Helpers shared by the integration tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root, where fixture paths in truth files are relative to.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// Runs the tensorplay binary from the repository root.
+pub fn tensorplay(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("tensorplay runs")
+}
+
+/// Reads a JSON file under the repository root.
+pub fn read_json(relative: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(root().join(relative))
+        .unwrap_or_else(|e| panic!("{relative}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// Every `*.truth.json` of a good fixture (outside `bad/`), relative to the root, sorted.
+pub fn good_truth_files() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("fixture folder") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                if path.file_name() != Some("bad".as_ref()) {
+                    walk(&path, out);
+                }
+            } else if path.to_string_lossy().ends_with(".truth.json") {
+                out.push(path);
+            }
+        }
+    }
+    let root = root();
+    let mut found = Vec::new();
+    walk(&root.join("fixtures"), &mut found);
+    let mut found: Vec<String> = found
+        .iter()
+        .map(|p| {
+            p.strip_prefix(&root)
+                .expect("under root")
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Text of stdout / stderr.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Text of stderr.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

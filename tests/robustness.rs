@@ -1,0 +1,94 @@
+//! Hostile bytes never panic the reader: every truncation of every good fixture is refused,
+//! and random corruptions are either refused or read consistently.
+
+use crate::common::{good_truth_files, read_json, root};
+use proptest::prelude::*;
+use std::sync::Arc;
+use tensorplay_engine::load::safetensors::from_buffer;
+use tensorplay_engine::HostBuffer;
+
+fn single_file_fixtures() -> Vec<Vec<u8>> {
+    good_truth_files()
+        .iter()
+        .map(|t| read_json(t))
+        .filter(|t| t["inspect"]["format"] == "safetensors")
+        .map(|t| {
+            let path = t["inspect"]["path"].as_str().expect("path").to_owned();
+            std::fs::read(root().join(path)).expect("fixture")
+        })
+        .collect()
+}
+
+fn read(bytes: Vec<u8>) -> tensorplay_engine::Result<tensorplay_engine::Checkpoint> {
+    from_buffer(HostBuffer::from_vec("mutated.safetensors", bytes))
+}
+
+#[test]
+fn every_truncation_is_refused() {
+    let fixtures = single_file_fixtures();
+    assert!(fixtures.len() >= 5);
+    for bytes in fixtures {
+        for len in 0..bytes.len() {
+            let prefix = bytes.get(..len).expect("prefix").to_vec();
+            assert!(read(prefix).is_err(), "a {len}-byte prefix was accepted");
+        }
+        assert!(read(bytes).is_ok());
+    }
+}
+
+fn assert_consistent(ckpt: &tensorplay_engine::Checkpoint) {
+    for t in &ckpt.tensors {
+        t.tensor_impl()
+            .verify_data_ptr_consistency(t.name())
+            .expect("an accepted file is consistent");
+        assert!(t.tensor_impl().view_bytes().is_some());
+    }
+    assert!(ckpt.storages.iter().enumerate().all(|(i, s)| s.id() == i));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn corrupted_files_are_refused_or_read_consistently(
+        pick in any::<prop::sample::Index>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+    ) {
+        let fixtures = single_file_fixtures();
+        let mut bytes = pick.get(&fixtures).clone();
+        for (at, value) in flips {
+            let i = at.index(bytes.len());
+            if let Some(b) = bytes.get_mut(i) {
+                *b = value;
+            }
+        }
+        if let Ok(ckpt) = read(bytes) {
+            assert_consistent(&ckpt);
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let mut framed = (bytes.len() as u64).to_le_bytes().to_vec();
+        framed.extend_from_slice(&bytes);
+        if let Ok(ckpt) = read(framed) {
+            assert_consistent(&ckpt);
+        }
+        let _ = read(bytes);
+    }
+}
+
+#[test]
+fn a_buffer_shared_by_all_tensors_stays_alive_with_them() {
+    let bytes =
+        std::fs::read(root().join("fixtures/safetensors/basic.safetensors")).expect("fixture");
+    let buffer = HostBuffer::from_vec("basic.safetensors", bytes);
+    let ckpt = from_buffer(Arc::clone(&buffer)).expect("valid");
+    // One buffer, one reference per storage plus ours: each tensor has its own Storage.
+    assert_eq!(Arc::strong_count(&buffer), 1 + ckpt.storages.len());
+    let tensors = ckpt.tensors.clone();
+    drop(ckpt);
+    assert!(tensors
+        .iter()
+        .all(|t| t.tensor_impl().view_bytes().is_some()));
+}
