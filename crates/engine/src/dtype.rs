@@ -2,84 +2,90 @@
 
 use std::fmt;
 
-/// The element type of a tensor or storage.
-///
-/// Names follow `str(torch.<dtype>)` without the `torch.` prefix. The three sub-byte
-/// micro-scaling types that safetensors stores but PyTorch has no dtype for
-/// (`F4`, `F6_E2M3`, `F6_E3M2`) take the OCP MX names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum DType {
-    /// `torch.bool`
-    Bool,
-    /// `torch.uint8`
-    UInt8,
-    /// `torch.int8`
-    Int8,
-    /// `torch.int16`
-    Int16,
-    /// `torch.uint16`
-    UInt16,
-    /// `torch.int32`
-    Int32,
-    /// `torch.uint32`
-    UInt32,
-    /// `torch.int64`
-    Int64,
-    /// `torch.uint64`
-    UInt64,
-    /// `torch.float16`
-    Float16,
-    /// `torch.bfloat16`
-    BFloat16,
-    /// `torch.float32`
-    Float32,
-    /// `torch.float64`
-    Float64,
-    /// `torch.complex32`
-    Complex32,
-    /// `torch.complex64`
-    Complex64,
-    /// `torch.complex128`
-    Complex128,
-    /// `torch.float8_e4m3fn`
-    Float8E4m3fn,
-    /// `torch.float8_e5m2`
-    Float8E5m2,
-    /// `torch.float8_e4m3fnuz`
-    Float8E4m3fnuz,
-    /// `torch.float8_e5m2fnuz`
-    Float8E5m2fnuz,
-    /// `torch.float8_e8m0fnu`
-    Float8E8m0fnu,
-    /// `torch.float4_e2m1fn_x2`: two 4-bit floats packed in one byte element.
-    Float4E2m1fnX2,
-    /// safetensors `F4`: one 4-bit float per element.
-    Float4E2m1fn,
-    /// safetensors `F6_E2M3`: one 6-bit float per element.
-    Float6E2m3fn,
-    /// safetensors `F6_E3M2`: one 6-bit float per element.
-    Float6E3m2fn,
-    /// `torch.qint8`
-    QInt8,
-    /// `torch.quint8`
-    QUInt8,
-    /// `torch.qint32`
-    QInt32,
-    /// `torch.quint4x2`
-    QUInt4x2,
-    /// `torch.quint2x4`
-    QUInt2x4,
-    /// `torch.bits8`
-    Bits8,
-    /// `torch.bits16`
-    Bits16,
-    /// `torch.bits1x8`
-    Bits1x8,
-    /// `torch.bits2x4`
-    Bits2x4,
-    /// `torch.bits4x2`
-    Bits4x2,
+/// Declares [`DType`] and its per-dtype facts from one table, so a dtype cannot be
+/// added without its name, width and kind.
+macro_rules! dtypes {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal, $bits:literal bits, $kind:ident;)*) => {
+        /// The element type of a tensor or storage.
+        ///
+        /// Names follow `str(torch.<dtype>)` without the `torch.` prefix. The three sub-byte
+        /// micro-scaling types that safetensors stores but PyTorch has no dtype for
+        /// (`F4`, `F6_E2M3`, `F6_E3M2`) take the OCP MX names.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum DType {
+            $($(#[$doc])* #[doc = concat!("`", $name, "`")] $variant,)*
+        }
+
+        impl DType {
+            /// Every dtype, in declaration order.
+            pub const ALL: &'static [DType] = &[$(DType::$variant),*];
+
+            /// The PyTorch name (`float32`, `bfloat16`, …).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(DType::$variant => $name,)*
+                }
+            }
+
+            /// Bits one element occupies in memory. Only the safetensors micro-scaling
+            /// types are narrower than a byte; PyTorch's packed types count one byte per element.
+            pub fn bits(self) -> u64 {
+                match self {
+                    $(DType::$variant => $bits,)*
+                }
+            }
+
+            /// How the element's bits are interpreted.
+            pub fn kind(self) -> DTypeKind {
+                match self {
+                    $(DType::$variant => DTypeKind::$kind,)*
+                }
+            }
+        }
+    };
+}
+
+dtypes! {
+    Bool = "bool", 8 bits, Bool;
+    UInt8 = "uint8", 8 bits, Integer;
+    Int8 = "int8", 8 bits, Integer;
+    Int16 = "int16", 16 bits, Integer;
+    UInt16 = "uint16", 16 bits, Integer;
+    Int32 = "int32", 32 bits, Integer;
+    UInt32 = "uint32", 32 bits, Integer;
+    Int64 = "int64", 64 bits, Integer;
+    UInt64 = "uint64", 64 bits, Integer;
+    Float16 = "float16", 16 bits, Float;
+    BFloat16 = "bfloat16", 16 bits, Float;
+    Float32 = "float32", 32 bits, Float;
+    Float64 = "float64", 64 bits, Float;
+    Complex32 = "complex32", 32 bits, Complex;
+    Complex64 = "complex64", 64 bits, Complex;
+    Complex128 = "complex128", 128 bits, Complex;
+    Float8E4m3fn = "float8_e4m3fn", 8 bits, Float;
+    Float8E5m2 = "float8_e5m2", 8 bits, Float;
+    Float8E4m3fnuz = "float8_e4m3fnuz", 8 bits, Float;
+    Float8E5m2fnuz = "float8_e5m2fnuz", 8 bits, Float;
+    Float8E8m0fnu = "float8_e8m0fnu", 8 bits, Float;
+    /// Two 4-bit floats packed in one byte element (PyTorch).
+    Float4E2m1fnX2 = "float4_e2m1fn_x2", 8 bits, Float;
+    /// One 4-bit float per element (safetensors `F4`).
+    Float4E2m1fn = "float4_e2m1fn", 4 bits, Float;
+    /// One 6-bit float per element (safetensors `F6_E2M3`).
+    Float6E2m3fn = "float6_e2m3fn", 6 bits, Float;
+    /// One 6-bit float per element (safetensors `F6_E3M2`).
+    Float6E3m2fn = "float6_e3m2fn", 6 bits, Float;
+    QInt8 = "qint8", 8 bits, Quantized;
+    QUInt8 = "quint8", 8 bits, Quantized;
+    QInt32 = "qint32", 32 bits, Quantized;
+    QUInt4x2 = "quint4x2", 8 bits, Quantized;
+    QUInt2x4 = "quint2x4", 8 bits, Quantized;
+    Bits8 = "bits8", 8 bits, Integer;
+    Bits16 = "bits16", 16 bits, Integer;
+    Bits1x8 = "bits1x8", 8 bits, Integer;
+    Bits2x4 = "bits2x4", 8 bits, Integer;
+    Bits4x2 = "bits4x2", 8 bits, Integer;
 }
 
 /// How a dtype's bits are interpreted; later rules (numeric health) dispatch on it.
@@ -100,125 +106,15 @@ pub enum DTypeKind {
 use DType::*;
 
 impl DType {
-    /// Every dtype, in declaration order.
-    pub const ALL: &'static [DType] = &[
-        Bool,
-        UInt8,
-        Int8,
-        Int16,
-        UInt16,
-        Int32,
-        UInt32,
-        Int64,
-        UInt64,
-        Float16,
-        BFloat16,
-        Float32,
-        Float64,
-        Complex32,
-        Complex64,
-        Complex128,
-        Float8E4m3fn,
-        Float8E5m2,
-        Float8E4m3fnuz,
-        Float8E5m2fnuz,
-        Float8E8m0fnu,
-        Float4E2m1fnX2,
-        Float4E2m1fn,
-        Float6E2m3fn,
-        Float6E3m2fn,
-        QInt8,
-        QUInt8,
-        QInt32,
-        QUInt4x2,
-        QUInt2x4,
-        Bits8,
-        Bits16,
-        Bits1x8,
-        Bits2x4,
-        Bits4x2,
-    ];
-
-    /// The PyTorch name (`float32`, `bfloat16`, …).
-    pub fn name(self) -> &'static str {
-        match self {
-            Bool => "bool",
-            UInt8 => "uint8",
-            Int8 => "int8",
-            Int16 => "int16",
-            UInt16 => "uint16",
-            Int32 => "int32",
-            UInt32 => "uint32",
-            Int64 => "int64",
-            UInt64 => "uint64",
-            Float16 => "float16",
-            BFloat16 => "bfloat16",
-            Float32 => "float32",
-            Float64 => "float64",
-            Complex32 => "complex32",
-            Complex64 => "complex64",
-            Complex128 => "complex128",
-            Float8E4m3fn => "float8_e4m3fn",
-            Float8E5m2 => "float8_e5m2",
-            Float8E4m3fnuz => "float8_e4m3fnuz",
-            Float8E5m2fnuz => "float8_e5m2fnuz",
-            Float8E8m0fnu => "float8_e8m0fnu",
-            Float4E2m1fnX2 => "float4_e2m1fn_x2",
-            Float4E2m1fn => "float4_e2m1fn",
-            Float6E2m3fn => "float6_e2m3fn",
-            Float6E3m2fn => "float6_e3m2fn",
-            QInt8 => "qint8",
-            QUInt8 => "quint8",
-            QInt32 => "qint32",
-            QUInt4x2 => "quint4x2",
-            QUInt2x4 => "quint2x4",
-            Bits8 => "bits8",
-            Bits16 => "bits16",
-            Bits1x8 => "bits1x8",
-            Bits2x4 => "bits2x4",
-            Bits4x2 => "bits4x2",
-        }
-    }
-
     /// The dtype with this PyTorch name, if any.
     pub fn from_name(name: &str) -> Option<DType> {
         Self::ALL.iter().copied().find(|d| d.name() == name)
-    }
-
-    /// Bits one element occupies in memory. Only the safetensors micro-scaling
-    /// types are narrower than a byte; PyTorch's packed types count one byte per element.
-    pub fn bits(self) -> u64 {
-        match self {
-            Float4E2m1fn => 4,
-            Float6E2m3fn | Float6E3m2fn => 6,
-            Bool | UInt8 | Int8 | Float8E4m3fn | Float8E5m2 | Float8E4m3fnuz | Float8E5m2fnuz
-            | Float8E8m0fnu | Float4E2m1fnX2 | QInt8 | QUInt8 | QUInt4x2 | QUInt2x4 | Bits8
-            | Bits1x8 | Bits2x4 | Bits4x2 => 8,
-            Int16 | UInt16 | Float16 | BFloat16 | Bits16 => 16,
-            Int32 | UInt32 | Float32 | Complex32 | QInt32 => 32,
-            Int64 | UInt64 | Float64 | Complex64 => 64,
-            Complex128 => 128,
-        }
     }
 
     /// Bytes per element, as `torch.dtype.itemsize`; `None` for sub-byte types.
     pub fn element_size(self) -> Option<u64> {
         let bits = self.bits();
         (bits % 8 == 0).then_some(bits / 8)
-    }
-
-    /// How the element's bits are interpreted.
-    pub fn kind(self) -> DTypeKind {
-        match self {
-            Bool => DTypeKind::Bool,
-            UInt8 | Int8 | Int16 | UInt16 | Int32 | UInt32 | Int64 | UInt64 | Bits8 | Bits16
-            | Bits1x8 | Bits2x4 | Bits4x2 => DTypeKind::Integer,
-            Float16 | BFloat16 | Float32 | Float64 | Float8E4m3fn | Float8E5m2 | Float8E4m3fnuz
-            | Float8E5m2fnuz | Float8E8m0fnu | Float4E2m1fnX2 | Float4E2m1fn | Float6E2m3fn
-            | Float6E3m2fn => DTypeKind::Float,
-            Complex32 | Complex64 | Complex128 => DTypeKind::Complex,
-            QInt8 | QUInt8 | QInt32 | QUInt4x2 | QUInt2x4 => DTypeKind::Quantized,
-        }
     }
 
     /// The dtype a safetensors header code (`"F32"`, `"BF16"`, …) stands for.
