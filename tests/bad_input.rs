@@ -5,29 +5,33 @@ use crate::common::{read_json, stderr, stdout, tensorplay};
 
 /// Each bad fixture and the words its error must carry.
 const EXPECTED: &[(&str, &str)] = &[
-    ("bad/bad_json.safetensors", "header: invalid JSON: EOF while parsing an object at line 1 column 112"),
-    ("bad/duplicate_name.safetensors", "header: tensor 'a' is declared more than once"),
-    ("bad/empty.safetensors", "empty file"),
-    ("bad/gap.safetensors", "tensor 'b': data_offsets start at 24 but the previous tensor ends at 16: a gap of 8 bytes"),
-    ("bad/header_beyond_file.safetensors", "header: declared length 216 bytes runs past the end of the 152-byte file"),
-    ("bad/header_too_large.safetensors", "header: declared length 200000000 bytes exceeds the 100000000-byte limit"),
-    ("bad/leading_space.safetensors", "header: must begin with '{' but begins with ' '"),
-    ("bad/not_utf8.safetensors", "header: invalid UTF-8 at header byte"),
-    ("bad/offset_overflow.safetensors", "tensor 'b': data_offsets start at 18446744073709551599"),
-    ("bad/overlap.safetensors", "tensor 'b': data_offsets [8, 24] overlap tensor 'a', which ends at 16"),
-    ("bad/size_mismatch.safetensors", "tensor 'a': dtype float32 × shape [2, 2] = 16 bytes, but data_offsets [0, 12] span 12"),
-    ("bad/tiny.safetensors", "not a checkpoint tensorplay can read (first bytes: 70 00 00 00 00)"),
-    ("bad/trailing_bytes.safetensors", "data: tensors end at byte 152 but the file has 160 bytes (trailing bytes after the last tensor)"),
-    ("bad/truncated.safetensors", "data: tensors end at byte 152 but the file has 140 bytes (file is truncated)"),
-    ("bad/unknown_dtype.safetensors", "tensor 'b': unknown dtype 'F128'"),
-    ("bad/unknown_field.safetensors", "tensor 'a': unknown field `extra`"),
-    ("bad/random.bin", "not a checkpoint tensorplay can read (first bytes: 78 4d da a2"),
-    ("bad/index_bad_json/model.safetensors.index.json", "index: invalid JSON"),
-    ("bad/index_missing_shard/model.safetensors.index.json", "shard fixtures/safetensors/bad/index_missing_shard/model-00002-of-00002.safetensors: cannot read: No such file or directory"),
-    ("bad/index_path_escape/model.safetensors.index.json", "weight_map: shard path '../../basic.safetensors' must be a plain file name beside the index"),
-    ("bad/index_tensor_absent/model.safetensors.index.json", "weight_map: tensor 'model.layers.2.mlp.weight' is mapped to 'model-00001-of-00002.safetensors' but that shard does not hold it"),
-    ("bad/index_tensor_in_two_shards/model.safetensors.index.json", "shards: tensor 'model.embed_tokens.weight' is held by both 'model-00001-of-00002.safetensors' and 'model-00002-of-00002.safetensors'"),
-    ("bad/index_unlisted_tensor/model.safetensors.index.json", "weight_map: shard 'model-00002-of-00002.safetensors' holds tensor 'model.unlisted.weight', which the index does not list"),
+    ("safetensors/bad/bad_json.safetensors", "header: invalid JSON: EOF while parsing an object at line 1 column 112"),
+    ("safetensors/bad/duplicate_name.safetensors", "header: tensor 'a' is declared more than once"),
+    ("safetensors/bad/empty.safetensors", "empty file"),
+    ("safetensors/bad/gap.safetensors", "tensor 'b': data_offsets start at 24 but the previous tensor ends at 16: a gap of 8 bytes"),
+    ("safetensors/bad/header_beyond_file.safetensors", "header: declared length 216 bytes runs past the end of the 152-byte file"),
+    ("safetensors/bad/header_too_large.safetensors", "header: declared length 200000000 bytes exceeds the 100000000-byte limit"),
+    ("safetensors/bad/leading_space.safetensors", "header: must begin with '{' but begins with ' '"),
+    ("safetensors/bad/not_utf8.safetensors", "header: invalid UTF-8 at header byte"),
+    ("safetensors/bad/offset_overflow.safetensors", "tensor 'b': data_offsets start at 18446744073709551599"),
+    ("safetensors/bad/overlap.safetensors", "tensor 'b': data_offsets [8, 24] overlap tensor 'a', which ends at 16"),
+    ("safetensors/bad/size_mismatch.safetensors", "tensor 'a': dtype float32 × shape [2, 2] = 16 bytes, but data_offsets [0, 12] span 12"),
+    ("safetensors/bad/tiny.safetensors", "not a checkpoint tensorplay can read (first bytes: 70 00 00 00 00)"),
+    ("safetensors/bad/trailing_bytes.safetensors", "data: tensors end at byte 152 but the file has 160 bytes (trailing bytes after the last tensor)"),
+    ("safetensors/bad/truncated.safetensors", "data: tensors end at byte 152 but the file has 140 bytes (file is truncated)"),
+    ("safetensors/bad/unknown_dtype.safetensors", "tensor 'b': unknown dtype 'F128'"),
+    ("safetensors/bad/unknown_field.safetensors", "tensor 'a': unknown field `extra`"),
+    ("safetensors/bad/random.bin", "not a checkpoint tensorplay can read (first bytes: 78 4d da a2"),
+    ("safetensors/bad/index_bad_json/model.safetensors.index.json", "index: invalid JSON"),
+    ("safetensors/bad/index_missing_shard/model.safetensors.index.json", "shard fixtures/safetensors/bad/index_missing_shard/model-00002-of-00002.safetensors: cannot read: No such file or directory"),
+    ("safetensors/bad/index_path_escape/model.safetensors.index.json", "weight_map: shard path '../../basic.safetensors' must be a plain file name beside the index"),
+    ("safetensors/bad/index_tensor_absent/model.safetensors.index.json", "weight_map: tensor 'model.layers.2.mlp.weight' is mapped to 'model-00001-of-00002.safetensors' but that shard does not hold it"),
+    ("safetensors/bad/index_tensor_in_two_shards/model.safetensors.index.json", "shards: tensor 'model.embed_tokens.weight' is held by both 'model-00001-of-00002.safetensors' and 'model-00002-of-00002.safetensors'"),
+    ("safetensors/bad/index_unlisted_tensor/model.safetensors.index.json", "weight_map: shard 'model-00002-of-00002.safetensors' holds tensor 'model.unlisted.weight', which the index does not list"),
+    ("pytorch/bad/not_a_checkpoint.pt", "zip: first entry 'readme.txt' is not inside a folder"),
+    ("pytorch/bad/truncated.pt", "zip: unreadable archive, truncated or damaged"),
+    ("pytorch/bad/zip_without_data_pkl.pt", "zip: no zip_without_data_pkl/data.pkl: not a PyTorch archive"),
+    ("pytorch/bad/index_broken/pytorch_model.bin.index.json", "weight_map: tensor '2.bias' is mapped to 'pytorch_model-00001-of-00002.bin' but that shard does not hold it"),
 ];
 
 fn check_one_line_error(path: &str, expected: &str) {
@@ -50,29 +54,32 @@ fn check_one_line_error(path: &str, expected: &str) {
 #[test]
 fn every_bad_fixture_gives_its_clear_error() {
     for (relative, expected) in EXPECTED {
-        check_one_line_error(&format!("fixtures/safetensors/{relative}"), expected);
+        check_one_line_error(&format!("fixtures/{relative}"), expected);
     }
 }
 
-/// The truth file records what the real library makes of each bad fixture. tensorplay
-/// rejects every one, including those the library accepts where its spec does not
-/// (duplicate names, unknown fields, text before the brace).
+/// The truth files record what the real libraries make of each bad fixture. tensorplay
+/// rejects every one, including those the safetensors library accepts where its spec does
+/// not (duplicate names, unknown fields, text before the brace).
 #[test]
 fn every_bad_fixture_in_the_truth_is_covered_and_the_library_agrees_where_it_rejects() {
-    let truth = read_json("fixtures/safetensors/bad/truth.json");
-    let truth = truth.as_object().expect("an object per bad fixture");
     let covered: Vec<String> = EXPECTED
         .iter()
-        .map(|(p, _)| format!("fixtures/safetensors/{p}"))
+        .map(|(p, _)| format!("fixtures/{p}"))
         .collect();
-    for key in truth.keys() {
-        assert!(covered.contains(key), "{key} has no expected error here");
+    let mut accepted = Vec::new();
+    for (truth_file, verdict) in [
+        ("fixtures/safetensors/bad/truth.json", "library_accepts"),
+        ("fixtures/pytorch/bad/truth.json", "torch_accepts"),
+    ] {
+        let truth = read_json(truth_file);
+        for (key, value) in truth.as_object().expect("an object per bad fixture") {
+            assert!(covered.contains(key), "{key} has no expected error here");
+            if value[verdict] == true {
+                accepted.push(key.clone());
+            }
+        }
     }
-    let accepted: Vec<&str> = truth
-        .iter()
-        .filter(|(_, v)| v["library_accepts"] == true)
-        .map(|(k, _)| k.as_str())
-        .collect();
     assert_eq!(
         accepted,
         [
@@ -80,7 +87,7 @@ fn every_bad_fixture_in_the_truth_is_covered_and_the_library_agrees_where_it_rej
             "fixtures/safetensors/bad/leading_space.safetensors",
             "fixtures/safetensors/bad/unknown_field.safetensors",
         ],
-        "the library's leniencies changed; review the stricter rules"
+        "the libraries' leniencies changed; review the stricter rules"
     );
 }
 

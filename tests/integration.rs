@@ -6,4 +6,5 @@ mod common;
 
 mod bad_input;
 mod inspect;
+mod pytorch;
 mod robustness;

@@ -4,6 +4,7 @@
 mod exit;
 mod inspect;
 mod table;
+mod views;
 
 use clap::{Parser, Subcommand};
 use exit::ExitStatus;
@@ -21,12 +22,15 @@ struct Cli {
 enum Command {
     /// Show the four layers of a checkpoint: tensors, their layouts, storages and data pointers.
     Inspect(inspect::InspectArgs),
+    /// List storages that several tensors view, with each tensor's byte range and how they relate.
+    Views(views::ViewsArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
+        Command::Views(args) => views::run(&args),
     };
     match result {
         Ok(status) => status.into(),

@@ -1,5 +1,6 @@
 //! A checkpoint: every tensor and storage one file (or one sharded set) holds.
 
+use crate::pickle::UnsafeGlobal;
 use crate::storage::Storage;
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
@@ -57,6 +58,8 @@ pub struct Checkpoint {
     pub storages: Vec<Arc<Storage>>,
     /// Free-form string metadata the file carries (safetensors `__metadata__`).
     pub metadata: BTreeMap<String, String>,
+    /// Globals its pickles reference outside the allowlist (never executed).
+    pub unsafe_globals: Vec<UnsafeGlobal>,
 }
 
 impl Checkpoint {

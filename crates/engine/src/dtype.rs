@@ -114,7 +114,7 @@ impl DType {
     /// Bytes per element, as `torch.dtype.itemsize`; `None` for sub-byte types.
     pub fn element_size(self) -> Option<u64> {
         let bits = self.bits();
-        (bits % 8 == 0).then_some(bits / 8)
+        bits.is_multiple_of(8).then_some(bits / 8)
     }
 
     /// The dtype a safetensors header code (`"F32"`, `"BF16"`, …) stands for.

@@ -212,6 +212,30 @@ pub enum Error {
         expected: &'static str,
     },
 
+    /// A pickle stream is malformed, exceeds its budget, or builds something impossible.
+    #[error("{}: {member} at byte {position}: {detail}", .path.display())]
+    Pickle {
+        /// The file.
+        path: PathBuf,
+        /// The archive member or stream part.
+        member: String,
+        /// Byte position in the member (the opcode at fault).
+        position: u64,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// An archive or stream is malformed outside its pickles.
+    #[error("{}: {part}: {detail}", .path.display())]
+    Archive {
+        /// The file.
+        path: PathBuf,
+        /// The member or part at fault.
+        part: String,
+        /// What is wrong.
+        detail: String,
+    },
+
     /// Arithmetic on a size, stride or offset overflowed 64 bits.
     #[error("{what} overflows 64-bit arithmetic")]
     Overflow {

@@ -16,9 +16,11 @@ pub mod error;
 pub mod layout;
 pub mod load;
 pub mod memory;
+pub mod pickle;
 pub mod storage;
 pub mod tensor;
 pub mod tensor_impl;
+pub mod views;
 
 pub use checkpoint::{Checkpoint, Format};
 pub use data_ptr::{DataPtr, Owner};

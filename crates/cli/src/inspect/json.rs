@@ -13,6 +13,15 @@ struct Document<'a> {
     metadata: &'a BTreeMap<String, String>,
     tensors: Vec<TensorJson<'a>>,
     storages: Vec<StorageJson<'a>>,
+    unsafe_globals: Vec<UnsafeGlobalJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct UnsafeGlobalJson<'a> {
+    module: &'a str,
+    name: &'a str,
+    member: &'a str,
+    position: u64,
 }
 
 #[derive(Serialize)]
@@ -27,6 +36,7 @@ struct TensorJson<'a> {
     requires_grad: bool,
     contiguous: bool,
     nbytes: u64,
+    is_parameter: bool,
 }
 
 #[derive(Serialize)]
@@ -68,6 +78,16 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
         metadata: &ckpt.metadata,
         tensors,
         storages,
+        unsafe_globals: ckpt
+            .unsafe_globals
+            .iter()
+            .map(|g| UnsafeGlobalJson {
+                module: &g.module,
+                name: &g.name,
+                member: &g.member,
+                position: g.position,
+            })
+            .collect(),
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');
@@ -88,6 +108,7 @@ fn tensor_json(tensor: &Tensor) -> anyhow::Result<TensorJson<'_>> {
         requires_grad: imp.requires_grad(),
         contiguous: layout.is_contiguous(),
         nbytes: imp.nbytes()?,
+        is_parameter: imp.is_parameter(),
     })
 }
 

@@ -24,7 +24,7 @@ pub struct InspectArgs {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum OutputFormat {
+pub enum OutputFormat {
     /// Tables for people.
     Text,
     /// One JSON document, stable across releases.

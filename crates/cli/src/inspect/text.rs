@@ -3,7 +3,7 @@
 use super::Snapshot;
 use crate::table::Table;
 use std::fmt::Write;
-use tensorplay_engine::Owner;
+use tensorplay_engine::{Format, Owner};
 
 pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     let ckpt = snapshot.checkpoint;
@@ -17,6 +17,19 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
         ckpt.storages.len(),
         ckpt.storage_bytes()
     )?;
+    if ckpt.format == Format::Torchscript {
+        writeln!(
+            out,
+            "TorchScript archive: loading it compiles the code it carries"
+        )?;
+    }
+    for g in &ckpt.unsafe_globals {
+        writeln!(
+            out,
+            "unsafe global {}.{} in {} at byte {} (recorded, never executed)",
+            g.module, g.name, g.member, g.position
+        )?;
+    }
     if !ckpt.metadata.is_empty() {
         let pairs: Vec<String> = ckpt
             .metadata
@@ -35,6 +48,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
         "STORAGE",
         "DEVICE",
         "GRAD",
+        "PARAM",
         "CONTIGUOUS",
         "BYTES",
     ]);
@@ -50,6 +64,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
             imp.storage().id().to_string(),
             imp.device().to_string(),
             yes_no(imp.requires_grad()).to_owned(),
+            yes_no(imp.is_parameter()).to_owned(),
             yes_no(layout.is_contiguous()).to_owned(),
             imp.nbytes()?.to_string(),
         ]);

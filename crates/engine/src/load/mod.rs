@@ -1,45 +1,81 @@
 //! Checkpoint readers, one file per format, chosen by content.
 
+mod flatten;
 mod index;
 mod json;
+mod parts;
 pub mod safetensors;
 pub mod safetensors_index;
 pub mod sniff;
+mod torch;
+pub mod torch_index;
+pub mod torch_legacy;
+pub mod torch_zip;
+
+pub use flatten::ROOT_NAME;
+pub(crate) use parts::Parts;
 
 pub use index::ShardIndex;
 pub use sniff::{sniff, Sniffed};
 
 use crate::error::{Error, Result};
-use crate::Checkpoint;
+use crate::{Checkpoint, Format, HostBuffer};
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Reads any supported checkpoint, picking the reader from the file's first bytes.
 pub fn open(path: &Path) -> Result<Checkpoint> {
-    match sniff_file(path)? {
+    let prefix = read_prefix(path)?;
+    match sniff_prefix(path, &prefix)? {
         Sniffed::Safetensors => safetensors::load(path),
         Sniffed::JsonIndex => open_index(path),
-        Sniffed::Zip => Err(Error::UnsupportedFormat {
-            path: path.to_owned(),
-            format: "PyTorch zip archive",
-        }),
-        Sniffed::LegacyPickle => Err(Error::UnsupportedFormat {
-            path: path.to_owned(),
-            format: "legacy PyTorch pickle",
-        }),
-        Sniffed::Unknown => Err(unknown(path)),
+        Sniffed::Zip => torch_zip::load(path),
+        Sniffed::LegacyPickle => torch_legacy::load(path),
+        Sniffed::Unknown => Err(unknown(path, &prefix)),
     }
+}
+
+/// Reads a single-file checkpoint already in memory (any format but an index), picking the
+/// reader from its first bytes; errors name `buffer.source()`.
+pub fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
+    let path = buffer.source().to_owned();
+    let mut parts = Parts::default();
+    let format = match sniff(
+        buffer
+            .bytes()
+            .get(..sniff::SNIFF_LEN)
+            .unwrap_or(buffer.bytes()),
+    ) {
+        Sniffed::Safetensors => {
+            parts.metadata = safetensors::read_into(&buffer, &mut parts)?;
+            Format::Safetensors
+        }
+        Sniffed::Zip => torch_zip::read_into(&buffer, &mut parts)?,
+        Sniffed::LegacyPickle => {
+            torch_legacy::read_into(&buffer, &mut parts)?;
+            Format::PytorchLegacy
+        }
+        Sniffed::JsonIndex | Sniffed::Unknown if buffer.is_empty() => {
+            return Err(Error::Empty { path })
+        }
+        Sniffed::JsonIndex | Sniffed::Unknown => return Err(unknown(&path, buffer.bytes())),
+    };
+    Ok(parts.finish(&path, format))
 }
 
 /// Classifies a file by reading its first bytes.
 pub fn sniff_file(path: &Path) -> Result<Sniffed> {
-    let prefix = read_prefix(path)?;
+    sniff_prefix(path, &read_prefix(path)?)
+}
+
+fn sniff_prefix(path: &Path, prefix: &[u8]) -> Result<Sniffed> {
     if prefix.is_empty() {
         return Err(Error::Empty {
             path: path.to_owned(),
         });
     }
-    Ok(sniff(&prefix))
+    Ok(sniff(prefix))
 }
 
 fn read_prefix(path: &Path) -> Result<Vec<u8>> {
@@ -55,19 +91,11 @@ fn read_prefix(path: &Path) -> Result<Vec<u8>> {
     Ok(prefix)
 }
 
-fn unknown(path: &Path) -> Error {
-    let first_bytes = read_prefix(path)
-        .map(|p| {
-            p.iter()
-                .take(16)
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default();
+fn unknown(path: &Path, prefix: &[u8]) -> Error {
+    let first_bytes: Vec<String> = prefix.iter().take(16).map(|b| format!("{b:02x}")).collect();
     Error::UnknownFormat {
         path: path.to_owned(),
-        first_bytes,
+        first_bytes: first_bytes.join(" "),
     }
 }
 
@@ -77,19 +105,26 @@ fn open_index(path: &Path) -> Result<Checkpoint> {
     let mut expected: Option<(Sniffed, &str)> = None;
     for shard in index.shards() {
         let shard_path = ShardIndex::shard_path(path, shard);
-        let kind = sniff_file(&shard_path).map_err(|source| Error::Shard {
+        let shard_err = |source| Error::Shard {
             path: path.to_owned(),
             source: Box::new(source),
-        })?;
+        };
+        let prefix = read_prefix(&shard_path).map_err(shard_err)?;
+        let kind = sniff_prefix(&shard_path, &prefix).map_err(shard_err)?;
         if matches!(kind, Sniffed::Unknown | Sniffed::JsonIndex) {
-            return Err(Error::Shard {
-                path: path.to_owned(),
-                source: Box::new(unknown(&shard_path)),
-            });
+            return Err(shard_err(unknown(&shard_path, &prefix)));
         }
+        let family = |k: Sniffed| {
+            if k == Sniffed::Safetensors {
+                k
+            } else {
+                Sniffed::Zip
+            }
+        };
         match expected {
             None => expected = Some((kind, shard)),
-            Some((first, _)) if first != kind => {
+            // Zip and legacy shards are both torch.save output and may mix.
+            Some((first, _)) if family(first) != family(kind) => {
                 return Err(Error::IndexMixedFormats {
                     path: path.to_owned(),
                     shard: shard.to_owned(),
@@ -102,10 +137,7 @@ fn open_index(path: &Path) -> Result<Checkpoint> {
     }
     match expected.map(|(kind, _)| kind) {
         Some(Sniffed::Safetensors) => safetensors_index::load(path, &index),
-        _ => Err(Error::UnsupportedFormat {
-            path: path.to_owned(),
-            format: "PyTorch sharded index",
-        }),
+        _ => torch_index::load(path, &index),
     }
 }
 

@@ -7,6 +7,7 @@
 //! file is refused as a parser differential.
 
 use super::json::Entries;
+use super::Parts;
 use crate::error::{Error, Result};
 use crate::TensorImpl;
 use crate::{Checkpoint, DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
@@ -44,23 +45,16 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
 
 /// Reads a safetensors file already in memory; errors name `buffer.source()`.
 pub fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
-    let mut ckpt = Checkpoint {
-        path: buffer.source().to_owned(),
-        format: Format::Safetensors,
-        tensors: Vec::new(),
-        storages: Vec::new(),
-        metadata: BTreeMap::new(),
-    };
-    ckpt.metadata = read_into(&buffer, &mut ckpt.tensors, &mut ckpt.storages)?;
-    Ok(ckpt)
+    let mut parts = Parts::default();
+    parts.metadata = read_into(&buffer, &mut parts)?;
+    Ok(parts.finish(buffer.source(), Format::Safetensors))
 }
 
 /// Appends the file's tensors and storages (one storage per tensor, as PyTorch's loader
 /// makes them, all pointing into the one buffer); returns `__metadata__`.
 pub(crate) fn read_into(
     buffer: &Arc<HostBuffer>,
-    tensors: &mut Vec<Tensor>,
-    storages: &mut Vec<Arc<Storage>>,
+    parts: &mut Parts,
 ) -> Result<BTreeMap<String, String>> {
     let path = buffer.source();
     let bytes = buffer.bytes();
@@ -84,14 +78,14 @@ pub(crate) fn read_into(
         let data_ptr = DataPtr::host(Arc::clone(buffer), range)?;
         let nbytes = entry.end - entry.start;
         let storage = Arc::new(Storage::new(
-            storages.len(),
+            parts.storages.len(),
             entry.name.clone(),
             entry.dtype,
             nbytes,
             "cpu",
             data_ptr,
         ));
-        storages.push(Arc::clone(&storage));
+        parts.storages.push(Arc::clone(&storage));
         let imp = TensorImpl::new(
             entry.layout,
             entry.dtype,
@@ -100,7 +94,7 @@ pub(crate) fn read_into(
             false,
             storage,
         );
-        tensors.push(Tensor::new(entry.name, Arc::new(imp)));
+        parts.tensors.push(Tensor::new(entry.name, Arc::new(imp)));
     }
     Ok(metadata)
 }
@@ -192,7 +186,7 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
             .numel()
             .checked_mul(dtype.bits())
             .ok_or_else(|| invalid("element count × dtype width overflows".into()))?;
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return Err(invalid(format!(
                 "{} {dtype} elements take {bits} bits, not a whole number of bytes",
                 layout.numel()

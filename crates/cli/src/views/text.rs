@@ -1,0 +1,56 @@
+//! The text renderer of `views`: one block per shared storage.
+
+use crate::table::Table;
+use std::fmt::Write;
+use tensorplay_engine::views::SharedStorage;
+use tensorplay_engine::Checkpoint;
+
+pub fn render(ckpt: &Checkpoint, shared: &[SharedStorage<'_>]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "{}: {}, {} of {} storages viewed by more than one tensor",
+        ckpt.path.display(),
+        ckpt.format,
+        shared.len(),
+        ckpt.storages.len()
+    )?;
+    for s in shared {
+        let st = s.storage;
+        writeln!(
+            out,
+            "\nstorage {} (key '{}', {}, {}, {} bytes)",
+            st.id(),
+            st.key(),
+            st.dtype(),
+            st.location(),
+            st.nbytes()
+        )?;
+        let mut table = Table::new(&["TENSOR", "BYTES", "SHAPE", "STRIDES", "OFFSET"]);
+        for v in &s.views {
+            let layout = v.tensor.tensor_impl().layout();
+            table.row(vec![
+                v.tensor.name().to_owned(),
+                v.bytes
+                    .as_ref()
+                    .map_or("none".to_owned(), |r| format!("[{}, {})", r.start, r.end)),
+                format!("{:?}", layout.sizes()),
+                format!("{:?}", layout.strides()),
+                layout.storage_offset().to_string(),
+            ]);
+        }
+        out.push_str(&table.render("  "));
+        for &(i, j, rel) in &s.relations {
+            if let (Some(a), Some(b)) = (s.views.get(i), s.views.get(j)) {
+                writeln!(
+                    out,
+                    "  {} {} {}",
+                    a.tensor.name(),
+                    rel.name(),
+                    b.tensor.name()
+                )?;
+            }
+        }
+    }
+    Ok(out)
+}

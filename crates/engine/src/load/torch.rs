@@ -1,0 +1,303 @@
+//! What every PyTorch format shares once its pickle has run: persistent ids naming storages,
+//! rebuilt tensors viewing them, and the names a user would give them.
+
+use super::flatten::named_tensors;
+use super::Parts;
+use crate::error::{Error, Result};
+use crate::pickle::{allowlist, Budget, Heap, Id, Node, Unpickled};
+use crate::{DType, DataPtr, Device, Layout, Storage, Tensor, TensorImpl};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A storage as a persistent id describes it: `('storage', type, key, location, numel[, view])`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StorageRecord {
+    /// The key as recorded (`data/<key>` in a zip, a pointer value in legacy files).
+    pub key: String,
+    /// The storage class's dtype; `None` for `UntypedStorage`, whose numel counts bytes.
+    pub class_dtype: Option<DType>,
+    /// The location string as recorded.
+    pub location: String,
+    /// Elements (typed) or bytes (untyped).
+    pub numel: u64,
+}
+
+impl StorageRecord {
+    /// Bytes the storage holds once its dtype is known.
+    pub fn nbytes(&self, dtype: DType) -> Option<u64> {
+        match self.class_dtype {
+            None => Some(self.numel),
+            Some(_) => self.numel.checked_mul(dtype.element_size()?),
+        }
+    }
+}
+
+/// Where the named pickle member's storages live; readers implement it per format.
+pub(crate) trait StorageSource {
+    /// The bytes of storage `record` holding `nbytes`, or `None` when the file has no record
+    /// for it and may lack one (meta storages).
+    fn data_ptr(
+        &mut self,
+        record: &StorageRecord,
+        dtype: DType,
+        nbytes: u64,
+    ) -> Result<Option<DataPtr>>;
+}
+
+/// A pickle member to turn into tensors.
+pub(crate) struct Member<'a> {
+    pub path: &'a Path,
+    pub name: &'a str,
+    pub unpickled: Unpickled,
+    /// Prepended to keys so two pickles of one archive (TorchScript's `data.pkl` and
+    /// `constants.pkl`) cannot collide.
+    pub key_prefix: &'a str,
+    /// Prepended to tensor names.
+    pub name_prefix: &'a str,
+}
+
+impl Member<'_> {
+    fn err(&self, position: Option<u64>, detail: impl Into<String>) -> Error {
+        Error::Pickle {
+            path: self.path.to_owned(),
+            member: self.name.to_owned(),
+            position: position.unwrap_or(self.unpickled.len),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Parses a persistent id. `None` for ids that name no storage (legacy `'module'` ids).
+pub(crate) fn storage_record(
+    heap: &Heap,
+    pid: Id,
+    key_prefix: &str,
+) -> std::result::Result<Option<StorageRecord>, String> {
+    let Some(items) = heap.seq(pid) else {
+        return Err("persistent id is not a tuple".into());
+    };
+    let (Some(&tag), Some(&class), Some(&key), Some(&location), Some(&numel)) = (
+        items.first(),
+        items.get(1),
+        items.get(2),
+        items.get(3),
+        items.get(4),
+    ) else {
+        return match items.first().and_then(|&t| heap.str(t)) {
+            Some("storage") => Err("storage persistent id has fewer than 5 fields".into()),
+            _ => Ok(None),
+        };
+    };
+    if heap.str(tag) != Some("storage") {
+        return Ok(None);
+    }
+    if items
+        .get(5)
+        .is_some_and(|&v| !matches!(heap.get(v), Node::None))
+    {
+        return Err("storage views (files from torch before 0.4) are not supported".into());
+    }
+    let class_dtype = match heap.get(class) {
+        Node::Global { module, name } => match allowlist::classify(module, name) {
+            allowlist::Class::Known(allowlist::Known::Storage(dtype)) => dtype,
+            _ => {
+                return Err(format!(
+                    "storage type {module}.{name} is not a storage class"
+                ))
+            }
+        },
+        _ => return Err("storage type is not a class name".into()),
+    };
+    let key = match heap.get(key) {
+        Node::Str(s) => s.clone(),
+        Node::Int(v) => v.to_string(),
+        _ => return Err("storage key is not a string".into()),
+    };
+    let location = heap
+        .str(location)
+        .ok_or("storage location is not a string")?
+        .to_owned();
+    let numel = heap
+        .int(numel)
+        .and_then(|v| u64::try_from(v).ok())
+        .ok_or("storage size is not a non-negative integer")?;
+    Ok(Some(StorageRecord {
+        key: format!("{key_prefix}{key}"),
+        class_dtype,
+        location,
+        numel,
+    }))
+}
+
+/// Adds the member's storages (in the order the stream loads them) and its named tensors.
+pub(crate) fn add_member(
+    member: Member<'_>,
+    source: &mut dyn StorageSource,
+    budget: &Budget,
+    parts: &mut Parts,
+) -> Result<()> {
+    let heap = &member.unpickled.heap;
+    let mut names =
+        named_tensors(heap, member.unpickled.root, budget).map_err(|e| member.err(None, e))?;
+    for (name, _) in &mut names {
+        *name = format!("{}{name}", member.name_prefix);
+    }
+
+    // Distinct storages by key, in stream order, with the dtype of a tensor that uses them
+    // (untyped storages learn theirs only from `_rebuild_tensor_v3`).
+    let mut records: Vec<(StorageRecord, Option<DType>)> = Vec::new();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    let mut record_of: HashMap<Id, usize> = HashMap::new();
+    for &node in &member.unpickled.persistent {
+        let Node::Persistent(pid) = heap.get(node) else {
+            continue;
+        };
+        let record =
+            storage_record(heap, *pid, member.key_prefix).map_err(|e| member.err(None, e))?;
+        let Some(record) = record else { continue };
+        let index = match by_key.get(&record.key) {
+            Some(&i) => {
+                if records.get(i).map(|(r, _)| r) != Some(&record) {
+                    return Err(member.err(
+                        None,
+                        format!("storage '{}' is described twice, differently", record.key),
+                    ));
+                }
+                i
+            }
+            None => {
+                by_key.insert(record.key.clone(), records.len());
+                records.push((record, None));
+                records.len() - 1
+            }
+        };
+        record_of.insert(node, index);
+    }
+    for (_, id) in &names {
+        let Node::Tensor(spec) = heap.get(*id) else {
+            continue;
+        };
+        let Some(index) = spec.storage.and_then(|s| record_of.get(&s)) else {
+            continue;
+        };
+        if let Some((record, dtype)) = records.get_mut(*index) {
+            if dtype.is_none() {
+                *dtype = spec.dtype.or(record.class_dtype);
+            }
+        }
+    }
+
+    let mut storages: Vec<Arc<Storage>> = Vec::with_capacity(records.len());
+    for (record, dtype) in &records {
+        let dtype = dtype.or(record.class_dtype).ok_or_else(|| {
+            member.err(
+                None,
+                format!(
+                    "untyped storage '{}' is used by no tensor that names its dtype",
+                    record.key
+                ),
+            )
+        })?;
+        let nbytes = record
+            .nbytes(dtype)
+            .ok_or_else(|| member.err(None, format!("storage '{}': size overflows", record.key)))?;
+        let data_ptr = match source.data_ptr(record, dtype, nbytes)? {
+            Some(ptr) => ptr,
+            None => DataPtr::none(Device::parse(&record.location)),
+        };
+        let storage = Arc::new(Storage::new(
+            parts.storages.len(),
+            record.key.clone(),
+            dtype,
+            nbytes,
+            record.location.clone(),
+            data_ptr,
+        ));
+        parts.storages.push(Arc::clone(&storage));
+        storages.push(storage);
+    }
+
+    // One TensorImpl per rebuilt tensor object, shared by every name that reaches it.
+    let mut impls: HashMap<Id, Arc<TensorImpl>> = HashMap::new();
+    for (name, id) in names {
+        let Node::Tensor(spec) = heap.get(id) else {
+            continue;
+        };
+        if let Some(imp) = impls.get(&id) {
+            parts.tensors.push(Tensor::new(name, Arc::clone(imp)));
+            continue;
+        }
+        let invalid = |detail: String| Error::InvalidTensor {
+            path: member.path.to_owned(),
+            tensor: name.clone(),
+            detail,
+        };
+        let storage = match spec.storage {
+            Some(node) => {
+                let index = record_of
+                    .get(&node)
+                    .ok_or_else(|| invalid("its storage is not a storage persistent id".into()))?;
+                storages
+                    .get(*index)
+                    .map(Arc::clone)
+                    .ok_or_else(|| invalid("storage missing".into()))?
+            }
+            // Saved without storage (meta): a storage of no bytes, sized for the view.
+            None => {
+                let dtype = spec.dtype.unwrap_or(DType::Float32);
+                let layout = Layout::new(spec.sizes.clone(), spec.strides.clone(), spec.offset)
+                    .map_err(|e| invalid(e.to_string()))?;
+                let nbytes = layout
+                    .byte_range(dtype)
+                    .map_err(|e| invalid(e.to_string()))?
+                    .map_or(0, |r| r.end);
+                let location = spec.device.clone().unwrap_or_else(|| "meta".into());
+                let storage = Arc::new(Storage::new(
+                    parts.storages.len(),
+                    "",
+                    dtype,
+                    nbytes,
+                    location.clone(),
+                    DataPtr::none(Device::parse(&location)),
+                ));
+                parts.storages.push(Arc::clone(&storage));
+                storage
+            }
+        };
+        let dtype = spec.dtype.unwrap_or(storage.dtype());
+        let layout = Layout::new(spec.sizes.clone(), spec.strides.clone(), spec.offset)
+            .map_err(|e| invalid(e.to_string()))?;
+        let device = spec
+            .device
+            .as_deref()
+            .map_or_else(|| storage.device().clone(), Device::parse);
+        let imp = Arc::new(TensorImpl::new(
+            layout,
+            dtype,
+            device,
+            spec.requires_grad,
+            spec.is_parameter,
+            storage,
+        ));
+        impls.insert(id, Arc::clone(&imp));
+        parts.tensors.push(Tensor::new(name, imp));
+    }
+    parts.unsafe_globals.extend(member.unpickled.unsafe_globals);
+    Ok(())
+}
+
+/// Reverses the byte order of each element in place (`byteorder` = `big`); complex
+/// numbers swap each of their two parts.
+pub(crate) fn byteswap(bytes: &mut [u8], dtype: DType) {
+    let width = match (dtype.element_size(), dtype.kind()) {
+        (Some(size), crate::DTypeKind::Complex) => size / 2,
+        (Some(size), _) => size,
+        (None, _) => 1,
+    } as usize;
+    if width > 1 {
+        for element in bytes.chunks_exact_mut(width) {
+            element.reverse();
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The values a pickle builds. Containers hold ids into one heap, so the memo shares
+//! objects by reference exactly as Python's does, and nothing is ever deep-copied.
+
+use crate::DType;
+
+/// Index of a value in its [`Heap`].
+pub type Id = u32;
+
+/// One value built by the machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node {
+    /// `None`
+    None,
+    /// `True` / `False`
+    Bool(bool),
+    /// An integer that fits 64 bits.
+    Int(i64),
+    /// A wider integer, as little-endian two's-complement bytes.
+    BigInt(Vec<u8>),
+    /// A float.
+    Float(f64),
+    /// A text string.
+    Str(String),
+    /// A byte string.
+    Bytes(Vec<u8>),
+    /// A list.
+    List(Vec<Id>),
+    /// A tuple.
+    Tuple(Vec<Id>),
+    /// A dict (or `OrderedDict`), in insertion order.
+    Dict(Vec<(Id, Id)>),
+    /// A set or frozenset.
+    Set(Vec<Id>),
+    /// A name a pickle refers to: only a name.
+    Global {
+        /// Module, after Python 2 → 3 mapping.
+        module: String,
+        /// Attribute.
+        name: String,
+    },
+    /// An object the stream asks to construct (by REDUCE, NEWOBJ, INST or OBJ) that
+    /// tensorplay does not interpret: kept with its arguments and any state or items given to it.
+    Object {
+        /// The callable or class, a [`Node::Global`] or another object.
+        class: Id,
+        /// Its arguments.
+        args: Id,
+        /// State set by BUILD.
+        state: Option<Id>,
+        /// Items appended (key `None`) or set (key `Some`) on it.
+        items: Vec<(Option<Id>, Id)>,
+    },
+    /// A persistent id (`BINPERSID`): the archive resolves it, usually to a storage.
+    Persistent(Id),
+    /// A tensor rebuilt by an allowlisted `torch._utils` function.
+    Tensor(TensorSpec),
+}
+
+/// What a tensor rebuild call said about a tensor; its storage is still a persistent id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSpec {
+    /// The [`Node::Persistent`] naming its storage; `None` for tensors saved without one (meta).
+    pub storage: Option<Id>,
+    /// Storage offset, in elements.
+    pub offset: u64,
+    /// Sizes.
+    pub sizes: Vec<u64>,
+    /// Strides, in elements.
+    pub strides: Vec<u64>,
+    /// Whether autograd tracks it.
+    pub requires_grad: bool,
+    /// The dtype, when the call names it (`_rebuild_tensor_v3`, meta tensors); otherwise the
+    /// storage class gives it.
+    pub dtype: Option<DType>,
+    /// Rebuilt through `_rebuild_parameter*` or as a `Parameter` type.
+    pub is_parameter: bool,
+    /// A device the call names for the tensor itself, apart from its storage's location.
+    pub device: Option<String>,
+}
+
+/// Every value of one pickle stream.
+#[derive(Debug, Default)]
+pub struct Heap {
+    nodes: Vec<Node>,
+}
+
+impl Heap {
+    /// The value behind an id. Ids come from this heap, so the lookup cannot miss; a
+    /// foreign id reads as `None`.
+    pub fn get(&self, id: Id) -> &Node {
+        self.nodes.get(id as usize).unwrap_or(&Node::None)
+    }
+
+    pub(super) fn get_mut(&mut self, id: Id) -> Option<&mut Node> {
+        self.nodes.get_mut(id as usize)
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the heap is empty.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Adds a value; `None` when the budget is spent.
+    pub(super) fn push(&mut self, node: Node, max_nodes: usize) -> Option<Id> {
+        if self.nodes.len() >= max_nodes {
+            return None;
+        }
+        let id = Id::try_from(self.nodes.len()).ok()?;
+        self.nodes.push(node);
+        Some(id)
+    }
+
+    /// The items of a tuple or list.
+    pub fn seq(&self, id: Id) -> Option<&[Id]> {
+        match self.get(id) {
+            Node::Tuple(items) | Node::List(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// An integer value (bools count, as in Python).
+    pub fn int(&self, id: Id) -> Option<i64> {
+        match self.get(id) {
+            Node::Int(v) => Some(*v),
+            Node::Bool(b) => Some(i64::from(*b)),
+            _ => None,
+        }
+    }
+
+    /// A text value.
+    pub fn str(&self, id: Id) -> Option<&str> {
+        match self.get(id) {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A truth value: bools, and ints as Python would take them.
+    pub fn truthy(&self, id: Id) -> Option<bool> {
+        match self.get(id) {
+            Node::Bool(b) => Some(*b),
+            Node::Int(v) => Some(*v != 0),
+            _ => None,
+        }
+    }
+
+    /// A tuple or list of non-negative integers.
+    pub fn u64s(&self, id: Id) -> Option<Vec<u64>> {
+        self.seq(id)?
+            .iter()
+            .map(|&i| self.int(i).and_then(|v| u64::try_from(v).ok()))
+            .collect()
+    }
+}

@@ -1,0 +1,32 @@
+//! A pickle machine that executes nothing.
+//!
+//! It runs every opcode of protocols 0–5 with Python's stack, MARK and memo semantics, but a
+//! global is only ever a name: [`allowlist`] decides which names (PyTorch's `weights_only`
+//! set) are interpreted — tensor rebuilds, `OrderedDict`, dtypes, storage classes — and every
+//! other one is recorded as an [`UnsafeGlobal`] and kept as an opaque object so reading goes on.
+//! [`Budget`] bounds the time and memory a hostile stream can cost.
+
+pub mod allowlist;
+mod budget;
+mod heap;
+mod machine;
+
+pub use budget::Budget;
+pub use heap::{Heap, Id, Node, TensorSpec};
+pub use machine::{unpickle, Unpickled};
+
+/// A global a pickle references outside the allowlist. Never imported, never called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsafeGlobal {
+    /// Module, after Python 2 → 3 name mapping (`__builtin__` → `builtins`).
+    pub module: String,
+    /// Attribute name.
+    pub name: String,
+    /// The archive member (or stream) holding the pickle.
+    pub member: String,
+    /// Byte position of the `GLOBAL`/`STACK_GLOBAL`/`INST` opcode.
+    pub position: u64,
+}
+
+#[cfg(test)]
+mod tests;

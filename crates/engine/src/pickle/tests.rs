@@ -1,0 +1,275 @@
+//! The machine against streams written by CPython's own `pickle.dumps` (hex below, made with
+//! Python 3.11), plus hostile streams.
+
+use super::*;
+use proptest::prelude::*;
+use std::path::Path;
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn run(bytes: &[u8]) -> crate::Result<Unpickled> {
+    unpickle(bytes, Path::new("t.pkl"), "data.pkl", 0, &Budget::default())
+}
+
+fn dict(u: &Unpickled, id: Id) -> Vec<(String, Id)> {
+    match u.heap.get(id) {
+        Node::Dict(pairs) => pairs
+            .iter()
+            .map(|&(k, v)| (u.heap.str(k).expect("str key").to_owned(), v))
+            .collect(),
+        other => panic!("not a dict: {other:?}"),
+    }
+}
+
+fn field(u: &Unpickled, id: Id, key: &str) -> Id {
+    dict(u, id)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .unwrap_or_else(|| panic!("no key {key}"))
+        .1
+}
+
+/// `{'a': x, 'b': x, 't': (1, -2, 300, 70000, -5000000000), 'f': 2.5, 's': 'héllo', 'n': None, 'y': True, 'z': False}` with `x = [1]`, protocol 2.
+const SHARED_P2: &str = "80027d71002858010000006171015d71024b0161580100000062710368025801000000747104284b014afeffffff4d2c014a701101008a05000efad5fe74710558010000006671064740040000000000005801000000737107580600000068c3a96c6c6f710858010000006e71094e580100000079710a8858010000007a710b89752e";
+/// `{'a': [1, 2.5, 'x', 'é\u1234', (1, 2)], 'b': True, 'big': 2**70, 'neg': -3, 'by': b'ab'}`, protocol 0.
+const TEXT_P0: &str = "286470300a56610a70310a286c70320a49310a6146322e350a6156780a70330a6156e95c75313233340a70340a612849310a49320a7470350a617356620a70360a4930310a73566269670a70370a4c313138303539313632303731373431313330333432344c0a73566e65670a70380a492d330a735662790a70390a635f636f646563730a656e636f64650a7031300a285661620a7031310a566c6174696e310a7031320a747031330a527031340a732e";
+/// `OrderedDict([('k', {1, 2}), ('fs', frozenset([3])), ('b', b'\x00\xff'), ('long', 'x' * 300)])`, protocol 4.
+const P4_HEAD: &str = "8004957c010000000000008c0b636f6c6c656374696f6e73948c0b4f72646572656444696374949394295294288c016b948f94284b014b02908c02667394284b0391948c016294430200ff948c046c6f6e6794582c010000";
+const P4_TAIL: &str = "94752e";
+/// `{'ba': bytearray(b'xyz'), 'l': list(range(5))}`, protocol 5.
+const P5: &str = "80059529000000000000007d94288c0262619496030000000000000078797a948c016c945d94284b004b014b024b034b0465752e";
+/// `{'w': 1, 'payload': Evil()}` where `Evil.__reduce__` returns `(os.system, ('echo hi',))`.
+const EVIL_P2: &str = "80027d71002858010000007771014b0158070000007061796c6f6164710263706f7369780a73797374656d0a710358070000006563686f2068697104857105527106752e";
+const EVIL_P4: &str = "80049536000000000000007d94288c0177944b018c077061796c6f6164948c05706f736978948c0673797374656d9493948c076563686f2068699485945294752e";
+/// `l = []; l.append(l)`, protocol 2.
+const CYCLE: &str = "80025d71006800612e";
+
+fn p4() -> Vec<u8> {
+    let mut bytes = hex(P4_HEAD);
+    bytes.extend(std::iter::repeat_n(b'x', 300));
+    bytes.extend(hex(P4_TAIL));
+    bytes
+}
+
+fn all_streams() -> Vec<Vec<u8>> {
+    vec![
+        hex(SHARED_P2),
+        hex(TEXT_P0),
+        p4(),
+        hex(P5),
+        hex(EVIL_P2),
+        hex(EVIL_P4),
+        hex(CYCLE),
+    ]
+}
+
+#[test]
+fn protocol_2_values_and_memo_sharing() {
+    let bytes = hex(SHARED_P2);
+    let u = run(&bytes).unwrap();
+    assert_eq!(u.len, bytes.len() as u64);
+    // The memo shares one list object between two keys, as Python does.
+    assert_eq!(field(&u, u.root, "a"), field(&u, u.root, "b"));
+    let t: Vec<i64> = u
+        .heap
+        .seq(field(&u, u.root, "t"))
+        .unwrap()
+        .iter()
+        .map(|&i| u.heap.int(i).unwrap())
+        .collect();
+    assert_eq!(t, [1, -2, 300, 70000, -5_000_000_000]);
+    assert_eq!(u.heap.get(field(&u, u.root, "f")), &Node::Float(2.5));
+    assert_eq!(u.heap.str(field(&u, u.root, "s")), Some("héllo"));
+    assert_eq!(u.heap.get(field(&u, u.root, "n")), &Node::None);
+    assert_eq!(u.heap.get(field(&u, u.root, "y")), &Node::Bool(true));
+    assert_eq!(u.heap.get(field(&u, u.root, "z")), &Node::Bool(false));
+    assert!(u.unsafe_globals.is_empty());
+}
+
+#[test]
+fn protocol_0_text_opcodes() {
+    let u = run(&hex(TEXT_P0)).unwrap();
+    let a = u.heap.seq(field(&u, u.root, "a")).unwrap().to_vec();
+    assert_eq!(u.heap.int(a[0]), Some(1));
+    assert_eq!(u.heap.get(a[1]), &Node::Float(2.5));
+    assert_eq!(u.heap.str(a[3]), Some("é\u{1234}"));
+    assert_eq!(u.heap.u64s(a[4]), Some(vec![1, 2]));
+    assert_eq!(u.heap.get(field(&u, u.root, "b")), &Node::Bool(true));
+    assert_eq!(u.heap.int(field(&u, u.root, "neg")), Some(-3));
+    // 2**70 does not fit 64 bits; protocol 0 writes it as a LONG literal.
+    let mut big = vec![0u8; 8];
+    big.extend([0x40, 0]);
+    assert_eq!(u.heap.get(field(&u, u.root, "big")), &Node::BigInt(big));
+    assert_eq!(
+        u.heap.get(field(&u, u.root, "by")),
+        &Node::Bytes(b"ab".to_vec())
+    );
+    assert!(u.unsafe_globals.is_empty(), "{:?}", u.unsafe_globals);
+}
+
+#[test]
+fn protocol_4_and_5_framing_memoize_and_stack_global() {
+    let u = run(&p4()).unwrap();
+    let entries = dict(&u, u.root);
+    let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["k", "fs", "b", "long"]);
+    assert!(matches!(u.heap.get(entries[0].1), Node::Set(items) if items.len() == 2));
+    assert!(matches!(u.heap.get(entries[1].1), Node::Set(items) if items.len() == 1));
+    assert_eq!(u.heap.get(entries[2].1), &Node::Bytes(vec![0, 0xff]));
+    assert_eq!(u.heap.str(entries[3].1).map(str::len), Some(300));
+
+    let u = run(&hex(P5)).unwrap();
+    assert_eq!(
+        u.heap.get(field(&u, u.root, "ba")),
+        &Node::Bytes(b"xyz".to_vec())
+    );
+    assert_eq!(
+        u.heap.u64s(field(&u, u.root, "l")),
+        Some(vec![0, 1, 2, 3, 4])
+    );
+}
+
+#[test]
+fn unsafe_globals_are_recorded_and_never_called() {
+    for (stream, position) in [(EVIL_P2, 30), (EVIL_P4, 47)] {
+        let u = run(&hex(stream)).unwrap();
+        assert_eq!(
+            u.unsafe_globals,
+            [UnsafeGlobal {
+                module: "posix".into(),
+                name: "system".into(),
+                member: "data.pkl".into(),
+                position,
+            }]
+        );
+        // Reading goes on: the payload is an opaque object beside the ordinary value.
+        assert_eq!(u.heap.int(field(&u, u.root, "w")), Some(1));
+        let payload = field(&u, u.root, "payload");
+        let Node::Object { class, args, .. } = u.heap.get(payload) else {
+            panic!("payload is not opaque");
+        };
+        assert_eq!(
+            u.heap.get(*class),
+            &Node::Global {
+                module: "posix".into(),
+                name: "system".into()
+            }
+        );
+        assert_eq!(u.heap.str(u.heap.seq(*args).unwrap()[0]), Some("echo hi"));
+    }
+}
+
+#[test]
+fn self_referencing_containers_are_built_without_copying() {
+    let u = run(&hex(CYCLE)).unwrap();
+    assert_eq!(u.heap.seq(u.root), Some(&[u.root][..]));
+}
+
+#[test]
+fn every_truncation_is_an_error() {
+    for bytes in all_streams() {
+        for len in 0..bytes.len() {
+            let err = run(&bytes[..len]).expect_err("a truncated stream");
+            assert!(
+                err.to_string().starts_with("t.pkl: data.pkl at byte "),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn malformed_streams_name_the_opcode_position() {
+    let cases: &[(&[u8], &str)] = &[
+        (b"\x80\x02\xff.", "data.pkl at byte 2: unknown opcode 0xff"),
+        (
+            b"\x80\x09N.",
+            "data.pkl at byte 0: unsupported pickle protocol 9",
+        ),
+        (b"0.", "data.pkl at byte 0: stack underflow"),
+        (b"(0.", "data.pkl at byte 1: stack underflow"),
+        (b"h\x05.", "data.pkl at byte 0: memo key 5 was never stored"),
+        (
+            b"X\xff\xff\xff\x7fab.",
+            "data.pkl at byte 0: operand of 2147483647 bytes runs past the end",
+        ),
+        (b"]K\x01s.", "data.pkl at byte 3: stack underflow"),
+        (
+            b"NK\x01K\x02s.",
+            "data.pkl at byte 5: SETITEM on a value that is not a dict or object",
+        ),
+        (
+            b"}K\x01a.",
+            "data.pkl at byte 3: APPEND/ADDITEMS on a value that is not a list, set or object",
+        ),
+        (
+            b"\x8e\xff\xff\xff\xff\xff\xff\xff\xff.",
+            "operand of 18446744073709551615 bytes",
+        ),
+        (b"N", "stream ends without STOP"),
+    ];
+    for (bytes, expected) in cases {
+        let err = run(bytes).expect_err("malformed").to_string();
+        assert!(err.contains(expected), "{err} lacks {expected}");
+    }
+}
+
+#[test]
+fn budgets_bound_hostile_streams() {
+    let tight = Budget {
+        max_nodes: 3,
+        ..Budget::default()
+    };
+    let err = unpickle(b"NNNN.", Path::new("t.pkl"), "m", 0, &tight).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("more than 3 values: budget exceeded"),
+        "{err}"
+    );
+    let tight = Budget {
+        max_stack: 2,
+        ..Budget::default()
+    };
+    let err = unpickle(b"N22.", Path::new("t.pkl"), "m", 0, &tight).unwrap_err();
+    assert!(err.to_string().contains("stack deeper than 2"), "{err}");
+    let tight = Budget {
+        max_ops: 5,
+        ..Budget::default()
+    };
+    let err = unpickle(b"N0N0N0N0.", Path::new("t.pkl"), "m", 0, &tight).unwrap_err();
+    assert!(err.to_string().contains("more than 5 opcodes"), "{err}");
+    let tight = Budget {
+        max_memo: 1,
+        ..Budget::default()
+    };
+    let err = unpickle(b"Nq\x00q\x01.", Path::new("t.pkl"), "m", 0, &tight).unwrap_err();
+    assert!(err.to_string().contains("memo larger than 1"), "{err}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn random_streams_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = run(&bytes);
+    }
+
+    #[test]
+    fn mutated_real_streams_never_panic(
+        pick in any::<prop::sample::Index>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let streams = all_streams();
+        let mut bytes = pick.get(&streams).clone();
+        for (at, value) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        let _ = run(&bytes);
+    }
+}

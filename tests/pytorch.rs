@@ -1,0 +1,135 @@
+//! PyTorch formats beyond the truth comparison: payloads stay inert, `views` explains shared
+//! storages, and broken archives give their clear errors.
+
+use crate::common::{read_json, root, stderr, stdout, tensorplay};
+use std::process::Command;
+
+/// The payload fixtures carry `os.system("echo tensorplay-payload-ran > tensorplay_payload_marker")`
+/// and `importlib.import_module(...)`: reading them must list the globals and run nothing.
+#[test]
+fn payloads_are_reported_and_never_run() {
+    let dir = std::env::temp_dir().join(format!("tensorplay-payload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (fixture, module, name) in [
+        ("payload_os_system.pt", "posix", "system"),
+        ("payload_importlib.pt", "importlib", "import_module"),
+    ] {
+        let path = root().join("fixtures/pytorch").join(fixture);
+        for format in ["text", "json"] {
+            let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+                .args(["inspect", "--format", format])
+                .arg(&path)
+                .current_dir(&dir)
+                .output()
+                .expect("runs");
+            assert_eq!(out.status.code(), Some(0), "{fixture}: {}", stderr(&out));
+            let text = stdout(&out);
+            if format == "json" {
+                let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+                let globals = doc["unsafe_globals"].as_array().expect("unsafe_globals");
+                assert!(
+                    globals
+                        .iter()
+                        .any(|g| g["module"] == module && g["name"] == name),
+                    "{fixture}: {globals:?}"
+                );
+            } else {
+                assert!(
+                    text.contains(&format!("unsafe global {module}.{name} in ")),
+                    "{text}"
+                );
+            }
+        }
+        assert!(
+            !dir.join("tensorplay_payload_marker").exists(),
+            "{fixture}'s payload ran"
+        );
+        assert_eq!(
+            std::fs::read_dir(&dir).expect("dir").count(),
+            0,
+            "{fixture} wrote into the working directory"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn views_relate_the_byte_ranges_of_a_legacy_file() {
+    let out = tensorplay(&[
+        "views",
+        "--format",
+        "json",
+        "fixtures/pytorch/legacy_views.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(doc["format"], "pytorch-legacy");
+    let shared = doc["shared_storages"].as_array().expect("shared");
+    assert_eq!(shared.len(), 1);
+    let s = &shared[0];
+    assert_eq!(s["nbytes"], 72);
+    // numbers (9 float64), numbers[1::2], numbers[2:5].view(3, 1).
+    let ranges: Vec<&serde_json::Value> = s["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| &t["byte_range"])
+        .collect();
+    assert_eq!(
+        ranges,
+        [
+            &serde_json::json!([0, 72]),
+            &serde_json::json!([8, 64]),
+            &serde_json::json!([16, 40])
+        ]
+    );
+    let relations: Vec<(String, String, String)> = s["relations"]
+        .as_array()
+        .expect("relations")
+        .iter()
+        .map(|r| {
+            (
+                r["a"].as_str().unwrap().into(),
+                r["b"].as_str().unwrap().into(),
+                r["relation"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        relations,
+        [
+            ("0".into(), "1".into(), "contains".into()),
+            ("0".into(), "2".into(), "contains".into()),
+            ("1".into(), "2".into(), "contains".into()),
+        ]
+    );
+
+    let text = stdout(&tensorplay(&[
+        "views",
+        "fixtures/pytorch/overlapping_params.pt",
+    ]));
+    assert!(text.contains("a partial-overlap b"), "{text}");
+}
+
+#[test]
+fn views_of_a_file_without_sharing_lists_nothing() {
+    let out = tensorplay(&[
+        "views",
+        "--format",
+        "json",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(doc["shared_storages"], serde_json::json!([]));
+}
+
+#[test]
+fn torchscript_archives_say_so() {
+    let out = tensorplay(&["inspect", "fixtures/pytorch/torchscript.pt"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("TorchScript archive: loading it compiles the code it carries"));
+    let truth = read_json("fixtures/pytorch/torchscript.pt.truth.json");
+    assert_eq!(truth["inspect"]["format"], "torchscript");
+    assert_eq!(truth["inspect"]["unsafe_globals"], serde_json::json!([]));
+}
