@@ -155,9 +155,7 @@ fn open_archive(buffer: &Arc<HostBuffer>) -> Result<Archive<'_>> {
 
 /// Reads one zip checkpoint into `parts`; returns which kind of archive it is.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let budget = Budget::default();
     let mut archive = open_archive(buffer)?;
-    let path = buffer.source();
     let byteorder = archive.read("byteorder")?;
     archive.big_endian = match byteorder.as_deref() {
         None | Some(b"little") => false,
@@ -174,55 +172,54 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
         .entries
         .contains_key(&archive.full_name("constants.pkl"));
 
-    let data_name = archive.full_name("data.pkl");
-    let data = archive
-        .read("data.pkl")?
-        .ok_or_else(|| archive.err("zip", format!("no {data_name}: not a PyTorch archive")))?;
-    let unpickled = unpickle(&data, path, &data_name, 0, &budget)?;
-    let member = Member {
-        path,
-        name: &data_name,
-        unpickled,
-        key_prefix: "",
-        name_prefix: "",
-    };
-    add_member(
-        member,
-        &mut Records {
-            archive: &mut archive,
-            folder: "data",
-        },
-        &budget,
-        parts,
-    )?;
-
+    let found = add_pickle(&mut archive, parts, "data.pkl", "data", "", "")?;
+    if !found {
+        let data_name = archive.full_name("data.pkl");
+        return Err(archive.err("zip", format!("no {data_name}: not a PyTorch archive")));
+    }
     if torchscript {
-        let constants_name = archive.full_name("constants.pkl");
-        if let Some(constants) = archive.read("constants.pkl")? {
-            let unpickled = unpickle(&constants, path, &constants_name, 0, &budget)?;
-            let member = Member {
-                path,
-                name: &constants_name,
-                unpickled,
-                key_prefix: "constants/",
-                name_prefix: "constants.",
-            };
-            add_member(
-                member,
-                &mut Records {
-                    archive: &mut archive,
-                    folder: "",
-                },
-                &budget,
-                parts,
-            )?;
-        }
+        // TorchScript keeps constant tensors apart, their records under `constants/`.
+        add_pickle(
+            &mut archive,
+            parts,
+            "constants.pkl",
+            "",
+            "constants/",
+            "constants.",
+        )?;
     }
     Ok(if torchscript {
         Format::Torchscript
     } else {
         Format::PytorchZip
     })
+}
+
+/// Runs one pickle member and adds its tensors, their records found under `folder`;
+/// `false` when the archive has no such member.
+fn add_pickle(
+    archive: &mut Archive<'_>,
+    parts: &mut Parts,
+    name: &str,
+    folder: &str,
+    key_prefix: &str,
+    name_prefix: &str,
+) -> Result<bool> {
+    let budget = Budget::default();
+    let Some(bytes) = archive.read(name)? else {
+        return Ok(false);
+    };
+    let full_name = archive.full_name(name);
+    let path = archive.buffer.source();
+    let member = Member {
+        path,
+        name: &full_name,
+        unpickled: unpickle(&bytes, path, &full_name, 0, &budget)?,
+        key_prefix,
+        name_prefix,
+    };
+    add_member(member, &mut Records { archive, folder }, &budget, parts)?;
+    Ok(true)
 }
 
 /// Storage records of one archive folder (`data/<key>`; TorchScript constants keep their

@@ -321,23 +321,19 @@ impl Machine<'_> {
                     self.push(Node::Float(v))?
                 }
                 // Strings and bytes.
-                b'X' => {
-                    let n = self.u32()?;
-                    let s = self.take(u64::from(n))?.to_vec();
-                    let s = self.utf8(&s)?;
-                    self.push(Node::Str(s))?
+                b'X' | 0x8c | 0x8d => {
+                    let raw = self.counted(op)?;
+                    let text = self.utf8(&raw)?;
+                    self.push(Node::Str(text))?
                 }
-                0x8c => {
-                    let n = self.u8()?;
-                    let s = self.take(u64::from(n))?.to_vec();
-                    let s = self.utf8(&s)?;
-                    self.push(Node::Str(s))?
+                // Python 2 `str`: bytes that PyTorch's loader decodes as text.
+                b'T' | b'U' => {
+                    let raw = self.counted(op)?;
+                    self.push(Node::Str(String::from_utf8_lossy(&raw).into_owned()))?
                 }
-                0x8d => {
-                    let n = self.u64()?;
-                    let s = self.take(n)?.to_vec();
-                    let s = self.utf8(&s)?;
-                    self.push(Node::Str(s))?
+                b'B' | b'C' | 0x8e | 0x96 => {
+                    let raw = self.counted(op)?;
+                    self.push(Node::Bytes(raw))?
                 }
                 b'V' => {
                     let line = self.line()?.to_vec();
@@ -350,33 +346,6 @@ impl Machine<'_> {
                     let s = python_string_literal(&line)
                         .ok_or_else(|| self.err("malformed STRING literal"))?;
                     self.push(Node::Str(s))?
-                }
-                b'T' => {
-                    let n = i32::from_le_bytes(self.array()?);
-                    let n = u64::try_from(n)
-                        .map_err(|_| self.err("BINSTRING with a negative length"))?;
-                    let s = self.take(n)?.to_vec();
-                    self.push(Node::Str(String::from_utf8_lossy(&s).into_owned()))?
-                }
-                b'U' => {
-                    let n = self.u8()?;
-                    let s = self.take(u64::from(n))?.to_vec();
-                    self.push(Node::Str(String::from_utf8_lossy(&s).into_owned()))?
-                }
-                b'B' => {
-                    let n = self.u32()?;
-                    let b = self.take(u64::from(n))?.to_vec();
-                    self.push(Node::Bytes(b))?
-                }
-                b'C' => {
-                    let n = self.u8()?;
-                    let b = self.take(u64::from(n))?.to_vec();
-                    self.push(Node::Bytes(b))?
-                }
-                0x8e | 0x96 => {
-                    let n = self.u64()?;
-                    let b = self.take(n)?.to_vec();
-                    self.push(Node::Bytes(b))?
                 }
                 // Containers.
                 b')' => self.push(Node::Tuple(Vec::new()))?,
@@ -437,39 +406,13 @@ impl Machine<'_> {
                     self.set_items(target, pairs)?;
                 }
                 // Memo.
-                b'p' => {
-                    let key = self.line_str()?;
-                    let key = key
-                        .parse()
-                        .map_err(|_| self.err(format!("PUT key {key:?} is not a number")))?;
+                b'p' | b'q' | b'r' | 0x94 => {
+                    let key = self.memo_key(op)?;
                     self.memo_put(key)?
                 }
-                b'q' => {
-                    let key = self.u8()?;
-                    self.memo_put(u64::from(key))?
-                }
-                b'r' => {
-                    let key = self.u32()?;
-                    self.memo_put(u64::from(key))?
-                }
-                0x94 => {
-                    let key = self.memo.len() as u64;
-                    self.memo_put(key)?
-                }
-                b'g' => {
-                    let key = self.line_str()?;
-                    let key = key
-                        .parse()
-                        .map_err(|_| self.err(format!("GET key {key:?} is not a number")))?;
+                b'g' | b'h' | b'j' => {
+                    let key = self.memo_key(op)?;
                     self.memo_get(key)?
-                }
-                b'h' => {
-                    let key = self.u8()?;
-                    self.memo_get(u64::from(key))?
-                }
-                b'j' => {
-                    let key = self.u32()?;
-                    self.memo_get(u64::from(key))?
                 }
                 // Names and calls: nothing is imported, nothing is called.
                 b'c' => {
@@ -575,6 +518,34 @@ impl Machine<'_> {
                     ))
                 }
                 other => return Err(self.err(format!("unknown opcode 0x{other:02x}"))),
+            }
+        }
+    }
+
+    /// The operand of a length-prefixed string or bytes opcode.
+    fn counted(&mut self, op: u8) -> Result<Vec<u8>> {
+        let n = match op {
+            b'U' | b'C' | 0x8c => u64::from(self.u8()?),
+            b'X' | b'B' => u64::from(self.u32()?),
+            b'T' => {
+                let n = i32::from_le_bytes(self.array()?);
+                u64::try_from(n).map_err(|_| self.err("BINSTRING with a negative length"))?
+            }
+            _ => self.u64()?,
+        };
+        Ok(self.take(n)?.to_vec())
+    }
+
+    /// The key a memo opcode names (MEMOIZE: the next free one).
+    fn memo_key(&mut self, op: u8) -> Result<u64> {
+        match op {
+            b'q' | b'h' => Ok(u64::from(self.u8()?)),
+            b'r' | b'j' => Ok(u64::from(self.u32()?)),
+            0x94 => Ok(self.memo.len() as u64),
+            _ => {
+                let text = self.line_str()?;
+                text.parse()
+                    .map_err(|_| self.err(format!("memo key {text:?} is not a number")))
             }
         }
     }
