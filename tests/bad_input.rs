@@ -31,6 +31,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("pytorch/bad/not_a_checkpoint.pt", "zip: first entry 'readme.txt' is not inside a folder"),
     ("pytorch/bad/truncated.pt", "zip: unreadable archive, truncated or damaged"),
     ("pytorch/bad/zip_without_data_pkl.pt", "zip: no zip_without_data_pkl/data.pkl: not a PyTorch archive"),
+    ("pytorch/bad/record_size_mismatch.pt", "record_size_mismatch/data/0: record holds 52 bytes but the pickle describes 48 (12 float32)"),
     ("pytorch/bad/index_broken/pytorch_model.bin.index.json", "weight_map: tensor '2.bias' is mapped to 'pytorch_model-00001-of-00002.bin' but that shard does not hold it"),
 ];
 
@@ -60,7 +61,8 @@ fn every_bad_fixture_gives_its_clear_error() {
 
 /// The truth files record what the real libraries make of each bad fixture. tensorplay
 /// rejects every one, including those the safetensors library accepts where its spec does
-/// not (duplicate names, unknown fields, text before the brace).
+/// not (duplicate names, unknown fields, text before the brace) and a storage record longer
+/// than its pickle says, whose extra bytes torch ignores.
 #[test]
 fn every_bad_fixture_in_the_truth_is_covered_and_the_library_agrees_where_it_rejects() {
     let covered: Vec<String> = EXPECTED
@@ -86,6 +88,7 @@ fn every_bad_fixture_in_the_truth_is_covered_and_the_library_agrees_where_it_rej
             "fixtures/safetensors/bad/duplicate_name.safetensors",
             "fixtures/safetensors/bad/leading_space.safetensors",
             "fixtures/safetensors/bad/unknown_field.safetensors",
+            "fixtures/pytorch/bad/record_size_mismatch.pt",
         ],
         "the libraries' leniencies changed; review the stricter rules"
     );
