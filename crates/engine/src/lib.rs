@@ -16,6 +16,7 @@ pub mod error;
 pub mod layout;
 pub mod load;
 pub mod memory;
+pub mod numeric;
 pub mod pickle;
 pub mod storage;
 pub mod tensor;
