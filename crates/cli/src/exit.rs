@@ -7,6 +7,8 @@ use std::process::ExitCode;
 pub enum ExitStatus {
     /// Everything was read and judged; nothing fails the build.
     Success = 0,
+    /// The gate found violations at or above the fail-on level.
+    Findings = 1,
     /// Usage error, unreadable or invalid input, internal error: no verdict.
     Error = 2,
 }

@@ -1,8 +1,12 @@
 //! The `tensorplay` command line: argument parsing, output and exit codes. The library
 //! crates print nothing; everything a user sees is written here.
 
+mod audit;
+mod discover;
 mod exit;
 mod inspect;
+mod render;
+mod rules_cmd;
 mod table;
 mod views;
 
@@ -20,16 +24,28 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Audit checkpoints and fail on violations: exit 0 passed, 1 findings, 2 could not judge.
+    Audit(audit::AuditArgs),
     /// Show the four layers of a checkpoint: tensors, their layouts, storages and data pointers.
     Inspect(inspect::InspectArgs),
     /// List storages that several tensors view, with each tensor's byte range and how they relate.
     Views(views::ViewsArgs),
+    /// List every audit rule.
+    Rules,
+    /// Print what a rule checks, why it matters, an example and how to fix it.
+    Explain {
+        /// Rule code or name (TP101, view-overlap).
+        rule: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Audit(args) => audit::run(&args),
         Command::Inspect(args) => inspect::run(&args),
+        Command::Rules => rules_cmd::list(),
+        Command::Explain { rule } => rules_cmd::explain(&rule),
         Command::Views(args) => views::run(&args),
     };
     match result {

@@ -1,7 +1,6 @@
 //! The design's `list_shared_storages` and `show_view_chain`: storages that several tensors
 //! view, and how their byte ranges relate.
 
-use crate::error::Result;
 use crate::{Checkpoint, Storage, Tensor};
 use std::ops::Range;
 use std::sync::Arc;
@@ -72,20 +71,20 @@ pub struct SharedStorage<'a> {
     pub relations: Vec<(usize, usize, Relation)>,
 }
 
-/// Every storage that more than one tensor name views, in storage order.
-pub fn shared_storages(ckpt: &Checkpoint) -> Result<Vec<SharedStorage<'_>>> {
+/// Every storage that more than one tensor name views, in storage order. A view whose
+/// extent overflows counts as reaching no bytes.
+pub fn shared_storages(ckpt: &Checkpoint) -> Vec<SharedStorage<'_>> {
     let mut views: Vec<Vec<View<'_>>> = vec![Vec::new(); ckpt.storages.len()];
     for tensor in &ckpt.tensors {
         let imp = tensor.tensor_impl();
         if let Some(list) = views.get_mut(imp.storage().id()) {
             list.push(View {
                 tensor,
-                bytes: imp.byte_range()?,
+                bytes: imp.byte_range().ok().flatten(),
             });
         }
     }
-    Ok(ckpt
-        .storages
+    ckpt.storages
         .iter()
         .zip(views)
         .filter(|(_, views)| views.len() > 1)
@@ -102,7 +101,7 @@ pub fn shared_storages(ckpt: &Checkpoint) -> Result<Vec<SharedStorage<'_>>> {
                 relations,
             }
         })
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

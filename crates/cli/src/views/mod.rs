@@ -22,7 +22,7 @@ pub struct ViewsArgs {
 
 pub fn run(args: &ViewsArgs) -> anyhow::Result<ExitStatus> {
     let checkpoint = load::open(&args.file)?;
-    let shared = views::shared_storages(&checkpoint)?;
+    let shared = views::shared_storages(&checkpoint);
     let rendered = match args.format {
         OutputFormat::Text => text::render(&checkpoint, &shared)?,
         OutputFormat::Json => json::render(&checkpoint, &shared)?,

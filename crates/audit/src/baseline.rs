@@ -1,0 +1,107 @@
+//! Baselines: record today's findings, then fail only on new ones.
+
+use crate::error::{Error, Result};
+use crate::report::Report;
+use crate::Finding;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// What identifies a finding across runs: file, rule, tensors, and for findings that name
+/// no tensor, the message (counts inside messages are not part of a tensor finding's identity).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// Checkpoint path.
+    pub path: String,
+    /// Rule code.
+    pub code: String,
+    /// Tensor names, sorted.
+    pub tensors: Vec<String>,
+    /// The message, for findings without tensors; empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl Fingerprint {
+    fn of(path: &str, finding: &Finding) -> Fingerprint {
+        let mut tensors = finding.tensors.clone();
+        tensors.sort();
+        Fingerprint {
+            path: path.to_owned(),
+            code: finding.code.clone(),
+            message: if tensors.is_empty() {
+                finding.message.clone()
+            } else {
+                String::new()
+            },
+            tensors,
+        }
+    }
+}
+
+/// A baseline file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Baseline {
+    /// Format version.
+    pub schema_version: u32,
+    /// Known findings.
+    pub findings: Vec<Fingerprint>,
+}
+
+impl Baseline {
+    /// Every finding of a report.
+    pub fn from_report(report: &Report) -> Baseline {
+        let mut findings: Vec<Fingerprint> = report
+            .files
+            .iter()
+            .flat_map(|f| f.findings.iter().map(|x| Fingerprint::of(&f.path, x)))
+            .collect();
+        findings.sort_by(|a, b| {
+            (&a.path, &a.code, &a.tensors, &a.message)
+                .cmp(&(&b.path, &b.code, &b.tensors, &b.message))
+        });
+        findings.dedup();
+        Baseline {
+            schema_version: 1,
+            findings,
+        }
+    }
+
+    /// Reads a baseline file.
+    pub fn load(path: &Path) -> Result<Baseline> {
+        let fail = |detail: String| Error::Baseline {
+            path: path.to_owned(),
+            detail,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        let baseline: Baseline = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
+        if baseline.schema_version != 1 {
+            return Err(fail(format!(
+                "unsupported schema_version {}",
+                baseline.schema_version
+            )));
+        }
+        Ok(baseline)
+    }
+
+    /// The file's JSON text.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+
+    /// Removes from `report` every finding the baseline knows; returns how many.
+    pub fn suppress(&self, report: &mut Report) -> usize {
+        let known: HashSet<&Fingerprint> = self.findings.iter().collect();
+        let mut removed = 0;
+        for file in &mut report.files {
+            let before = file.findings.len();
+            let path = file.path.clone();
+            file.findings
+                .retain(|f| !known.contains(&Fingerprint::of(&path, f)));
+            removed += before - file.findings.len();
+        }
+        removed
+    }
+}

@@ -1,0 +1,93 @@
+//! Every rule, listed once.
+
+use crate::rule::Rule;
+use crate::rules::{device, integrity, memory, numeric, safety, view};
+
+/// All rules, in code order.
+pub static RULES: &[&dyn Rule] = &[
+    &view::ViewOverlap,
+    &view::GradView,
+    &view::TiedAlias,
+    &view::StorageBloat,
+    &view::NonContiguous,
+    &view::SharedStorage,
+    &view::ViewOutOfBounds,
+    &device::MixedDevices,
+    &device::UnexpectedDevice,
+    &device::DeviceMismatch,
+    &device::MetaTensor,
+    &memory::FragmentationScore,
+    &numeric::NonFiniteValues,
+    &safety::UnsafeGlobalRule,
+    &integrity::CorruptFile,
+    &integrity::IndexMismatch,
+];
+
+/// The rule with this code (any case) or name.
+pub fn find(code_or_name: &str) -> Option<&'static dyn Rule> {
+    RULES
+        .iter()
+        .copied()
+        .find(|r| r.code().eq_ignore_ascii_case(code_or_name) || r.name() == code_or_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn codes_and_names_are_unique_and_round_trip() {
+        let mut codes = HashSet::new();
+        let mut names = HashSet::new();
+        for rule in RULES {
+            assert!(codes.insert(rule.code()), "duplicate code {}", rule.code());
+            assert!(names.insert(rule.name()), "duplicate name {}", rule.name());
+            assert_eq!(find(rule.code()).map(|r| r.code()), Some(rule.code()));
+            assert_eq!(
+                find(&rule.code().to_lowercase()).map(|r| r.code()),
+                Some(rule.code())
+            );
+            assert_eq!(find(rule.name()).map(|r| r.code()), Some(rule.code()));
+        }
+        assert!(find("TP999").is_none());
+        assert!(find("").is_none());
+    }
+
+    #[test]
+    fn codes_follow_the_family_scheme_and_are_sorted() {
+        let codes: Vec<&str> = RULES.iter().map(|r| r.code()).collect();
+        let mut sorted = codes.clone();
+        sorted.sort_unstable();
+        assert_eq!(codes, sorted);
+        assert_eq!(
+            codes,
+            [
+                "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
+                "TP203", "TP204", "TP301", "TP401", "TP501", "TP502", "TP503"
+            ]
+        );
+        for rule in RULES {
+            assert!(
+                rule.name()
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '-'),
+                "{} is not kebab-case",
+                rule.name()
+            );
+        }
+    }
+
+    #[test]
+    fn every_rule_is_documented_in_four_sections() {
+        for rule in RULES {
+            let doc = rule.doc();
+            for section in ["What it checks", "Why it matters", "Example", "How to fix"] {
+                assert!(doc.contains(section), "{} lacks '{section}'", rule.code());
+            }
+            assert!(rule.summary().ends_with('.'), "{}", rule.code());
+        }
+        assert!(find("TP401").is_some_and(|r| r.reads_bytes()));
+        assert_eq!(RULES.iter().filter(|r| r.reads_bytes()).count(), 1);
+    }
+}

@@ -1,0 +1,82 @@
+use crate::finding::Draft;
+use crate::rule::{declare_rule, Context};
+
+declare_rule!(FragmentationScore {
+    code: "TP301",
+    name: "fragmentation-score",
+    severity: Warning,
+    reads_bytes: false,
+    summary: "Storage sizes are dispersed beyond the fragmentation threshold (default 5).",
+    doc: "\
+What it checks
+  The design's storage fragmentation score over all storage sizes. The design writes it
+  as variance / mean, which carries units (bytes) and grows with model size; tensorplay
+  uses the dimensionless variance / mean² (the squared coefficient of variation), so the
+  same threshold (`thresholds.fragmentation_score`, default 5) means the same thing for a
+  1 MB and a 100 GB checkpoint. It needs at least two storages.
+
+Why it matters
+  A few huge storages among many tiny ones fragment a caching allocator: the tiny ones
+  split its segments and the huge ones then need fresh segments, so reserved memory grows
+  well beyond what the tensors need ('trains fine, OOMs in production').
+
+Example
+  One 1 GiB embedding and 500 storages of a few KiB each: score far above 5.
+
+How to fix
+  Pack small tensors together (flattened parameter buffers), or load the largest tensors
+  first so the allocator's big segments are not split.",
+    check: check,
+});
+
+fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    let sizes: Vec<f64> = ctx
+        .ckpt
+        .storages
+        .iter()
+        .map(|s| s.nbytes() as f64)
+        .collect();
+    let Some(score) = score(&sizes) else { return };
+    let threshold = ctx.config.thresholds.fragmentation_score;
+    if score <= threshold {
+        return;
+    }
+    out.push(Draft {
+        tensors: Vec::new(),
+        storage: None,
+        message: format!(
+            "storage sizes have a fragmentation score of {score:.2} (variance / mean² over {} storages; threshold {threshold})",
+            sizes.len()
+        ),
+        fix: "pack small tensors into fewer storages, or load the largest tensors first".into(),
+    });
+}
+
+/// Variance / mean² of the sizes (population variance); `None` below two sizes or when all are zero.
+pub(crate) fn score(sizes: &[f64]) -> Option<f64> {
+    if sizes.len() < 2 {
+        return None;
+    }
+    let n = sizes.len() as f64;
+    let mean = sizes.iter().sum::<f64>() / n;
+    if mean == 0.0 {
+        return None;
+    }
+    let variance = sizes.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n;
+    Some(variance / (mean * mean))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_score_is_dimensionless() {
+        assert_eq!(super::score(&[4.0, 4.0, 4.0]), Some(0.0));
+        // Scaling every size leaves the score unchanged.
+        let a = super::score(&[1.0, 1.0, 1.0, 97.0]).unwrap();
+        let b = super::score(&[1e9, 1e9, 1e9, 97e9]).unwrap();
+        assert!((a - b).abs() < 1e-9);
+        // mean 25, variance (3·24² + 72²)/4 = 1728, score 2.7648
+        assert!((a - 2.7648).abs() < 1e-9, "{a}");
+        assert_eq!(super::score(&[5.0]), None);
+    }
+}

@@ -1,0 +1,5 @@
+//! Memory shape of a checkpoint.
+
+mod fragmentation;
+
+pub use fragmentation::FragmentationScore;

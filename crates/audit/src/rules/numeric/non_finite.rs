@@ -1,0 +1,55 @@
+use crate::finding::Draft;
+use crate::rule::{declare_rule, Context};
+
+declare_rule!(NonFiniteValues {
+    code: "TP401",
+    name: "non-finite",
+    severity: Error,
+    reads_bytes: true,
+    summary: "NaN or ±Inf in a floating tensor (all float dtypes incl. bf16, f16, float8).",
+    doc: "\
+What it checks
+  Every element of every floating tensor (float64/32/16, bfloat16, the float8 variants,
+  complex parts) for NaN and ±Inf, from the raw bits: a value is non-finite when its
+  exponent bits are all ones, or per each float8 format's own NaN encoding. Reports the
+  counts and the first index. Reads every byte; `--metadata-only` skips it.
+
+Why it matters
+  A checkpoint saved after training diverged loads without complaint and produces NaN
+  everywhere: the failure shows up in production, not at load time.
+
+Example
+  A fp16 run whose loss scale overflowed: 'decoder.4.weight' holds 12 NaN.
+
+How to fix
+  Find the step that diverged (lower the learning rate, fix loss scaling, clip gradients)
+  and re-save from the last healthy checkpoint.",
+    check: check,
+});
+
+fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    let Some(scans) = &ctx.scans else { return };
+    for (index, t) in ctx.ckpt.tensors.iter().enumerate() {
+        let Some(found) = scans.get(&index) else {
+            continue;
+        };
+        if found.is_clean() {
+            continue;
+        }
+        let numel = t.tensor_impl().layout().numel();
+        out.push(Draft {
+            tensors: vec![t.name().to_owned()],
+            storage: Some(t.tensor_impl().storage().id()),
+            message: format!(
+                "'{}' ({}) holds {} NaN, {} +Inf, {} -Inf among {numel} elements; first at index {}",
+                t.name(),
+                t.tensor_impl().dtype(),
+                found.nan,
+                found.pos_inf,
+                found.neg_inf,
+                found.first.map_or("?".to_owned(), |i| i.to_string())
+            ),
+            fix: "find the step that diverged and re-save from the last healthy checkpoint".into(),
+        });
+    }
+}

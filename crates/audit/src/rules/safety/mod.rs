@@ -1,0 +1,5 @@
+//! Pickle safety.
+
+mod unsafe_global;
+
+pub use unsafe_global::UnsafeGlobalRule;

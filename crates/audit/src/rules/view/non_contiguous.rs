@@ -1,0 +1,48 @@
+use crate::finding::Draft;
+use crate::rule::{declare_rule, Context};
+
+declare_rule!(NonContiguous {
+    code: "TP105",
+    name: "non-contiguous",
+    severity: Info,
+    reads_bytes: false,
+    summary: "A tensor's layout is not C-contiguous.",
+    doc: "\
+What it checks
+  Tensors whose strides are not row-major dense (size-1 dimensions ignored), as
+  `tensor.is_contiguous()` would say.
+
+Why it matters
+  Consumers that need dense memory (safetensors, many kernels, mmap readers) must copy
+  them, and a transposed weight often means a layout nobody intended to ship.
+
+Example
+  {'t': torch.arange(6.).reshape(2, 3).t()}   # shape [3, 2], strides [1, 3]
+
+How to fix
+  Save `t.contiguous()` if consumers need a dense layout.",
+    check: check,
+});
+
+fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    for t in &ctx.ckpt.tensors {
+        let layout = t.tensor_impl().layout();
+        if layout.is_contiguous() {
+            continue;
+        }
+        out.push(Draft {
+            tensors: vec![t.name().to_owned()],
+            storage: Some(t.tensor_impl().storage().id()),
+            message: format!(
+                "'{}' has shape {:?} with strides {:?}: not contiguous",
+                t.name(),
+                layout.sizes(),
+                layout.strides()
+            ),
+            fix: format!(
+                "save `{}.contiguous()` if consumers need a dense layout",
+                t.name()
+            ),
+        });
+    }
+}

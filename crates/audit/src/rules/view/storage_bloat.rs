@@ -1,0 +1,76 @@
+use super::super::{human_bytes, names_in_storage};
+use crate::finding::Draft;
+use crate::rule::{declare_rule, Context};
+
+declare_rule!(StorageBloat {
+    code: "TP104",
+    name: "storage-bloat",
+    severity: Warning,
+    reads_bytes: false,
+    summary: "Bytes of a storage that no tensor reaches (a saved slice drags its whole storage).",
+    doc: "\
+What it checks
+  For every storage, the bytes no tensor's view reaches. It fires when they are at least
+  `thresholds.storage_bloat_bytes` (default 1 MiB) and at least
+  `thresholds.storage_bloat_fraction` (default 0.10) of the storage.
+
+Why it matters
+  torch.save keeps views: saving a slice writes its whole storage. A 10-element slice of a
+  1000-element tensor ships all 1000, and every load pays for them in disk, network and RAM.
+
+Example
+  torch.save(torch.arange(1000.)[:10], 'small.pt')   # 4000-byte storage, 40 bytes used
+
+How to fix
+  Save a copy that owns only its bytes: `torch.save(t.clone(), ...)`.",
+    check: check,
+});
+
+fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    let limits = &ctx.config.thresholds;
+    let mut ranges: Vec<Vec<(u64, u64)>> = vec![Vec::new(); ctx.ckpt.storages.len()];
+    for t in &ctx.ckpt.tensors {
+        let imp = t.tensor_impl();
+        if let (Ok(Some(r)), Some(list)) = (imp.byte_range(), ranges.get_mut(imp.storage().id())) {
+            list.push((r.start, r.end));
+        }
+    }
+    for (storage, mut list) in ctx.ckpt.storages.iter().zip(ranges) {
+        let total = storage.nbytes();
+        list.sort_unstable();
+        let (mut covered, mut reach) = (0u64, 0u64);
+        for (start, end) in list {
+            let (start, end) = (start.min(total), end.min(total));
+            if end > reach {
+                covered += end - start.max(reach);
+                reach = end;
+            }
+        }
+        let unused = total - covered;
+        if total == 0
+            || unused < limits.storage_bloat_bytes
+            || (unused as f64) < limits.storage_bloat_fraction * total as f64
+        {
+            continue;
+        }
+        let names = names_in_storage(ctx, storage.id());
+        out.push(Draft {
+            message: format!(
+                "storage {} holds {} but its tensors reach {}: {} ({:.1}%) are saved for nothing",
+                storage.id(),
+                human_bytes(total),
+                human_bytes(covered),
+                human_bytes(unused),
+                unused as f64 * 100.0 / total as f64
+            ),
+            fix: match names.first() {
+                Some(name) => {
+                    format!("save `{name}.clone()` so the file holds only the bytes it uses")
+                }
+                None => "no tensor uses this storage: save only the tensors you need".into(),
+            },
+            tensors: names,
+            storage: Some(storage.id()),
+        });
+    }
+}

@@ -1,0 +1,72 @@
+//! Checkpoints built by hand, for the hazards no library will write on purpose.
+
+use crate::audit::{audit, Options};
+use crate::config::Config;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tensorplay_engine::{
+    Checkpoint, DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor, TensorImpl,
+};
+
+/// One float32 storage of `elements` zeros recorded at `location`.
+pub fn storage(id: usize, elements: u64, location: &str) -> Arc<Storage> {
+    let nbytes = elements * 4;
+    let buffer = HostBuffer::from_vec("hand-made", vec![0; nbytes as usize]);
+    let ptr = DataPtr::host(buffer, 0..nbytes).expect("in range");
+    Arc::new(Storage::new(
+        id,
+        id.to_string(),
+        DType::Float32,
+        nbytes,
+        location,
+        ptr,
+    ))
+}
+
+/// A float32 view of `storage` claiming `device`.
+pub fn tensor(
+    name: &str,
+    storage: &Arc<Storage>,
+    sizes: &[u64],
+    strides: &[u64],
+    offset: u64,
+    device: Device,
+) -> Tensor {
+    let layout = Layout::new(sizes.to_vec(), strides.to_vec(), offset).expect("layout");
+    let imp = TensorImpl::new(
+        layout,
+        DType::Float32,
+        device,
+        false,
+        false,
+        Arc::clone(storage),
+    );
+    Tensor::new(name, Arc::new(imp))
+}
+
+/// A checkpoint of these tensors and storages.
+pub fn checkpoint(tensors: Vec<Tensor>, storages: Vec<Arc<Storage>>) -> Checkpoint {
+    Checkpoint {
+        path: PathBuf::from("hand-made.pt"),
+        format: Format::PytorchZip,
+        tensors,
+        storages,
+        metadata: BTreeMap::new(),
+        unsafe_globals: Vec::new(),
+    }
+}
+
+/// Codes of what the default configuration finds.
+pub fn codes(ckpt: &Checkpoint) -> Vec<String> {
+    audit(
+        ckpt,
+        "hand-made.pt",
+        &Config::default(),
+        &Options::default(),
+    )
+    .findings
+    .into_iter()
+    .map(|f| f.code)
+    .collect()
+}

@@ -1,0 +1,157 @@
+//! `tensorplay audit`: the CI gate.
+
+use crate::discover::discover;
+use crate::exit::ExitStatus;
+use crate::render;
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use rayon::prelude::*;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use tensorplay_audit::audit::{audit, read_failure, Options};
+use tensorplay_audit::baseline::Baseline;
+use tensorplay_audit::config::{self, Config};
+use tensorplay_audit::report::{FailOn, Report};
+use tensorplay_engine::load;
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Checkpoint files, sharded indexes, or directories to walk.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// CI mode: no colours, no progress, the JSON report on stdout.
+    #[arg(long)]
+    ci_mode: bool,
+    /// Also write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a JUnit XML report to FILE (Jenkins, GitLab).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Configuration file [default: ./tensorplay.toml if present].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Lowest severity that fails the run (exit 1).
+    #[arg(long, value_enum, default_value_t = FailOnArg::Error)]
+    fail_on: FailOnArg,
+    /// Run only these rules (codes or names; repeat or separate with commas).
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    select: Vec<String>,
+    /// Do not run these rules (codes or names).
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    ignore: Vec<String>,
+    /// Fail only on findings not recorded in this baseline.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
+    /// Record the current findings as a baseline in FILE.
+    #[arg(long, value_name = "FILE")]
+    write_baseline: Option<PathBuf>,
+    /// Read no tensor bytes: skip the rules that scan values (TP401).
+    #[arg(long)]
+    metadata_only: bool,
+    /// Worker threads [default: one per core].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: Option<u16>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FailOnArg {
+    Error,
+    Warning,
+    Never,
+}
+
+impl From<FailOnArg> for FailOn {
+    fn from(arg: FailOnArg) -> FailOn {
+        match arg {
+            FailOnArg::Error => FailOn::Error,
+            FailOnArg::Warning => FailOn::Warning,
+            FailOnArg::Never => FailOn::Never,
+        }
+    }
+}
+
+fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
+    match explicit {
+        Some(path) => Ok(Config::load(path)?),
+        None if Path::new(config::FILE_NAME).is_file() => {
+            Ok(Config::load(Path::new(config::FILE_NAME))?)
+        }
+        None => Ok(Config::default()),
+    }
+}
+
+pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
+    let config = load_config(args.config.as_deref())?;
+    let options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
+    let baseline = args.baseline.as_deref().map(Baseline::load).transpose()?;
+    let fail_on = FailOn::from(args.fail_on);
+    if let Some(jobs) = args.jobs {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(usize::from(jobs))
+            .build_global()
+            .context("cannot start worker threads")?;
+    }
+
+    let found = discover(&args.paths)?;
+    let results: Vec<Result<_, String>> = found
+        .checkpoints
+        .par_iter()
+        .map(|path| {
+            let shown = path.display().to_string();
+            match load::open(path) {
+                Ok(ckpt) => Ok(audit(&ckpt, &shown, &config, &options)),
+                Err(e) => read_failure(&shown, &e).ok_or_else(|| e.to_string()),
+            }
+        })
+        .collect();
+    let mut files = Vec::with_capacity(results.len());
+    let mut unreadable = Vec::new();
+    for result in results {
+        match result {
+            Ok(file) => files.push(file),
+            Err(message) => unreadable.push(message),
+        }
+    }
+    let mut report = Report::new(files, found.skipped, fail_on);
+    if let Some(path) = &args.write_baseline {
+        std::fs::write(path, Baseline::from_report(&report).to_json())
+            .with_context(|| format!("{}: cannot write baseline", path.display()))?;
+    }
+    if let Some(baseline) = &baseline {
+        baseline.suppress(&mut report);
+        report.recount(fail_on);
+    }
+
+    if let Some(path) = &args.json {
+        write_file(path, &render::json::render(&report)?)?;
+    }
+    if let Some(path) = &args.junit {
+        write_file(path, &render::junit::render(&report, fail_on)?)?;
+    }
+    let stdout_text = if args.ci_mode {
+        render::json::render(&report)?
+    } else {
+        let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        render::human::render(&report, fail_on, render::human::Style { color })?
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(stdout_text.as_bytes())?;
+    stdout.flush()?;
+
+    if !unreadable.is_empty() {
+        for message in &unreadable {
+            eprintln!("error: {message}");
+        }
+        return Ok(ExitStatus::Error);
+    }
+    Ok(if report.summary.passed {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Findings
+    })
+}
+
+fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("{}: cannot write report", path.display()))
+}

@@ -1,0 +1,5 @@
+//! One renderer per output format; each only reads a `Report`.
+
+pub mod human;
+pub mod json;
+pub mod junit;

@@ -1,0 +1,599 @@
+//! `tensorplay audit`: each rule fires on the fixture made to show it and stays quiet on
+//! clean ones; exit codes, configuration, baselines, reports.
+
+use crate::common::{root, stderr, stdout, tensorplay};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Runs `tensorplay audit --ci-mode --fail-on never` and returns the report.
+fn report(args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["audit", "--ci-mode", "--fail-on", "never"];
+    full.extend_from_slice(args);
+    let out = tensorplay(&full);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("JSON report")
+}
+
+/// What a rule found: its code and the tensors it names.
+type Found = (String, Vec<String>);
+
+/// Expected findings: code and tensor names.
+type Expected<'a> = &'a [(&'a str, &'a [&'a str])];
+
+/// (code, tensors) of every finding of a one-file report, sorted; repeats kept.
+fn findings(report: &serde_json::Value) -> Vec<Found> {
+    let mut found: Vec<Found> = report["files"][0]["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| {
+            let tensors = f["tensors"]
+                .as_array()
+                .expect("tensors")
+                .iter()
+                .map(|t| t.as_str().unwrap().to_owned())
+                .collect();
+            (f["code"].as_str().expect("code").to_owned(), tensors)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+fn set(items: Expected<'_>) -> Vec<Found> {
+    let mut want: Vec<Found> = items
+        .iter()
+        .map(|(c, t)| ((*c).to_owned(), t.iter().map(|s| (*s).to_owned()).collect()))
+        .collect();
+    want.sort();
+    want
+}
+
+/// A config file in a temp folder, removed at drop.
+struct TempConfig(PathBuf);
+
+impl TempConfig {
+    fn new(name: &str, text: &str) -> TempConfig {
+        let dir =
+            std::env::temp_dir().join(format!("tensorplay-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("tensorplay.toml");
+        std::fs::write(&path, text).expect("config");
+        TempConfig(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for TempConfig {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            std::fs::remove_dir_all(dir).ok();
+        }
+    }
+}
+
+#[test]
+fn each_rule_fires_on_its_fixture_and_only_there() {
+    let cases: &[(&str, Expected<'_>)] = &[
+        // Clean files: nothing at any severity.
+        ("fixtures/pytorch/state_dict.pt", &[]),
+        ("fixtures/pytorch/legacy_state_dict.pt", &[]),
+        ("fixtures/pytorch/training_checkpoint.pt", &[]),
+        ("fixtures/pytorch/torchscript.pt", &[]),
+        ("fixtures/pytorch/protocol4.pt", &[]),
+        ("fixtures/pytorch/big_endian.pt", &[]),
+        ("fixtures/pytorch/deflated.pt", &[]),
+        ("fixtures/pytorch/quantized.pt", &[]),
+        ("fixtures/pytorch/slice_alone.pt", &[]),
+        ("fixtures/pytorch/sharded/pytorch_model.bin.index.json", &[]),
+        ("fixtures/safetensors/basic.safetensors", &[]),
+        ("fixtures/safetensors/empty_tensors.safetensors", &[]),
+        (
+            "fixtures/safetensors/sharded/model.safetensors.index.json",
+            &[],
+        ),
+        // One fixture per hazard.
+        (
+            "fixtures/pytorch/overlapping_params.pt",
+            &[
+                ("TP101", &["a", "b"]),
+                ("TP102", &["a", "b"]),
+                ("TP102", &["b", "a"]),
+                ("TP106", &["a", "b"]),
+            ],
+        ),
+        (
+            "fixtures/pytorch/transposed.pt",
+            &[
+                ("TP102", &["leaf", "chain"]),
+                ("TP105", &["t"]),
+                ("TP105", &["chain"]),
+                ("TP106", &["leaf", "chain"]),
+            ],
+        ),
+        (
+            "fixtures/pytorch/tied_weights.pt",
+            &[("TP103", &["embed.weight", "lm_head.weight"])],
+        ),
+        (
+            "fixtures/pytorch/legacy_views.pt",
+            &[("TP105", &["1"]), ("TP106", &["0", "1", "2"])],
+        ),
+        (
+            "fixtures/pytorch/multi_gpu.pt",
+            &[("TP201", &[]), ("TP202", &["a"]), ("TP202", &["b"])],
+        ),
+        ("fixtures/pytorch/meta.pt", &[("TP204", &["m"])]),
+        (
+            "fixtures/safetensors/fragmented.safetensors",
+            &[("TP301", &[])],
+        ),
+        ("fixtures/pytorch/payload_os_system.pt", &[("TP501", &[])]),
+        ("fixtures/pytorch/payload_importlib.pt", &[("TP501", &[])]),
+        (
+            "fixtures/pytorch/full_module.pt",
+            &[("TP501", &[]), ("TP501", &[])],
+        ),
+        ("fixtures/pytorch/bad/truncated.pt", &[("TP502", &[])]),
+        (
+            "fixtures/safetensors/bad/overlap.safetensors",
+            &[("TP502", &[])],
+        ),
+        (
+            "fixtures/pytorch/bad/index_broken/pytorch_model.bin.index.json",
+            &[("TP503", &[])],
+        ),
+        (
+            "fixtures/safetensors/bad/index_missing_shard/model.safetensors.index.json",
+            &[("TP503", &[])],
+        ),
+    ];
+    for (path, expected) in cases {
+        assert_eq!(findings(&report(&[path])), set(expected), "{path}");
+    }
+}
+
+#[test]
+fn non_finite_values_are_counted_per_tensor() {
+    let r = report(&["fixtures/safetensors/special_values.safetensors"]);
+    let f = r["files"][0]["findings"].as_array().expect("findings");
+    assert!(f.iter().all(|f| f["code"] == "TP401"), "{f:?}");
+    let messages: Vec<&str> = f.iter().map(|f| f["message"].as_str().unwrap()).collect();
+    // f32/f16/bf16 each hold NaN, -NaN, +Inf, -Inf at the same positions (see fixtures/README.md).
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("(float32) holds 2 NaN, 1 +Inf, 1 -Inf")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("(bfloat16) holds 2 NaN, 1 +Inf, 1 -Inf")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("(float16) holds 2 NaN, 1 +Inf, 1 -Inf")),
+        "{messages:#?}"
+    );
+    let clean: Vec<&str> = r["files"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["tensors"].as_array().unwrap())
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        !clean
+            .iter()
+            .any(|t| t.contains("clean") || t.contains("subnormal")),
+        "{clean:?}"
+    );
+
+    // --metadata-only reads no tensor bytes: TP401 neither runs nor is listed as checked.
+    let r = report(&[
+        "--metadata-only",
+        "fixtures/safetensors/special_values.safetensors",
+    ]);
+    assert!(findings(&r).is_empty());
+    assert!(!r["files"][0]["checked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c == "TP401"));
+}
+
+#[test]
+fn configuration_changes_levels_thresholds_devices_and_ties() {
+    let config = TempConfig::new(
+        "levels",
+        r#"
+allowed_devices = ["cpu", "cuda:0", "cuda:1"]
+
+[rules]
+"non-contiguous" = "off"
+TP106 = "warning"
+
+[thresholds]
+storage_bloat_bytes = 1024
+
+[tied_weights]
+allow = ["embed.weight", "lm_head.weight"]
+"#,
+    );
+    let with = |path: &str| report(&["--config", config.path(), path]);
+    assert!(findings(&with("fixtures/pytorch/tied_weights.pt")).is_empty());
+    assert_eq!(
+        findings(&with("fixtures/pytorch/multi_gpu.pt")),
+        set(&[("TP201", &[])])
+    );
+    assert_eq!(
+        findings(&with("fixtures/pytorch/slice_alone.pt")),
+        set(&[("TP104", &["<root>"])])
+    );
+    let r = with("fixtures/pytorch/legacy_views.pt");
+    assert_eq!(findings(&r), set(&[("TP106", &["0", "1", "2"])]));
+    assert_eq!(r["files"][0]["findings"][0]["severity"], "warning");
+    let message = r["files"][0]["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.starts_with("3 tensors share storage 0"),
+        "{message}"
+    );
+    let bloat = with("fixtures/pytorch/slice_alone.pt");
+    let message = bloat["files"][0]["findings"][0]["message"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        message,
+        "storage 0 holds 3.9 KiB but its tensors reach 40 B: 3.9 KiB (99.0%) are saved for nothing"
+    );
+}
+
+#[test]
+fn per_path_ignores_and_selection() {
+    let config = TempConfig::new(
+        "ignores",
+        "[[ignore]]\npath = \"fixtures/pytorch/multi_*.pt\"\nrules = [\"TP201\"]\n",
+    );
+    let r = report(&["--config", config.path(), "fixtures/pytorch/multi_gpu.pt"]);
+    assert_eq!(findings(&r), set(&[("TP202", &["a"]), ("TP202", &["b"])]));
+    let r = report(&[
+        "--select",
+        "TP201,unexpected-device",
+        "--ignore",
+        "TP202",
+        "fixtures/pytorch/multi_gpu.pt",
+    ]);
+    assert_eq!(findings(&r), set(&[("TP201", &[])]));
+    assert_eq!(r["files"][0]["checked"], serde_json::json!(["TP201"]));
+}
+
+#[test]
+fn exit_codes() {
+    let code = |args: &[&str]| tensorplay(args).status.code();
+    assert_eq!(code(&["audit", "fixtures/pytorch/state_dict.pt"]), Some(0));
+    assert_eq!(code(&["audit", "fixtures/pytorch/meta.pt"]), Some(1));
+    assert_eq!(
+        code(&["audit", "--fail-on", "never", "fixtures/pytorch/meta.pt"]),
+        Some(0)
+    );
+    assert_eq!(
+        code(&["audit", "fixtures/pytorch/tied_weights.pt"]),
+        Some(0)
+    );
+    assert_eq!(
+        code(&[
+            "audit",
+            "--fail-on",
+            "warning",
+            "fixtures/pytorch/tied_weights.pt"
+        ]),
+        Some(1)
+    );
+    // A corrupt checkpoint can never pass, whatever the configuration says.
+    assert_eq!(
+        code(&[
+            "audit",
+            "--ignore",
+            "TP502",
+            "fixtures/pytorch/bad/truncated.pt"
+        ]),
+        Some(1)
+    );
+    let out = tensorplay(&["audit", "--ci-mode", "fixtures/pytorch/bad/truncated.pt"]);
+    let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(r["files"][0]["format"], serde_json::Value::Null);
+    assert_eq!(r["summary"]["passed"], false);
+    // Could not judge: exit 2 with one line.
+    for args in [
+        &["audit", "fixtures/does-not-exist.pt"][..],
+        &[
+            "audit",
+            "--select",
+            "TP999",
+            "fixtures/pytorch/state_dict.pt",
+        ],
+        &[
+            "audit",
+            "--config",
+            "fixtures/missing.toml",
+            "fixtures/pytorch/state_dict.pt",
+        ],
+        &["audit"],
+    ] {
+        let out = tensorplay(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&out).starts_with("error") && !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = tensorplay(&[
+        "audit",
+        "--select",
+        "TP999",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(
+        stderr(&out),
+        "error: unknown rule 'TP999' (see `tensorplay rules`)\n"
+    );
+}
+
+#[test]
+fn unknown_config_keys_point_at_the_line() {
+    let config = TempConfig::new(
+        "unknown",
+        "allowed_devices = [\"cpu\"]\n\n[thresholds]\nstorage_bloat = 1\n",
+    );
+    let out = tensorplay(&[
+        "audit",
+        "--config",
+        config.path(),
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("line 4") && err.contains("unknown field `storage_bloat`"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_directory_is_walked_by_content_and_nothing_passes_silently() {
+    let r = report(&["fixtures/pytorch"]);
+    let paths: Vec<&str> = r["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"fixtures/pytorch/state_dict.pt"));
+    assert!(
+        paths.contains(&"fixtures/pytorch/bad/truncated.pt"),
+        "a corrupt checkpoint is audited, not skipped"
+    );
+    assert!(paths.contains(&"fixtures/pytorch/sharded/pytorch_model.bin.index.json"));
+    assert!(
+        !paths.iter().any(|p| p.ends_with("-of-00002.bin")),
+        "shards are audited through their index"
+    );
+    let skipped: Vec<(&str, &str)> = r["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["path"].as_str().unwrap(), s["reason"].as_str().unwrap()))
+        .collect();
+    assert!(skipped.contains(&(
+        "fixtures/pytorch/state_dict.pt.truth.json",
+        "JSON, not a checkpoint index"
+    )));
+    assert!(skipped.contains(&(
+        "fixtures/pytorch/sharded/pytorch_model-00001-of-00002.bin",
+        "shard of fixtures/pytorch/sharded/pytorch_model.bin.index.json"
+    )));
+    assert_eq!(r["summary"]["files"], paths.len());
+}
+
+#[test]
+fn a_baseline_fails_only_on_new_findings() {
+    let dir = std::env::temp_dir().join(format!("tensorplay-baseline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let baseline = dir.join("baseline.json");
+    let baseline = baseline.to_str().unwrap();
+    let out = tensorplay(&[
+        "audit",
+        "--write-baseline",
+        baseline,
+        "fixtures/pytorch/meta.pt",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "writing a baseline does not hide today's findings"
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(baseline).unwrap()).unwrap();
+    assert_eq!(written["findings"][0]["code"], "TP204");
+    assert_eq!(
+        tensorplay(&["audit", "--baseline", baseline, "fixtures/pytorch/meta.pt"])
+            .status
+            .code(),
+        Some(0)
+    );
+    // A finding the baseline does not know still fails.
+    let out = tensorplay(&[
+        "audit",
+        "--ci-mode",
+        "--baseline",
+        baseline,
+        "fixtures/pytorch/meta.pt",
+        "fixtures/pytorch/payload_os_system.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(r["summary"]["errors"], 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn human_output_groups_findings_with_their_fix() {
+    let out = tensorplay(&[
+        "audit",
+        "fixtures/pytorch/multi_gpu.pt",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b'), "no colours when not a terminal");
+    let expected = "\
+fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 bytes)
+  error[TP201] mixed-devices: storages were saved from 3 devices: cpu (1 storages), cuda:0 (1 storages), cuda:1 (1 storages)
+    fix: move every tensor to one device before saving (`model.cpu().state_dict()`), or load with map_location and re-save
+  warning[TP202] unexpected-device: 1 storages (1 tensors) were saved from cuda:0, outside allowed_devices [cpu]: loading needs map_location
+    tensors: a
+    fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:0\" to allowed_devices
+  warning[TP202] unexpected-device: 1 storages (1 tensors) were saved from cuda:1, outside allowed_devices [cpu]: loading needs map_location
+    tensors: b
+    fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:1\" to allowed_devices
+
+fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 bytes)
+  no findings (16 rules checked)
+
+2 files, 7 tensors, 7 storages, 136 bytes: 1 errors, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
+";
+    assert_eq!(text, expected);
+}
+
+/// The JSON and JUnit reports of a mixed set of fixtures, snapshotted (JUnit timestamps and
+/// host names redacted), and the JUnit read back by a JUnit parser.
+#[test]
+fn json_and_junit_reports() {
+    let dir = std::env::temp_dir().join(format!("tensorplay-reports-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let junit = dir.join("junit.xml");
+    let json = dir.join("report.json");
+    let files = [
+        "fixtures/pytorch/multi_gpu.pt",
+        "fixtures/pytorch/state_dict.pt",
+        "fixtures/pytorch/tied_weights.pt",
+        "fixtures/pytorch/bad/truncated.pt",
+    ];
+    let mut args = vec![
+        "audit",
+        "--ci-mode",
+        "--junit",
+        junit.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    args.extend(files);
+    let out = tensorplay(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let stdout_json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let file_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(stdout_json, file_json);
+    let mut redacted = file_json.clone();
+    redacted["tool"]["version"] = "[version]".into();
+    insta::assert_json_snapshot!("audit_report_json", redacted);
+
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let parsed =
+        junit_parser::from_reader(std::io::Cursor::new(xml.as_bytes())).expect("valid JUnit");
+    assert_eq!(parsed.suites.len(), files.len());
+    for (suite, file) in parsed
+        .suites
+        .iter()
+        .zip(&file_json["files"].as_array().unwrap()[..])
+    {
+        assert_eq!(suite.name, file["path"].as_str().unwrap());
+        assert_eq!(suite.cases.len(), file["checked"].as_array().unwrap().len());
+        let failing: BTreeSet<String> = file["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["severity"] == "error")
+            .map(|f| f["code"].as_str().unwrap().to_owned())
+            .collect();
+        let failed: BTreeSet<String> = suite
+            .cases
+            .iter()
+            .filter(|c| matches!(c.status, junit_parser::TestStatus::Failure(_)))
+            .map(|c| c.original_name.split(' ').next().unwrap().to_owned())
+            .collect();
+        assert_eq!(failed, failing, "{}", suite.name);
+    }
+    let stable = redact_junit(&xml);
+    insta::assert_snapshot!("audit_report_junit", stable);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn redact_junit(xml: &str) -> String {
+    let mut out = String::new();
+    for part in xml.split(' ') {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        if part.starts_with("timestamp=\"") {
+            out.push_str("timestamp=\"[timestamp]\"");
+        } else if part.starts_with("hostname=\"") {
+            out.push_str("hostname=\"[hostname]\"");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+#[test]
+fn rules_and_explain_print_the_registry() {
+    let out = tensorplay(&["rules"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 17, "{text}");
+    assert!(text.contains("TP101  view-overlap         error     Two tensors' byte ranges in one storage partly overlap."), "{text}");
+    for which in ["TP401", "non-finite", "tp401"] {
+        let out = tensorplay(&["explain", which]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = stdout(&out);
+        assert!(
+            text.starts_with("TP401 non-finite (default severity: error; reads tensor bytes)\n"),
+            "{text}"
+        );
+        assert!(text.contains("How to fix"));
+    }
+    let out = tensorplay(&["explain", "TP999"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: unknown rule 'TP999' (see `tensorplay rules`)\n"
+    );
+}
+
+#[test]
+fn the_config_in_the_working_directory_is_used() {
+    let dir = std::env::temp_dir().join(format!("tensorplay-cwd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tensorplay.toml"), "[rules]\nTP204 = \"off\"\n").unwrap();
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args(["audit"])
+        .arg(root().join("fixtures/pytorch/meta.pt"))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}
