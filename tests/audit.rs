@@ -278,6 +278,103 @@ fn per_path_ignores_and_selection() {
 }
 
 #[test]
+fn the_simulated_gpu_load_is_reported_and_gated() {
+    let r = report(&["fixtures/pytorch/state_dict.pt"]);
+    // Four small storages (48, 12, 24, 8 bytes) share one 2 MiB small-pool segment, each
+    // rounded up to 512 bytes.
+    assert_eq!(
+        r["files"][0]["memory"],
+        serde_json::json!({
+            "requested_bytes": 92,
+            "allocated_bytes": 2048,
+            "reserved_bytes": 2097152,
+            "segments": 1,
+            "fragmentation": 1.0 - 2048.0 / 2097152.0,
+            "budget_bytes": null,
+            "fits_budget": null
+        })
+    );
+    // The allocator's own out-of-memory decides the budget: 2 MiB segments do not fit 1 MiB.
+    let r = report(&["--gpu-budget", "1MiB", "fixtures/pytorch/state_dict.pt"]);
+    assert_eq!(findings(&r), set(&[("TP303", &[])]));
+    assert_eq!(r["files"][0]["memory"]["fits_budget"], false);
+    assert_eq!(r["files"][0]["memory"]["budget_bytes"], 1 << 20);
+    let out = tensorplay(&[
+        "audit",
+        "--gpu-budget",
+        "1MiB",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let r = report(&["--gpu-budget", "4MiB", "fixtures/pytorch/state_dict.pt"]);
+    assert!(findings(&r).is_empty());
+    assert_eq!(r["files"][0]["memory"]["fits_budget"], true);
+    assert_eq!(
+        tensorplay(&[
+            "audit",
+            "--gpu-budget",
+            "4MiB",
+            "fixtures/pytorch/state_dict.pt"
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
+    let out = tensorplay(&[
+        "audit",
+        "--gpu-budget",
+        "lots",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // Overhead is judged only above a minimum excess (64 MiB by default); lowered, it fires.
+    let config = TempConfig::new("overhead", "[thresholds]\nallocator_overhead_bytes = 0\n");
+    let r = report(&["--config", config.path(), "fixtures/pytorch/state_dict.pt"]);
+    assert_eq!(findings(&r), set(&[("TP302", &[])]));
+}
+
+#[test]
+fn loading_onto_a_gpu_fails_clearly_without_one() {
+    // CI machines have no GPU: an explicit device cannot be judged; `auto` notes and goes on.
+    let out = tensorplay(&[
+        "audit",
+        "--load-to",
+        "cuda:0",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    if out.status.code() == Some(0) {
+        return; // a machine with a GPU: scripts/gpu-check.sh covers it
+    }
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: --load-to cuda:0: the GPU path is unavailable: "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let out = tensorplay(&[
+        "audit",
+        "--load-to",
+        "auto",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("note: --load-to auto: no GPU load ("),
+        "{}",
+        stderr(&out)
+    );
+    let out = tensorplay(&[
+        "audit",
+        "--load-to",
+        "tpu:0",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
 fn exit_codes() {
     let code = |args: &[&str]| tensorplay(args).status.code();
     assert_eq!(code(&["audit", "fixtures/pytorch/state_dict.pt"]), Some(0));
@@ -470,7 +567,7 @@ fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 bytes)
     fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:1\" to allowed_devices
 
 fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 bytes)
-  no findings (16 rules checked)
+  no findings (17 rules checked)
 
 2 files, 7 tensors, 7 storages, 136 bytes: 1 errors, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
 ";
@@ -563,7 +660,7 @@ fn rules_and_explain_print_the_registry() {
     let out = tensorplay(&["rules"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 17, "{text}");
+    assert_eq!(text.lines().count(), 19, "{text}");
     assert!(text.contains("TP101  view-overlap         error     Two tensors' byte ranges in one storage partly overlap."), "{text}");
     for which in ["TP401", "non-finite", "tp401"] {
         let out = tensorplay(&["explain", which]);

@@ -192,3 +192,59 @@ fn reading_leaves_the_input_untouched() {
         modified
     );
 }
+
+#[test]
+fn the_simulated_segment_map_places_each_storage() {
+    let out = tensorplay(&[
+        "inspect",
+        "--alloc",
+        "--format",
+        "json",
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let alloc = &doc["alloc"];
+    assert_eq!(alloc["reserved_bytes"], 2 << 20);
+    let segments = alloc["segments"].as_array().expect("segments");
+    assert_eq!(segments.len(), 1);
+    assert_eq!(segments[0]["pool"], "small");
+    let blocks: Vec<(u64, u64, u64, serde_json::Value)> = segments[0]["blocks"]
+        .as_array()
+        .expect("blocks")
+        .iter()
+        .map(|b| {
+            (
+                b["offset"].as_u64().unwrap(),
+                b["size"].as_u64().unwrap(),
+                b["requested"].as_u64().unwrap(),
+                b["storage"].clone(),
+            )
+        })
+        .collect();
+    // File order, 512-byte blocks carved from the front of one 2 MiB small segment.
+    assert_eq!(
+        blocks,
+        [
+            (0, 512, 48, serde_json::json!(0)),
+            (512, 512, 12, serde_json::json!(1)),
+            (1024, 512, 24, serde_json::json!(2)),
+            (1536, 512, 8, serde_json::json!(3)),
+            (2048, (2 << 20) - 2048, 0, serde_json::Value::Null),
+        ]
+    );
+    let text = stdout(&tensorplay(&[
+        "inspect",
+        "--alloc",
+        "fixtures/pytorch/state_dict.pt",
+    ]));
+    assert!(text.contains("Simulated GPU load (PyTorch caching allocator, default settings): 92 requested, 2048 allocated, 2097152 reserved in 1 segments"), "{text}");
+    // Without --alloc, the JSON has no such key.
+    let plain = stdout(&tensorplay(&[
+        "inspect",
+        "--format",
+        "json",
+        "fixtures/pytorch/state_dict.pt",
+    ]));
+    assert!(!plain.contains("\"alloc\""));
+}

@@ -4,11 +4,13 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::finding::{Draft, Finding};
 use crate::registry::{self, RULES};
-use crate::report::FileReport;
-use crate::rule::{Context, Rule};
+use crate::report::{DeviceFacts, FileReport, MemoryFacts};
+use crate::rule::{Context, Memory, Rule};
 use crate::Severity;
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap};
+use tensorplay_engine::alloc::device_load::DeviceLoad;
+use tensorplay_engine::alloc::simulate::simulate_load;
 use tensorplay_engine::{numeric, views, Checkpoint, Error as ReadError, TensorImpl};
 
 /// Command-line choices that shape a run.
@@ -20,6 +22,8 @@ pub struct Options {
     pub ignore: Vec<&'static str>,
     /// Skip rules that read tensor bytes.
     pub metadata_only: bool,
+    /// GPU memory the load must fit (TP303).
+    pub gpu_budget: Option<u64>,
 }
 
 impl Options {
@@ -39,6 +43,7 @@ impl Options {
             select: resolve(select)?,
             ignore: resolve(ignore)?,
             metadata_only,
+            gpu_budget: None,
         })
     }
 }
@@ -55,6 +60,8 @@ pub fn enabled(
         .filter(|r| options.select.is_empty() || options.select.contains(&r.code()))
         .filter(|r| !options.ignore.contains(&r.code()))
         .filter(|r| !(options.metadata_only && r.reads_bytes()))
+        // A budget rule without a budget would report a pass it never judged.
+        .filter(|r| r.code() != "TP303" || options.gpu_budget.is_some())
         .filter(|r| !config.ignored(path, r.code()))
         .filter_map(|r| match config.level(r.code()) {
             None => Some((r, r.default_severity())),
@@ -70,11 +77,14 @@ pub fn audit(ckpt: &Checkpoint, path: &str, config: &Config, options: &Options) 
         .iter()
         .any(|(r, _)| r.reads_bytes())
         .then(|| scan(ckpt));
+    let memory = simulate(ckpt, config, options.gpu_budget);
+    let facts = memory_facts(&memory);
     let ctx = Context {
         ckpt,
         config,
         shared: views::shared_storages(ckpt),
         scans,
+        memory: Some(memory),
     };
     let mut findings = Vec::new();
     for (rule, severity) in &rules {
@@ -102,6 +112,84 @@ pub fn audit(ckpt: &Checkpoint, path: &str, config: &Config, options: &Options) 
         dtypes: dtypes.into_iter().collect(),
         checked: rules.iter().map(|(r, _)| r.code().to_owned()).collect(),
         findings,
+        memory: Some(facts),
+        device: None,
+    }
+}
+
+/// Adds a real GPU load's facts to a file's report, and a TP203 finding (when TP203 runs on
+/// the file) for every storage whose bytes are not where its DataPtr should be: not device
+/// memory, not the requested ordinal, or not the bytes that were copied.
+pub fn add_device_load(
+    file: &mut FileReport,
+    load: &DeviceLoad,
+    config: &Config,
+    options: &Options,
+) {
+    let stats = &load.stats;
+    let failed: Vec<_> = load.storages.iter().filter(|c| !c.ok()).collect();
+    file.device = Some(DeviceFacts {
+        device: format!("cuda:{}", load.ordinal),
+        reserved_bytes: stats.reserved_bytes.current,
+        allocated_bytes: stats.allocated_bytes.current,
+        segments: stats.segment.current,
+        storages_checked: load.storages.len(),
+        storages_failed: failed.len(),
+        pinned_staging: load.pinned_available,
+    });
+    let Some((rule, severity)) = enabled(config, options, &file.path)
+        .into_iter()
+        .find(|(r, _)| r.code() == "TP203")
+    else {
+        return;
+    };
+    for check in failed {
+        let mut problems = Vec::new();
+        if !check.memory_type_device {
+            problems.push("its memory is not device memory");
+        }
+        if !check.ordinal_matches {
+            problems.push("it lives on another device");
+        }
+        if !check.checksum_matches {
+            problems.push("the bytes read back differ from the bytes copied");
+        }
+        let draft = Draft {
+            tensors: Vec::new(),
+            storage: Some(check.storage),
+            message: format!(
+                "storage {} loaded to cuda:{} at {:#x}: {}",
+                check.storage,
+                load.ordinal,
+                check.address,
+                problems.join(", ")
+            ),
+            fix: "check the driver and device; load to CPU with map_location, then move the model"
+                .into(),
+        };
+        file.findings.push(finding(rule, severity, draft));
+    }
+}
+
+/// The load on an unbounded device, and on one of the budget's size when there is one.
+fn simulate(ckpt: &Checkpoint, config: &Config, budget: Option<u64>) -> Memory {
+    Memory {
+        full: simulate_load(ckpt, &config.allocator, u64::MAX),
+        budget,
+        within_budget: budget.map(|b| simulate_load(ckpt, &config.allocator, b)),
+    }
+}
+
+fn memory_facts(memory: &Memory) -> MemoryFacts {
+    let stats = &memory.full.stats;
+    MemoryFacts {
+        requested_bytes: stats.requested_bytes.current,
+        allocated_bytes: stats.allocated_bytes.current,
+        reserved_bytes: stats.reserved_bytes.current,
+        segments: stats.segment.current,
+        fragmentation: memory.full.fragmentation(),
+        budget_bytes: memory.budget,
+        fits_budget: memory.within_budget.as_ref().map(|w| w.oom.is_none()),
     }
 }
 
@@ -135,6 +223,8 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         dtypes: Vec::new(),
         checked: vec![rule.code().to_owned()],
         findings: vec![finding(rule, Severity::Error, draft)],
+        memory: None,
+        device: None,
     })
 }
 

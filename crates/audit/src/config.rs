@@ -8,6 +8,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use tensorplay_engine::alloc::AllocatorConfig;
 use toml::Spanned;
 
 /// The file tensorplay looks for in the working directory.
@@ -23,6 +24,10 @@ pub struct Thresholds {
     pub storage_bloat_fraction: f64,
     /// TP301 fires above this score (variance / mean² of storage sizes).
     pub fragmentation_score: f64,
+    /// TP302 fires when simulated reserved / requested bytes exceed this…
+    pub allocator_overhead: f64,
+    /// …and reserved exceeds requested by at least this many bytes.
+    pub allocator_overhead_bytes: u64,
 }
 
 impl Default for Thresholds {
@@ -31,6 +36,8 @@ impl Default for Thresholds {
             storage_bloat_bytes: 1 << 20,
             storage_bloat_fraction: 0.10,
             fragmentation_score: 5.0,
+            allocator_overhead: 1.25,
+            allocator_overhead_bytes: 64 << 20,
         }
     }
 }
@@ -48,6 +55,16 @@ struct RawConfig {
     tied_weights: RawTied,
     #[serde(default)]
     ignore: Vec<RawIgnore>,
+    #[serde(default)]
+    allocator: RawAllocator,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAllocator {
+    /// PYTORCH_CUDA_ALLOC_CONF syntax: `max_split_size_mb:128,roundup_power2_divisions:4`.
+    #[serde(default)]
+    conf: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -74,6 +91,8 @@ pub struct Config {
     pub thresholds: Thresholds,
     tied_allow: GlobSet,
     ignores: Vec<(GlobSet, Vec<&'static str>)>,
+    /// Caching-allocator settings for the simulated load (TP302, TP303).
+    pub allocator: AllocatorConfig,
 }
 
 impl Default for Config {
@@ -84,6 +103,7 @@ impl Default for Config {
             thresholds: Thresholds::default(),
             tied_allow: GlobSet::empty(),
             ignores: Vec::new(),
+            allocator: AllocatorConfig::default(),
         }
     }
 }
@@ -147,7 +167,18 @@ impl Config {
                 .collect::<Result<Vec<_>>>()?;
             ignores.push((glob_set(std::slice::from_ref(&entry.path))?, codes));
         }
+        let allocator = match &raw.allocator.conf {
+            None => AllocatorConfig::default(),
+            Some(conf) => {
+                AllocatorConfig::parse(conf.get_ref()).map_err(|detail| Error::ConfigValue {
+                    path: path.to_owned(),
+                    line: line(conf.span()),
+                    detail,
+                })?
+            }
+        };
         Ok(Config {
+            allocator,
             levels,
             allowed_devices: raw
                 .allowed_devices
@@ -252,6 +283,16 @@ rules = ["TP201", "mixed-devices"]
             .to_string();
         assert!(e.starts_with("tensorplay.toml:2: invalid glob 'a['"), "{e}");
         assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn allocator_settings_use_pytorch_syntax() {
+        let c = parse("[allocator]\nconf = \"max_split_size_mb:128\"\n").unwrap();
+        assert_eq!(c.allocator.max_split_size, 128 << 20);
+        let e = parse("\n[allocator]\nconf = \"max_split_size_mb:4\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("tensorplay.toml:3: "), "{e}");
     }
 
     #[test]

@@ -35,6 +35,17 @@ pub enum Error {
         rule: String,
     },
 
+    /// A config value is out of range or malformed.
+    #[error("{}:{line}: {detail}", .path.display())]
+    ConfigValue {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        detail: String,
+    },
+
     /// A glob in the config does not parse.
     #[error("{}:{line}: invalid glob '{glob}': {detail}", .path.display())]
     BadGlob {

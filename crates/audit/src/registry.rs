@@ -17,6 +17,8 @@ pub static RULES: &[&dyn Rule] = &[
     &device::DeviceMismatch,
     &device::MetaTensor,
     &memory::FragmentationScore,
+    &memory::AllocatorOverhead,
+    &memory::MemoryBudget,
     &numeric::NonFiniteValues,
     &safety::UnsafeGlobalRule,
     &integrity::CorruptFile,
@@ -64,7 +66,7 @@ mod tests {
             codes,
             [
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
-                "TP203", "TP204", "TP301", "TP401", "TP501", "TP502", "TP503"
+                "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503"
             ]
         );
         for rule in RULES {

@@ -96,6 +96,49 @@ pub struct FileReport {
     pub checked: Vec<String>,
     /// What they found.
     pub findings: Vec<Finding>,
+    /// The simulated GPU load; `null` when the file could not be read.
+    pub memory: Option<MemoryFacts>,
+    /// The real GPU load (`--load-to`), when one ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceFacts>,
+}
+
+/// What loading the checkpoint onto a real GPU took and whether every DataPtr checked out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceFacts {
+    /// `cuda:N`.
+    pub device: String,
+    /// Bytes the real caching allocator reserved.
+    pub reserved_bytes: u64,
+    /// Bytes in its allocated blocks.
+    pub allocated_bytes: u64,
+    /// Segments it reserved.
+    pub segments: u64,
+    /// Storages copied and checked.
+    pub storages_checked: usize,
+    /// Storages whose pointer attributes or round-trip checksum did not match.
+    pub storages_failed: usize,
+    /// Whether staging used pinned host memory (else pageable, as a fallback).
+    pub pinned_staging: bool,
+}
+
+/// What loading the checkpoint through the simulated CUDA caching allocator takes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryFacts {
+    /// Bytes the storages ask for.
+    pub requested_bytes: u64,
+    /// Bytes in allocated blocks (requests rounded to 512).
+    pub allocated_bytes: u64,
+    /// Bytes of GPU memory reserved in segments.
+    pub reserved_bytes: u64,
+    /// Segments reserved.
+    pub segments: u64,
+    /// Reserved but unallocated, as a share of reserved: 1 − allocated / reserved.
+    pub fragmentation: f64,
+    /// `--gpu-budget`, when given.
+    pub budget_bytes: Option<u64>,
+    /// Whether the load fits the budget, when one is given.
+    pub fits_budget: Option<bool>,
 }
 
 /// A file seen but not audited.

@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::finding::Draft;
 use crate::Severity;
 use std::collections::HashMap;
+use tensorplay_engine::alloc::simulate::LoadSimulation;
 use tensorplay_engine::numeric::NonFinite;
 use tensorplay_engine::views::SharedStorage;
 use tensorplay_engine::Checkpoint;
@@ -39,6 +40,18 @@ pub struct Context<'a> {
     pub shared: Vec<SharedStorage<'a>>,
     /// Non-finite counts by tensor index, when the bytes were scanned.
     pub scans: Option<HashMap<usize, NonFinite>>,
+    /// The simulated GPU load, when a memory rule runs.
+    pub memory: Option<Memory>,
+}
+
+/// The checkpoint loaded through the simulated caching allocator.
+pub struct Memory {
+    /// On an unbounded device: what the load needs.
+    pub full: LoadSimulation,
+    /// The `--gpu-budget`, if any.
+    pub budget: Option<u64>,
+    /// On a device of exactly the budget.
+    pub within_budget: Option<LoadSimulation>,
 }
 
 /// Declares a rule type: its identity, its doc, and the function that checks.

@@ -7,6 +7,7 @@ mod exit;
 mod inspect;
 mod render;
 mod rules_cmd;
+mod size;
 mod table;
 mod views;
 

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod alloc;
 pub mod checkpoint;
 pub mod data_ptr;
 pub mod device;

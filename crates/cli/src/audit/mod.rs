@@ -8,10 +8,12 @@ use clap::{Args, ValueEnum};
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use tensorplay_audit::audit::{audit, read_failure, Options};
+use tensorplay_audit::audit::{add_device_load, audit, read_failure, Options};
 use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
 use tensorplay_audit::report::{FailOn, Report};
+use tensorplay_engine::alloc::cuda::{gpu_status, GpuStatus};
+use tensorplay_engine::alloc::device_load::load_to_device;
 use tensorplay_engine::load;
 
 #[derive(Debug, Args)]
@@ -49,6 +51,14 @@ pub struct AuditArgs {
     /// Read no tensor bytes: skip the rules that scan values (TP401).
     #[arg(long)]
     metadata_only: bool,
+    /// GPU memory the simulated load must fit (TP303), e.g. 24GiB.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    gpu_budget: Option<u64>,
+    /// Also load every checkpoint onto this GPU (`cuda:N`) through pinned staging and the
+    /// caching allocator, and check every DataPtr (TP203); `auto` loads onto cuda:0 when a
+    /// GPU is present and notes that it skipped otherwise.
+    #[arg(long, value_name = "DEVICE")]
+    load_to: Option<String>,
     /// Worker threads [default: one per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
@@ -83,7 +93,8 @@ fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
 
 pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let config = load_config(args.config.as_deref())?;
-    let options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
+    let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
+    options.gpu_budget = args.gpu_budget;
     let baseline = args.baseline.as_deref().map(Baseline::load).transpose()?;
     let fail_on = FailOn::from(args.fail_on);
     if let Some(jobs) = args.jobs {
@@ -93,6 +104,8 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
             .context("cannot start worker threads")?;
     }
 
+    let gpu = gpu_target(args.load_to.as_deref())?;
+    let gpu_lock = std::sync::Mutex::new(());
     let found = discover(&args.paths)?;
     let results: Vec<Result<_, String>> = found
         .checkpoints
@@ -100,7 +113,17 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         .map(|path| {
             let shown = path.display().to_string();
             match load::open(path) {
-                Ok(ckpt) => Ok(audit(&ckpt, &shown, &config, &options)),
+                Ok(ckpt) => {
+                    let mut file = audit(&ckpt, &shown, &config, &options);
+                    if let Some(ordinal) = gpu {
+                        // One device: loads take turns.
+                        let _turn = gpu_lock.lock().unwrap_or_else(|e| e.into_inner());
+                        let loaded = load_to_device(&ckpt, ordinal, config.allocator.clone())
+                            .map_err(|e| format!("{shown}: loading onto cuda:{ordinal}: {e}"))?;
+                        add_device_load(&mut file, &loaded, &config, &options);
+                    }
+                    Ok(file)
+                }
                 Err(e) => read_failure(&shown, &e).ok_or_else(|| e.to_string()),
             }
         })
@@ -150,6 +173,39 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     } else {
         ExitStatus::Findings
     })
+}
+
+/// The device `--load-to` asks for, if it can be had: `cuda:N` without a usable GPU is an
+/// error (exit 2); `auto` without one is a note and no load.
+fn gpu_target(load_to: Option<&str>) -> anyhow::Result<Option<usize>> {
+    let Some(wanted) = load_to else {
+        return Ok(None);
+    };
+    let ordinal = match wanted {
+        "auto" => None,
+        other => match other
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            Some(n) => Some(n),
+            None => anyhow::bail!("--load-to {other}: expected cuda:N or auto"),
+        },
+    };
+    match (gpu_status(), ordinal) {
+        (GpuStatus::Available { devices }, Some(n)) if n >= devices => {
+            anyhow::bail!("--load-to cuda:{n}: this machine has {devices} CUDA device(s)")
+        }
+        (GpuStatus::Available { .. }, n) => Ok(Some(n.unwrap_or(0))),
+        (GpuStatus::Unavailable(reason), Some(n)) => {
+            anyhow::bail!("--load-to cuda:{n}: the GPU path is unavailable: {reason}")
+        }
+        (GpuStatus::Unavailable(reason), None) => {
+            eprintln!(
+                "note: --load-to auto: no GPU load ({reason}); the simulated load still runs"
+            );
+            Ok(None)
+        }
+    }
 }
 
 fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {

@@ -14,6 +14,8 @@ struct Document<'a> {
     tensors: Vec<TensorJson<'a>>,
     storages: Vec<StorageJson<'a>>,
     unsafe_globals: Vec<UnsafeGlobalJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alloc: Option<super::alloc::AllocJson>,
 }
 
 #[derive(Serialize)]
@@ -59,7 +61,10 @@ struct DataPtrJson {
     device: String,
 }
 
-pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
+pub fn render(
+    snapshot: &Snapshot<'_>,
+    alloc: Option<super::alloc::AllocJson>,
+) -> anyhow::Result<String> {
     let ckpt = snapshot.checkpoint;
     let by_storage = ckpt.tensors_by_storage();
     let tensors = snapshot
@@ -88,6 +93,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
                 position: g.position,
             })
             .collect(),
+        alloc,
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');

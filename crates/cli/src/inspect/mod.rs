@@ -1,5 +1,6 @@
 //! `tensorplay inspect`: the four-layer snapshot of a checkpoint.
 
+mod alloc;
 mod json;
 mod text;
 
@@ -21,6 +22,9 @@ pub struct InspectArgs {
     /// Show only this tensor and its storage.
     #[arg(long, value_name = "NAME")]
     tensor: Option<String>,
+    /// Also show the simulated GPU segment map of loading the checkpoint in file order.
+    #[arg(long)]
+    alloc: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -72,9 +76,16 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
             .with_context(|| checkpoint.path.display().to_string())?;
     }
     let snapshot = Snapshot::new(&checkpoint, args.tensor.as_deref())?;
+    let sim = args.alloc.then(|| alloc::simulate(&checkpoint));
     let rendered = match args.format {
-        OutputFormat::Text => text::render(&snapshot)?,
-        OutputFormat::Json => json::render(&snapshot)?,
+        OutputFormat::Text => {
+            let mut out = text::render(&snapshot)?;
+            if let Some(sim) = &sim {
+                alloc::text(sim, &mut out)?;
+            }
+            out
+        }
+        OutputFormat::Json => json::render(&snapshot, sim.as_ref().map(alloc::json))?,
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(rendered.as_bytes())?;

@@ -44,6 +44,24 @@ pub fn render(report: &Report, fail_on: FailOn, style: Style) -> anyhow::Result<
             None => "unreadable".to_owned(),
         };
         writeln!(out, "{} ({what})", style.paint("1", &file.path))?;
+        if let (Some(device), Some(memory)) = (&file.device, &file.memory) {
+            let verdict = if device.reserved_bytes == memory.reserved_bytes {
+                "matches the simulation"
+            } else {
+                "differs from the simulation"
+            };
+            writeln!(
+                out,
+                "  GPU load on {}: {} storages checked, {} failed; reserved {} bytes in {} segments (simulated {}): {verdict}{}",
+                device.device,
+                device.storages_checked,
+                device.storages_failed,
+                device.reserved_bytes,
+                device.segments,
+                memory.reserved_bytes,
+                if device.pinned_staging { "" } else { "; pinned memory unavailable, staged through pageable memory" }
+            )?;
+        }
         if file.findings.is_empty() {
             writeln!(out, "  no findings ({} rules checked)", file.checked.len())?;
         }

@@ -1,5 +1,9 @@
 //! Memory shape of a checkpoint.
 
+mod allocator_overhead;
 mod fragmentation;
+mod memory_budget;
 
+pub use allocator_overhead::AllocatorOverhead;
 pub use fragmentation::FragmentationScore;
+pub use memory_budget::MemoryBudget;

@@ -1,0 +1,48 @@
+use super::super::human_bytes;
+use crate::finding::Draft;
+use crate::rule::{declare_rule, Context};
+
+declare_rule!(MemoryBudget {
+    code: "TP303",
+    name: "memory-budget",
+    severity: Error,
+    reads_bytes: false,
+    summary: "The simulated load does not fit the GPU memory budget (`--gpu-budget`).",
+    doc: "\
+What it checks
+  With `--gpu-budget SIZE` (e.g. 24GiB), loads every storage through the simulated CUDA
+  caching allocator on a device of exactly that size. The allocator's own out-of-memory
+  decision is the verdict, after it has released cached segments and retried as PyTorch
+  does, so rounding, segment sizes and splitting all count, not just the sum of tensor sizes.
+
+Why it matters
+  'Trains fine, OOMs in production': a checkpoint that fits a 40 GB training GPU can fail
+  to load on a 24 GB serving GPU. Finding out in CI costs seconds; in production, an outage.
+
+Example
+  tensorplay audit --gpu-budget 24GiB model/   # a 23.5 GB checkpoint of 11 MiB storages does not fit
+
+How to fix
+  Quantize or shard the model, load it across devices, or serve it on a larger GPU.",
+    check: check,
+});
+
+fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    let Some(memory) = &ctx.memory else { return };
+    let (Some(budget), Some(within)) = (memory.budget, &memory.within_budget) else {
+        return;
+    };
+    let Some((storage, reason)) = &within.oom else {
+        return;
+    };
+    out.push(Draft {
+        tensors: Vec::new(),
+        storage: Some(*storage),
+        message: format!(
+            "does not fit a {} GPU: loading needs {} reserved at peak; the allocator ran out of memory at storage {storage} ({reason})",
+            human_bytes(budget),
+            human_bytes(memory.full.stats.reserved_bytes.peak),
+        ),
+        fix: "quantize or shard the model, load it across devices, or serve it on a larger GPU".into(),
+    });
+}
