@@ -9,9 +9,11 @@ use crate::rule::{Context, Memory, Rule};
 use crate::Severity;
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use tensorplay_engine::alloc::device_load::DeviceLoad;
 use tensorplay_engine::alloc::simulate::simulate_load;
-use tensorplay_engine::{numeric, views, Checkpoint, Error as ReadError, TensorImpl};
+use tensorplay_engine::{numeric, views, Checkpoint, Error as ReadError, Owner, TensorImpl};
 
 /// Command-line choices that shape a run.
 #[derive(Debug, Clone, Default)]
@@ -24,6 +26,8 @@ pub struct Options {
     pub metadata_only: bool,
     /// GPU memory the load must fit (TP303).
     pub gpu_budget: Option<u64>,
+    /// Bytes scanned so far, for a progress display.
+    pub progress: Option<Arc<AtomicU64>>,
 }
 
 impl Options {
@@ -44,6 +48,7 @@ impl Options {
             ignore: resolve(ignore)?,
             metadata_only,
             gpu_budget: None,
+            progress: None,
         })
     }
 }
@@ -73,16 +78,22 @@ pub fn enabled(
 /// Audits one checkpoint that was read.
 pub fn audit(ckpt: &Checkpoint, path: &str, config: &Config, options: &Options) -> FileReport {
     let rules = enabled(config, options, path);
-    let scans = rules
-        .iter()
-        .any(|(r, _)| r.reads_bytes())
-        .then(|| scan(ckpt));
-    let memory = simulate(ckpt, config, options.gpu_budget);
+    let reads_bytes = rules.iter().any(|(r, _)| r.reads_bytes());
+    // The byte scan, the simulated load and the view analysis are independent.
+    let (scans, (memory, shared)) = rayon::join(
+        || reads_bytes.then(|| scan(ckpt, options.progress.as_deref())),
+        || {
+            rayon::join(
+                || simulate(ckpt, config, options.gpu_budget),
+                || views::shared_storages(ckpt),
+            )
+        },
+    );
     let facts = memory_facts(&memory);
     let ctx = Context {
         ckpt,
         config,
-        shared: views::shared_storages(ckpt),
+        shared,
         scans,
         memory: Some(memory),
     };
@@ -174,9 +185,9 @@ pub fn add_device_load(
 /// The load on an unbounded device, and on one of the budget's size when there is one.
 fn simulate(ckpt: &Checkpoint, config: &Config, budget: Option<u64>) -> Memory {
     Memory {
-        full: simulate_load(ckpt, &config.allocator, u64::MAX),
+        full: simulate_load(ckpt, &config.allocator, u64::MAX, false),
         budget,
-        within_budget: budget.map(|b| simulate_load(ckpt, &config.allocator, b)),
+        within_budget: budget.map(|b| simulate_load(ckpt, &config.allocator, b, false)),
     }
 }
 
@@ -256,13 +267,83 @@ fn finding(rule: &dyn Rule, severity: Severity, draft: Draft) -> Finding {
     }
 }
 
-/// Scans every floating tensor's bytes, in parallel.
-fn scan(ckpt: &Checkpoint) -> HashMap<usize, numeric::NonFinite> {
-    ckpt.tensors
-        .par_iter()
+/// Bytes of a contiguous tensor scanned as one unit of parallel work. A multiple of every
+/// element size, so chunks split no element.
+const SCAN_CHUNK: u64 = 8 << 20;
+
+/// Chunks at least this large have their mapped pages released once scanned.
+const RELEASE_MIN: u64 = 256 << 10;
+
+/// Scans every floating tensor's bytes once, in parallel over tensors and over chunks of
+/// large contiguous ones. Pages of a mapped file are released once scanned, so resident
+/// memory stays bounded whatever the checkpoint's size.
+fn scan(ckpt: &Checkpoint, progress: Option<&AtomicU64>) -> HashMap<usize, numeric::NonFinite> {
+    let work: Vec<(usize, u64)> = ckpt
+        .tensors
+        .iter()
         .enumerate()
-        .filter_map(|(i, t)| scan_one(t.tensor_impl()).map(|found| (i, found)))
-        .collect()
+        .filter(|(_, t)| numeric::scannable(t.tensor_impl().dtype()))
+        .flat_map(|(i, t)| {
+            let imp = t.tensor_impl();
+            let chunks = if imp.layout().is_contiguous() {
+                imp.nbytes().unwrap_or(0).div_ceil(SCAN_CHUNK).max(1)
+            } else {
+                1
+            };
+            (0..chunks).map(move |c| (i, c))
+        })
+        .collect();
+    let mut parts: Vec<(usize, u64, numeric::NonFinite)> = work
+        .par_iter()
+        .filter_map(|&(i, chunk)| {
+            let imp = ckpt.tensors.get(i)?.tensor_impl();
+            let found = if imp.layout().is_contiguous() {
+                scan_chunk(imp, chunk, progress)?
+            } else {
+                scan_one(imp)?
+            };
+            Some((i, chunk, found))
+        })
+        .collect();
+    parts.sort_unstable_by_key(|&(i, chunk, _)| (i, chunk));
+    let mut merged: HashMap<usize, numeric::NonFinite> = HashMap::new();
+    for (i, chunk, found) in parts {
+        let element_bits = ckpt
+            .tensors
+            .get(i)
+            .map_or(8, |t| t.tensor_impl().dtype().bits().max(1));
+        let offset = chunk.saturating_mul(SCAN_CHUNK).saturating_mul(8) / element_bits;
+        let total = merged.remove(&i).unwrap_or_default();
+        merged.insert(i, total.merge(found, offset));
+    }
+    merged
+}
+
+/// Chunk `chunk` of a contiguous tensor; its pages are released afterwards.
+fn scan_chunk(
+    imp: &TensorImpl,
+    chunk: u64,
+    progress: Option<&AtomicU64>,
+) -> Option<numeric::NonFinite> {
+    imp.verify_data_ptr_consistency("").ok()?;
+    let bytes = imp.view_bytes()?;
+    let start = chunk.checked_mul(SCAN_CHUNK)?;
+    let end = start.saturating_add(SCAN_CHUNK).min(bytes.len() as u64);
+    let part = bytes.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
+    let found = numeric::scan_bytes(imp.dtype(), part);
+    // A release is a system call: worth it for large chunks, not for every small tensor.
+    if end - start >= RELEASE_MIN {
+        if let (Owner::Host { buffer, range }, Ok(Some(view))) =
+            (imp.storage().data_ptr().owner(), imp.byte_range())
+        {
+            let at = range.start + view.start + start;
+            buffer.release(at..at + (end - start));
+        }
+    }
+    if let Some(counter) = progress {
+        counter.fetch_add(end - start, Ordering::Relaxed);
+    }
+    Some(found)
 }
 
 /// A view whose strides make it reach the same elements many times (only a crafted file
@@ -288,6 +369,43 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use tensorplay_engine::{DType, DataPtr, Device, HostBuffer, Layout, Storage};
+
+    #[test]
+    fn chunks_of_a_large_tensor_merge_to_the_whole_tensor_counts() {
+        // 12 MB of float32 spans two 8 MiB chunks; NaN in the second, +Inf in the first.
+        let n = 3_000_000u64;
+        let mut bytes = vec![0u8; n as usize * 4];
+        let mut put = |i: usize, v: f32| bytes[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        put(2_500_000, f32::NAN);
+        put(2_999_999, f32::NAN);
+        put(2_097_151, f32::INFINITY);
+        let buffer = HostBuffer::from_vec("hand-made", bytes);
+        let ptr = DataPtr::host(buffer, 0..n * 4).unwrap();
+        let storage = Arc::new(Storage::new(0, "0", DType::Float32, n * 4, "cpu", ptr));
+        let imp = TensorImpl::new(
+            Layout::contiguous(vec![n]).unwrap(),
+            DType::Float32,
+            Device::Cpu,
+            false,
+            false,
+            storage.clone(),
+        );
+        let ckpt = Checkpoint {
+            path: "hand-made".into(),
+            format: tensorplay_engine::Format::Safetensors,
+            tensors: vec![tensorplay_engine::Tensor::new("w", Arc::new(imp))],
+            storages: vec![storage],
+            metadata: Default::default(),
+            unsafe_globals: Vec::new(),
+        };
+        let progress = AtomicU64::new(0);
+        let found = scan(&ckpt, Some(&progress))[&0];
+        assert_eq!(
+            (found.nan, found.pos_inf, found.first),
+            (2, 1, Some(2_097_151))
+        );
+        assert_eq!(progress.load(Ordering::Relaxed), n * 4);
+    }
 
     #[test]
     fn a_view_reaching_its_elements_many_times_is_scanned_once_per_element() {

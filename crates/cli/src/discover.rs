@@ -1,6 +1,6 @@
 //! Which files an audit covers: paths given, directories walked, files sniffed by content.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tensorplay_audit::report::Skipped;
 use tensorplay_engine::load::{self, ShardIndex, Sniffed};
@@ -103,31 +103,30 @@ fn classify(path: PathBuf, found: &mut Discovered) {
 /// Shards of an index found in the walk are audited through the index, not twice.
 fn drop_covered_shards(found: &mut Discovered) {
     let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
+    // Only JSON files can be indexes; checking content first leaves checkpoints unread here.
+    let indexes: HashMap<PathBuf, ShardIndex> = found
+        .checkpoints
+        .iter()
+        .filter(|p| matches!(load::sniff_file(p), Ok(Sniffed::JsonIndex)))
+        .filter_map(|p| Some((p.clone(), ShardIndex::read(p).ok()?)))
+        .collect();
     let mut covered: Vec<(PathBuf, String)> = Vec::new();
-    for index_path in &found.checkpoints {
-        if let Ok(index) = ShardIndex::read(index_path) {
-            for shard in index.shards() {
-                covered.push((
-                    canonical(&ShardIndex::shard_path(index_path, shard)),
-                    index_path.display().to_string(),
-                ));
-            }
+    for (index_path, index) in &indexes {
+        for shard in index.shards() {
+            covered.push((
+                canonical(&ShardIndex::shard_path(index_path, shard)),
+                index_path.display().to_string(),
+            ));
         }
     }
     if covered.is_empty() {
         return;
     }
-    let indexes: HashSet<PathBuf> = found
-        .checkpoints
-        .iter()
-        .filter(|p| ShardIndex::read(p).is_ok())
-        .cloned()
-        .collect();
     let mut kept = Vec::with_capacity(found.checkpoints.len());
     for path in std::mem::take(&mut found.checkpoints) {
         let c = canonical(&path);
         match covered.iter().find(|(shard, _)| *shard == c) {
-            Some((_, index)) if !indexes.contains(&path) => found.skipped.push(Skipped {
+            Some((_, index)) if !indexes.contains_key(&path) => found.skipped.push(Skipped {
                 path: path.display().to_string(),
                 reason: format!("shard of {index}"),
             }),

@@ -5,6 +5,7 @@ mod audit;
 mod discover;
 mod exit;
 mod inspect;
+mod progress;
 mod render;
 mod rules_cmd;
 mod size;

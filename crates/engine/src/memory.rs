@@ -87,6 +87,37 @@ impl HostBuffer {
         self.bytes().is_empty()
     }
 
+    /// Tells the kernel the pages of `range` will not be read again soon, so a scan over a
+    /// file larger than memory keeps resident memory bounded. Only mapped files are affected;
+    /// it is a hint, and a failed hint changes nothing.
+    pub fn release(&self, range: std::ops::Range<u64>) {
+        if let Backing::Mapped(map) = &self.backing {
+            let (Ok(start), Ok(end)) = (usize::try_from(range.start), usize::try_from(range.end))
+            else {
+                return;
+            };
+            let end = end.min(map.len());
+            if start >= end {
+                return;
+            }
+            #[cfg(unix)]
+            // SAFETY: the map is a read-only, private mapping of a file that tensorplay never
+            // writes. MADV_DONTNEED drops its pages; the next read of them faults the same
+            // bytes back in from the file, so no reference ever observes different data.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+            };
+        }
+    }
+
+    /// Tells the kernel the mapping will be read front to back (more read-ahead).
+    pub fn advise_sequential(&self) {
+        #[cfg(unix)]
+        if let Backing::Mapped(map) = &self.backing {
+            let _ = map.advise(memmap2::Advice::Sequential);
+        }
+    }
+
     /// The file the bytes came from.
     pub fn source(&self) -> &Path {
         &self.source

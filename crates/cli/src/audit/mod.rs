@@ -2,12 +2,15 @@
 
 use crate::discover::discover;
 use crate::exit::ExitStatus;
+use crate::progress::Progress;
 use crate::render;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use tensorplay_audit::audit::{add_device_load, audit, read_failure, Options};
 use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
@@ -107,6 +110,13 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let gpu = gpu_target(args.load_to.as_deref())?;
     let gpu_lock = std::sync::Mutex::new(());
     let found = discover(&args.paths)?;
+    let scanned = Arc::new(AtomicU64::new(0));
+    options.progress = Some(Arc::clone(&scanned));
+    let progress = if args.metadata_only {
+        None
+    } else {
+        Progress::start(&scanned, args.ci_mode)
+    };
     let results: Vec<Result<_, String>> = found
         .checkpoints
         .par_iter()
@@ -128,6 +138,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
             }
         })
         .collect();
+    drop(progress);
     let mut files = Vec::with_capacity(results.len());
     let mut unreadable = Vec::new();
     for result in results {

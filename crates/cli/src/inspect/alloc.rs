@@ -10,7 +10,7 @@ use tensorplay_engine::Checkpoint;
 
 /// The load on an unbounded simulated device with PyTorch's default allocator settings.
 pub fn simulate(ckpt: &Checkpoint) -> LoadSimulation {
-    simulate_load(ckpt, &AllocatorConfig::default(), u64::MAX)
+    simulate_load(ckpt, &AllocatorConfig::default(), u64::MAX, true)
 }
 
 #[derive(Serialize)]

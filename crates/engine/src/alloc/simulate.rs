@@ -10,11 +10,11 @@ use crate::Checkpoint;
 pub struct LoadSimulation {
     /// Allocator statistics at the end (or at the failure).
     pub stats: Stats,
-    /// The segment map at the end.
+    /// The segment map at the end (empty unless asked for).
     pub segments: Vec<SegmentInfo>,
     /// The storage whose allocation ran out of memory, with the allocator's message.
     pub oom: Option<(usize, String)>,
-    /// Where each storage landed: storage id and its block.
+    /// Where each storage landed: storage id and its block (empty unless asked for).
     pub placements: Vec<(usize, Block)>,
 }
 
@@ -41,8 +41,14 @@ impl LoadSimulation {
 }
 
 /// Allocates every storage that holds bytes, in storage order, on a simulated device of
-/// `capacity` bytes; stops at the first out-of-memory.
-pub fn simulate_load(ckpt: &Checkpoint, config: &AllocatorConfig, capacity: u64) -> LoadSimulation {
+/// `capacity` bytes; stops at the first out-of-memory. `with_map` keeps the segment map
+/// and placements, which only a display needs.
+pub fn simulate_load(
+    ckpt: &Checkpoint,
+    config: &AllocatorConfig,
+    capacity: u64,
+    with_map: bool,
+) -> LoadSimulation {
     let mut allocator = CachingAllocator::new(Simulated::new(capacity), config.clone());
     let mut oom = None;
     let mut placements = Vec::new();
@@ -52,7 +58,8 @@ pub fn simulate_load(ckpt: &Checkpoint, config: &AllocatorConfig, capacity: u64)
         }
         // The simulated backend cannot fail otherwise: an error is out-of-memory.
         match allocator.malloc(storage.nbytes()) {
-            Ok(block) => placements.push((storage.id(), block)),
+            Ok(block) if with_map => placements.push((storage.id(), block)),
+            Ok(_) => {}
             Err(e) => {
                 oom = Some((storage.id(), e.to_string()));
                 break;
@@ -61,7 +68,11 @@ pub fn simulate_load(ckpt: &Checkpoint, config: &AllocatorConfig, capacity: u64)
     }
     LoadSimulation {
         stats: allocator.stats().clone(),
-        segments: allocator.segments(),
+        segments: if with_map {
+            allocator.segments()
+        } else {
+            Vec::new()
+        },
         oom,
         placements,
     }

@@ -9,8 +9,8 @@
 use super::json::Entries;
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::TensorImpl;
 use crate::{Checkpoint, DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
+use crate::{Owner, TensorImpl};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -59,7 +59,39 @@ pub(crate) fn read_into(
     let path = buffer.source();
     let bytes = buffer.bytes();
     let (header, data_start) = split_header(path, bytes)?;
-    let (metadata, entries) = parse_header(path, header)?;
+    let first_id = parts.storages.len();
+    // The crate parses the same header on a second thread while tensorplay parses it and
+    // builds the tensors here; nothing is handed out before both readings agree.
+    let (built, crate_reading) = std::thread::scope(|scope| {
+        let crate_reading = scope.spawn(|| safetensors::SafeTensors::read_metadata(bytes));
+        let built = parse_header(path, header).and_then(|(metadata, entries)| {
+            build(buffer, data_start, first_id, entries).map(|t| (metadata, t))
+        });
+        (built, crate_reading.join())
+    });
+    let (metadata, tensors) = built?;
+    let crate_reading = crate_reading.map_err(|_| Error::SafetensorsRejected {
+        path: path.to_owned(),
+        detail: "the safetensors crate panicked".into(),
+    })?;
+    cross_check_with_crate(path, crate_reading, data_start, &tensors)?;
+    for tensor in tensors {
+        parts
+            .storages
+            .push(Arc::clone(tensor.tensor_impl().storage()));
+        parts.tensors.push(tensor);
+    }
+    Ok(metadata)
+}
+
+/// The four layers of validated entries: one storage per tensor, ids from `first_id`.
+fn build(
+    buffer: &Arc<HostBuffer>,
+    data_start: u64,
+    first_id: usize,
+    entries: Vec<Entry>,
+) -> Result<Vec<Tensor>> {
+    let path = buffer.source();
     let data_end = entries.last().map_or(0, |e| e.end);
     let file_end = data_start.checked_add(data_end).ok_or(Error::Overflow {
         what: "data end offset",
@@ -71,21 +103,19 @@ pub(crate) fn read_into(
             file_len: buffer.len(),
         });
     }
-    cross_check_with_crate(path, bytes, &entries)?;
-
-    for entry in entries {
+    let mut tensors = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
         let range = (data_start + entry.start)..(data_start + entry.end);
         let data_ptr = DataPtr::host(Arc::clone(buffer), range)?;
         let nbytes = entry.end - entry.start;
         let storage = Arc::new(Storage::new(
-            parts.storages.len(),
+            first_id + i,
             entry.name.clone(),
             entry.dtype,
             nbytes,
             "cpu",
             data_ptr,
         ));
-        parts.storages.push(Arc::clone(&storage));
         let imp = TensorImpl::new(
             entry.layout,
             entry.dtype,
@@ -94,9 +124,9 @@ pub(crate) fn read_into(
             false,
             storage,
         );
-        parts.tensors.push(Tensor::new(entry.name, Arc::new(imp)));
+        tensors.push(Tensor::new(entry.name, Arc::new(imp)));
     }
-    Ok(metadata)
+    Ok(tensors)
 }
 
 /// The header text and the file offset where tensor data begins.
@@ -150,7 +180,8 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
             "must begin with '{{' but begins with {found}"
         )));
     }
-    let raw: Entries<serde_json::Value> =
+    // Entries stay borrowed slices of the header until each is parsed on its own.
+    let raw: Entries<&serde_json::value::RawValue> =
         serde_json::from_str(header).map_err(|e| syntax(format!("invalid JSON: {e}")))?;
     if let Some(name) = raw.first_duplicate() {
         return Err(Error::DuplicateTensor {
@@ -163,7 +194,7 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
     let mut entries = Vec::with_capacity(raw.0.len());
     for (name, value) in raw.0 {
         if name == METADATA_KEY {
-            metadata = serde_json::from_value(value)
+            metadata = serde_json::from_str(value.get())
                 .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
             continue;
         }
@@ -172,7 +203,8 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
             tensor: name.clone(),
             detail,
         };
-        let raw: RawEntry = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+        let raw: RawEntry =
+            serde_json::from_str(value.get()).map_err(|e| invalid(e.to_string()))?;
         let dtype = DType::from_safetensors_code(&raw.dtype)
             .ok_or_else(|| invalid(format!("unknown dtype '{}'", raw.dtype)))?;
         let layout = Layout::contiguous(raw.shape).map_err(|e| invalid(e.to_string()))?;
@@ -238,42 +270,53 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
     Ok((metadata, entries))
 }
 
-/// Has the `safetensors` crate parse the same bytes and demands the same reading.
-fn cross_check_with_crate(path: &Path, bytes: &[u8], entries: &[Entry]) -> Result<()> {
+/// Demands that the `safetensors` crate's reading of the same bytes agrees, tensor for tensor.
+fn cross_check_with_crate(
+    path: &Path,
+    crate_reading: std::result::Result<
+        (usize, safetensors::tensor::Metadata),
+        safetensors::SafeTensorError,
+    >,
+    data_start: u64,
+    tensors: &[Tensor],
+) -> Result<()> {
     let rejected = |detail: String| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail,
     };
-    let (_, metadata) =
-        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| rejected(format!("{e:?}")))?;
+    let (_, metadata) = crate_reading.map_err(|e| rejected(format!("{e:?}")))?;
     let infos = metadata.tensors();
-    if infos.len() != entries.len() {
+    if infos.len() != tensors.len() {
         return Err(rejected(format!(
             "the crate reads {} tensors, tensorplay {}",
             infos.len(),
-            entries.len()
+            tensors.len()
         )));
     }
-    for entry in entries {
-        let agrees = infos.get(&entry.name).is_some_and(|info| {
+    for tensor in tensors {
+        let imp = tensor.tensor_impl();
+        let offsets = match imp.storage().data_ptr().owner() {
+            Owner::Host { range, .. } => Some((range.start - data_start, range.end - data_start)),
+            Owner::None => None,
+        };
+        let agrees = infos.get(tensor.name()).is_some_and(|info| {
             let code = serde_json::to_value(info.dtype).ok();
             let dtype = code
                 .as_ref()
                 .and_then(|c| c.as_str())
                 .and_then(DType::from_safetensors_code);
-            dtype == Some(entry.dtype)
+            dtype == Some(imp.dtype())
                 && info
                     .shape
                     .iter()
                     .map(|&s| s as u64)
-                    .eq(entry.layout.sizes().iter().copied())
-                && (info.data_offsets.0 as u64, info.data_offsets.1 as u64)
-                    == (entry.start, entry.end)
+                    .eq(imp.layout().sizes().iter().copied())
+                && Some((info.data_offsets.0 as u64, info.data_offsets.1 as u64)) == offsets
         });
         if !agrees {
             return Err(rejected(format!(
                 "the crate reads tensor '{}' differently",
-                entry.name
+                tensor.name()
             )));
         }
     }

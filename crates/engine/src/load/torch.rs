@@ -148,7 +148,8 @@ pub(crate) fn add_member(
     // (untyped storages learn theirs only from `_rebuild_tensor_v3`).
     let mut records: Vec<(StorageRecord, Option<DType>)> = Vec::new();
     let mut by_key: HashMap<String, usize> = HashMap::new();
-    let mut record_of: HashMap<Id, usize> = HashMap::new();
+    // Indexed by heap id: which record a persistent-id node names.
+    let mut record_of: Vec<Option<usize>> = vec![None; heap.len()];
     for &node in &member.unpickled.persistent {
         let Node::Persistent(pid) = heap.get(node) else {
             continue;
@@ -172,16 +173,21 @@ pub(crate) fn add_member(
                 records.len() - 1
             }
         };
-        record_of.insert(node, index);
+        if let Some(slot) = record_of.get_mut(node as usize) {
+            *slot = Some(index);
+        }
     }
     for (_, id) in &names {
         let Node::Tensor(spec) = heap.get(*id) else {
             continue;
         };
-        let Some(index) = spec.storage.and_then(|s| record_of.get(&s)) else {
+        let Some(index) = spec
+            .storage
+            .and_then(|s| record_of.get(s as usize).copied().flatten())
+        else {
             continue;
         };
-        if let Some((record, dtype)) = records.get_mut(*index) {
+        if let Some((record, dtype)) = records.get_mut(index) {
             if dtype.is_none() {
                 *dtype = spec.dtype.or(record.class_dtype);
             }
@@ -219,12 +225,12 @@ pub(crate) fn add_member(
     }
 
     // One TensorImpl per rebuilt tensor object, shared by every name that reaches it.
-    let mut impls: HashMap<Id, Arc<TensorImpl>> = HashMap::new();
+    let mut impls: Vec<Option<Arc<TensorImpl>>> = vec![None; heap.len()];
     for (name, id) in names {
         let Node::Tensor(spec) = heap.get(id) else {
             continue;
         };
-        if let Some(imp) = impls.get(&id) {
+        if let Some(Some(imp)) = impls.get(id as usize) {
             parts.tensors.push(Tensor::new(name, Arc::clone(imp)));
             continue;
         }
@@ -236,10 +242,12 @@ pub(crate) fn add_member(
         let storage = match spec.storage {
             Some(node) => {
                 let index = record_of
-                    .get(&node)
+                    .get(node as usize)
+                    .copied()
+                    .flatten()
                     .ok_or_else(|| invalid("its storage is not a storage persistent id".into()))?;
                 storages
-                    .get(*index)
+                    .get(index)
                     .map(Arc::clone)
                     .ok_or_else(|| invalid("storage missing".into()))?
             }
@@ -280,7 +288,9 @@ pub(crate) fn add_member(
             spec.is_parameter,
             storage,
         ));
-        impls.insert(id, Arc::clone(&imp));
+        if let Some(slot) = impls.get_mut(id as usize) {
+            *slot = Some(Arc::clone(&imp));
+        }
         parts.tensors.push(Tensor::new(name, imp));
     }
     parts.unsafe_globals.extend(member.unpickled.unsafe_globals);

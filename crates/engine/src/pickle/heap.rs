@@ -52,8 +52,9 @@ pub enum Node {
     },
     /// A persistent id (`BINPERSID`): the archive resolves it, usually to a storage.
     Persistent(Id),
-    /// A tensor rebuilt by an allowlisted `torch._utils` function.
-    Tensor(TensorSpec),
+    /// A tensor rebuilt by an allowlisted `torch._utils` function (boxed: it is the largest
+    /// variant, and every other value would pay for its size).
+    Tensor(Box<TensorSpec>),
 }
 
 /// What a tensor rebuild call said about a tensor; its storage is still a persistent id.
@@ -85,6 +86,13 @@ pub struct Heap {
 }
 
 impl Heap {
+    /// An empty heap with room for `capacity` values.
+    pub(super) fn with_capacity(capacity: usize) -> Self {
+        Heap {
+            nodes: Vec::with_capacity(capacity),
+        }
+    }
+
     /// The value behind an id. Ids come from this heap, so the lookup cannot miss; a
     /// foreign id reads as `None`.
     pub fn get(&self, id: Id) -> &Node {

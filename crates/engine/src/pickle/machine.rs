@@ -3,10 +3,10 @@
 
 use super::allowlist::{classify, map_module, Class, Known};
 use super::heap::{Heap, Id, Node, TensorSpec};
+use super::memo::Memo;
 use super::{Budget, UnsafeGlobal};
 use crate::error::{Error, Result};
 use crate::DType;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// The result of running one pickle stream.
@@ -39,10 +39,11 @@ pub fn unpickle(
         bytes,
         pos: 0,
         op_pos: 0,
-        heap: Heap::default(),
+        // Roughly one value per 8 bytes of stream; saves regrowing the heap.
+        heap: Heap::with_capacity((bytes.len() / 8).min(budget.max_nodes)),
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: HashMap::new(),
+        memo: Memo::default(),
         ops: 0,
         budget,
         path,
@@ -73,7 +74,7 @@ struct Machine<'a> {
     heap: Heap,
     stack: Vec<Id>,
     marks: Vec<usize>,
-    memo: HashMap<u64, Id>,
+    memo: Memo,
     ops: u64,
     budget: &'a Budget,
     path: &'a Path,
@@ -211,7 +212,7 @@ impl Machine<'_> {
 
     fn memo_put(&mut self, key: u64) -> Result<()> {
         let top = self.top()?;
-        if self.memo.len() >= self.budget.max_memo && !self.memo.contains_key(&key) {
+        if self.memo.len() >= self.budget.max_memo && !self.memo.contains(key) {
             return Err(self.err(format!(
                 "memo larger than {}: budget exceeded",
                 self.budget.max_memo
@@ -222,9 +223,9 @@ impl Machine<'_> {
     }
 
     fn memo_get(&mut self, key: u64) -> Result<()> {
-        let id = *self
+        let id = self
             .memo
-            .get(&key)
+            .get(key)
             .ok_or_else(|| self.err(format!("memo key {key} was never stored")))?;
         self.push_id(id)
     }
@@ -712,13 +713,13 @@ impl Machine<'_> {
                     Known::RebuildTensorV2 => Some(4),
                     _ => Some(5),
                 };
-                Node::Tensor(self.tensor_args(&a, requires_grad_at, None)?)
+                Node::Tensor(Box::new(self.tensor_args(&a, requires_grad_at, None)?))
             }
             Known::RebuildTensorV3 => {
                 let dtype = arg(6)
                     .and_then(|i| self.dtype_of(i))
                     .ok_or_else(|| self.err("_rebuild_tensor_v3: 7th argument is not a dtype"))?;
-                Node::Tensor(self.tensor_args(&a, Some(4), Some(dtype))?)
+                Node::Tensor(Box::new(self.tensor_args(&a, Some(4), Some(dtype))?))
             }
             Known::RebuildMetaNoStorage => {
                 let dtype = arg(0).and_then(|i| self.dtype_of(i)).ok_or_else(|| {
@@ -730,7 +731,7 @@ impl Machine<'_> {
                 ) else {
                     return Err(self.err("_rebuild_meta_tensor_no_storage: size and stride must be tuples of non-negative integers"));
                 };
-                Node::Tensor(TensorSpec {
+                Node::Tensor(Box::new(TensorSpec {
                     storage: None,
                     offset: 0,
                     sizes,
@@ -739,7 +740,7 @@ impl Machine<'_> {
                     dtype: Some(dtype),
                     is_parameter: false,
                     device: Some("meta".into()),
-                })
+                }))
             }
             Known::RebuildParameter | Known::RebuildParameterWithState => {
                 let mut spec = self.tensor_at(arg(0), "_rebuild_parameter")?;
@@ -747,7 +748,7 @@ impl Machine<'_> {
                 spec.requires_grad = arg(1)
                     .and_then(|i| self.heap.truthy(i))
                     .unwrap_or(spec.requires_grad);
-                Node::Tensor(spec)
+                Node::Tensor(Box::new(spec))
             }
             Known::RebuildDeviceFromCpu => {
                 let mut spec = self.tensor_at(arg(0), "_rebuild_device_tensor_from_cpu_tensor")?;
@@ -755,7 +756,7 @@ impl Machine<'_> {
                 spec.requires_grad = arg(3)
                     .and_then(|i| self.heap.truthy(i))
                     .unwrap_or(spec.requires_grad);
-                Node::Tensor(spec)
+                Node::Tensor(Box::new(spec))
             }
             Known::RebuildFromTypeV2 => {
                 if depth >= MAX_REBUILD_NESTING {
@@ -791,7 +792,7 @@ impl Machine<'_> {
 
     fn tensor_at(&self, id: Option<Id>, what: &str) -> Result<TensorSpec> {
         match id.map(|i| self.heap.get(i)) {
-            Some(Node::Tensor(spec)) => Ok(spec.clone()),
+            Some(Node::Tensor(spec)) => Ok((**spec).clone()),
             _ => Err(self.err(format!("{what}: first argument is not a tensor"))),
         }
     }

@@ -10,6 +10,7 @@ pub mod allowlist;
 mod budget;
 mod heap;
 mod machine;
+mod memo;
 
 pub use budget::Budget;
 pub use heap::{Heap, Id, Node, TensorSpec};

@@ -1,0 +1,74 @@
+//! The unpickler's memo. Picklers number memo entries 0, 1, 2… in order, so keys index a
+//! vector; scattered keys, which only a hand-made stream uses, go to a map.
+
+use super::heap::Id;
+use std::collections::HashMap;
+
+/// How far past the dense part a key may land and still extend it.
+const MAX_GAP: u64 = 1024;
+
+#[derive(Debug, Default)]
+pub(super) struct Memo {
+    dense: Vec<Option<Id>>,
+    sparse: HashMap<u64, Id>,
+    len: usize,
+}
+
+impl Memo {
+    /// Number of distinct keys stored (Python's `len(memo)`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn get(&self, key: u64) -> Option<Id> {
+        match usize::try_from(key).ok().and_then(|k| self.dense.get(k)) {
+            Some(slot) => *slot,
+            None => self.sparse.get(&key).copied(),
+        }
+    }
+
+    pub fn contains(&self, key: u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Stores `id` under `key`, replacing what was there.
+    pub fn insert(&mut self, key: u64, id: Id) {
+        let dense_len = self.dense.len() as u64;
+        if key < dense_len.saturating_add(MAX_GAP) && !self.sparse.contains_key(&key) {
+            // Bounded by the gap: at most MAX_GAP slots beyond the current length.
+            let index = key as usize;
+            if index >= self.dense.len() {
+                self.dense.resize(index + 1, None);
+            }
+            if let Some(slot) = self.dense.get_mut(index) {
+                if slot.replace(id).is_none() {
+                    self.len += 1;
+                }
+            }
+        } else if self.sparse.insert(key, id).is_none() {
+            self.len += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dense_and_scattered_keys() {
+        let mut m = Memo::default();
+        m.insert(0, 10);
+        m.insert(1, 11);
+        m.insert(1, 12);
+        m.insert(5, 15);
+        m.insert(u64::from(u32::MAX), 99);
+        assert_eq!(m.len(), 4);
+        assert_eq!(
+            (m.get(0), m.get(1), m.get(2), m.get(5)),
+            (Some(10), Some(12), None, Some(15))
+        );
+        assert_eq!(m.get(u64::from(u32::MAX)), Some(99));
+        assert!(!m.contains(3));
+    }
+}
