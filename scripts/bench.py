@@ -211,7 +211,8 @@ def main():
                    "and releases scanned pages, so its resident memory is the program plus a few chunks.\n"
                    f"- On 20 000 tiny tensors every cost is per tensor: {per_tensor} each, for parsing its header entry or "
                    "pickle calls, building its four layers, running every rule and placing it in the simulated caching "
-                   "allocator. The Python way spends most of its time importing torch (a fixed ~2 s), so the ratio there "
+                   "allocator; for safetensors the longest single step is the safetensors crate's own parse of the header "
+                   "(a cross-check run on a second thread), and for PyTorch files the pickle machine. The Python way spends most of its time importing torch (a fixed ~2 s), so the ratio there "
                    "measures tensorplay's per-tensor work against that import. The deep audit of tiny tensors is "
                    "likewise per-tensor work, not bandwidth, which is why its ratio to `cat` (which reads 6–10 MiB "
                    "in a few milliseconds) is large and not a target.\n")
