@@ -44,3 +44,13 @@ pub fn one_line(err: &anyhow::Error) -> String {
     }
     line.replace('\n', " ")
 }
+
+/// Writes a command's whole output to stdout (a closed pipe surfaces as an error that
+/// `is_broken_pipe` recognises).
+pub fn print(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}

@@ -3,7 +3,6 @@
 use crate::exit::ExitStatus;
 use crate::table::Table;
 use anyhow::bail;
-use std::io::Write;
 use tensorplay_audit::registry::{self, RULES};
 
 pub fn list() -> anyhow::Result<ExitStatus> {
@@ -39,8 +38,6 @@ pub fn explain(rule: &str) -> anyhow::Result<ExitStatus> {
 }
 
 fn print(text: &str) -> anyhow::Result<ExitStatus> {
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
+    crate::exit::print(text)?;
     Ok(ExitStatus::Success)
 }

@@ -7,7 +7,7 @@ use crate::render;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -169,9 +169,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
         render::human::render(&report, fail_on, render::human::Style { color })?
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(stdout_text.as_bytes())?;
-    stdout.flush()?;
+    crate::exit::print(&stdout_text)?;
 
     if !unreadable.is_empty() {
         for message in &unreadable {

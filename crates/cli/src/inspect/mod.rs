@@ -7,7 +7,6 @@ mod text;
 use crate::exit::ExitStatus;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tensorplay_engine::{load, Checkpoint, Storage, Tensor};
@@ -87,8 +86,6 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
         }
         OutputFormat::Json => json::render(&snapshot, sim.as_ref().map(alloc::json))?,
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(rendered.as_bytes())?;
-    stdout.flush()?;
+    crate::exit::print(&rendered)?;
     Ok(ExitStatus::Success)
 }

@@ -7,7 +7,6 @@ mod text;
 use crate::exit::ExitStatus;
 use crate::inspect::OutputFormat;
 use clap::Args;
-use std::io::Write;
 use std::path::PathBuf;
 use tensorplay_engine::{load, views};
 
@@ -27,8 +26,6 @@ pub fn run(args: &ViewsArgs) -> anyhow::Result<ExitStatus> {
         OutputFormat::Text => text::render(&checkpoint, &shared)?,
         OutputFormat::Json => json::render(&checkpoint, &shared)?,
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(rendered.as_bytes())?;
-    stdout.flush()?;
+    crate::exit::print(&rendered)?;
     Ok(ExitStatus::Success)
 }
