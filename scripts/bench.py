@@ -139,7 +139,7 @@ def main():
     ap.add_argument("--tensorplay", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     tp = os.path.abspath(args.tensorplay)
     # Generate in a child process so this one stays small.
