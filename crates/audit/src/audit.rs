@@ -367,58 +367,50 @@ fn scan_one(imp: &TensorImpl) -> Option<numeric::NonFinite> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use tensorplay_engine::{DType, DataPtr, Device, HostBuffer, Layout, Storage};
+    use crate::testing::{checkpoint, storage_of, tensor};
+    use tensorplay_engine::Device;
+
+    fn float32s(n: usize, special: &[(usize, f32)]) -> Vec<u8> {
+        let mut bytes = vec![0u8; n * 4];
+        for &(i, v) in special {
+            bytes[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        bytes
+    }
 
     #[test]
     fn chunks_of_a_large_tensor_merge_to_the_whole_tensor_counts() {
         // 12 MB of float32 spans two 8 MiB chunks; NaN in the second, +Inf in the first.
-        let n = 3_000_000u64;
-        let mut bytes = vec![0u8; n as usize * 4];
-        let mut put = |i: usize, v: f32| bytes[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
-        put(2_500_000, f32::NAN);
-        put(2_999_999, f32::NAN);
-        put(2_097_151, f32::INFINITY);
-        let buffer = HostBuffer::from_vec("hand-made", bytes);
-        let ptr = DataPtr::host(buffer, 0..n * 4).unwrap();
-        let storage = Arc::new(Storage::new(0, "0", DType::Float32, n * 4, "cpu", ptr));
-        let imp = TensorImpl::new(
-            Layout::contiguous(vec![n]).unwrap(),
-            DType::Float32,
-            Device::Cpu,
-            false,
-            false,
-            storage.clone(),
+        let n = 3_000_000;
+        let bytes = float32s(
+            n,
+            &[
+                (2_500_000, f32::NAN),
+                (2_999_999, f32::NAN),
+                (2_097_151, f32::INFINITY),
+            ],
         );
-        let ckpt = Checkpoint {
-            path: "hand-made".into(),
-            format: tensorplay_engine::Format::Safetensors,
-            tensors: vec![tensorplay_engine::Tensor::new("w", Arc::new(imp))],
-            storages: vec![storage],
-            metadata: Default::default(),
-            unsafe_globals: Vec::new(),
-        };
+        let s = storage_of(0, bytes, "cpu");
+        let ckpt = checkpoint(
+            vec![tensor("w", &s, &[n as u64], &[1], 0, Device::Cpu)],
+            vec![s],
+        );
         let progress = AtomicU64::new(0);
         let found = scan(&ckpt, Some(&progress))[&0];
         assert_eq!(
             (found.nan, found.pos_inf, found.first),
             (2, 1, Some(2_097_151))
         );
-        assert_eq!(progress.load(Ordering::Relaxed), n * 4);
+        assert_eq!(progress.load(Ordering::Relaxed), n as u64 * 4);
     }
 
     #[test]
     fn a_view_reaching_its_elements_many_times_is_scanned_once_per_element() {
         // 101 000 float32, one NaN; a [100 000, 1 000] view with strides [1, 1] reaches
         // each element up to a thousand times: 10^8 logical elements.
-        let mut bytes = vec![0u8; 101_000 * 4];
-        bytes[20..24].copy_from_slice(&f32::NAN.to_le_bytes());
-        let buffer = HostBuffer::from_vec("hand-made", bytes);
-        let ptr = DataPtr::host(buffer, 0..404_000).unwrap();
-        let storage = Arc::new(Storage::new(0, "0", DType::Float32, 404_000, "cpu", ptr));
-        let layout = Layout::new(vec![100_000, 1_000], vec![1, 1], 0).unwrap();
-        let imp = TensorImpl::new(layout, DType::Float32, Device::Cpu, false, false, storage);
-        let found = scan_one(&imp).expect("scannable");
+        let s = storage_of(0, float32s(101_000, &[(5, f32::NAN)]), "cpu");
+        let t = tensor("w", &s, &[100_000, 1_000], &[1, 1], 0, Device::Cpu);
+        let found = scan_one(t.tensor_impl()).expect("scannable");
         assert_eq!((found.nan, found.first), (1, None));
     }
 }

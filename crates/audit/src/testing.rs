@@ -6,14 +6,18 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tensorplay_engine::{
-    Checkpoint, DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor, TensorImpl,
+    Checkpoint, DType, DataPtr, Device, Format, Layout, Storage, Tensor, TensorImpl,
 };
 
 /// One float32 storage of `elements` zeros recorded at `location`.
 pub fn storage(id: usize, elements: u64, location: &str) -> Arc<Storage> {
-    let nbytes = elements * 4;
-    let buffer = HostBuffer::from_vec("hand-made", vec![0; nbytes as usize]);
-    let ptr = DataPtr::host(buffer, 0..nbytes).expect("in range");
+    storage_of(id, vec![0; elements as usize * 4], location)
+}
+
+/// One float32 storage holding `bytes`, recorded at `location`.
+pub fn storage_of(id: usize, bytes: Vec<u8>, location: &str) -> Arc<Storage> {
+    let nbytes = bytes.len() as u64;
+    let ptr = DataPtr::heap("hand-made", bytes);
     Arc::new(Storage::new(
         id,
         id.to_string(),

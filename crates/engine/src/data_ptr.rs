@@ -52,6 +52,22 @@ impl DataPtr {
         })
     }
 
+    /// Owns `bytes` on the heap (decompressed or byte-swapped records, hand-built storages);
+    /// `source` names where they came from.
+    pub fn heap(source: impl Into<std::path::PathBuf>, bytes: Vec<u8>) -> Self {
+        let len = bytes.len() as u64;
+        let buffer = HostBuffer::from_vec(source, bytes);
+        let address = buffer.bytes().as_ptr() as u64;
+        DataPtr {
+            address,
+            device: Device::Cpu,
+            owner: Owner::Host {
+                buffer,
+                range: 0..len,
+            },
+        }
+    }
+
     /// A DataPtr that owns nothing, for storages without bytes, on `device`.
     pub fn none(device: Device) -> Self {
         DataPtr {

@@ -631,7 +631,7 @@ pub fn scan_tensor(imp: &TensorImpl) -> Option<NonFinite> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DataPtr, Device, HostBuffer, Layout, Storage};
+    use crate::{DataPtr, Device, Layout, Storage};
     use proptest::prelude::*;
     use std::sync::Arc;
 
@@ -1053,9 +1053,14 @@ mod tests {
 
     fn storage_of(dtype: DType, bytes: Vec<u8>) -> Arc<Storage> {
         let n = bytes.len() as u64;
-        let buffer = HostBuffer::from_vec("mem", bytes);
-        let ptr = DataPtr::host(buffer, 0..n).expect("in range");
-        Arc::new(Storage::new(0, "0", dtype, n, "cpu", ptr))
+        Arc::new(Storage::new(
+            0,
+            "0",
+            dtype,
+            n,
+            "cpu",
+            DataPtr::heap("mem", bytes),
+        ))
     }
 
     fn view_of(storage: &Arc<Storage>, sizes: &[u64], strides: &[u64], offset: u64) -> TensorImpl {

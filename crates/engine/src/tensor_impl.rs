@@ -160,8 +160,7 @@ mod tests {
     use crate::{DataPtr, HostBuffer};
 
     fn storage(nbytes: u64, dtype: DType) -> Arc<Storage> {
-        let buffer = HostBuffer::from_vec("mem", (0..nbytes as u8).collect());
-        let ptr = DataPtr::host(buffer, 0..nbytes).expect("in range");
+        let ptr = DataPtr::heap("mem", (0..nbytes as u8).collect());
         Arc::new(Storage::new(0, "0", dtype, nbytes, "cpu", ptr))
     }
 

@@ -266,7 +266,6 @@ impl StorageSource for Records<'_, '_> {
         if self.archive.big_endian {
             byteswap(&mut bytes, dtype);
         }
-        let len = bytes.len() as u64;
-        DataPtr::host(HostBuffer::from_vec(self.archive.path(), bytes), 0..len).map(Some)
+        Ok(Some(DataPtr::heap(self.archive.path(), bytes)))
     }
 }
