@@ -110,14 +110,6 @@ impl HostBuffer {
         }
     }
 
-    /// Tells the kernel the mapping will be read front to back (more read-ahead).
-    pub fn advise_sequential(&self) {
-        #[cfg(unix)]
-        if let Backing::Mapped(map) = &self.backing {
-            let _ = map.advise(memmap2::Advice::Sequential);
-        }
-    }
-
     /// The file the bytes came from.
     pub fn source(&self) -> &Path {
         &self.source

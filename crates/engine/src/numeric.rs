@@ -631,6 +631,7 @@ pub fn scan_tensor(imp: &TensorImpl) -> Option<NonFinite> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tensor_impl::tests::{storage_of, view as view_of};
     use crate::{DataPtr, Device, Layout, Storage};
     use proptest::prelude::*;
     use std::sync::Arc;
@@ -1050,30 +1051,6 @@ mod tests {
 
     // -----------------------------------------------------------------------------------------
     // Tensors.
-
-    fn storage_of(dtype: DType, bytes: Vec<u8>) -> Arc<Storage> {
-        let n = bytes.len() as u64;
-        Arc::new(Storage::new(
-            0,
-            "0",
-            dtype,
-            n,
-            "cpu",
-            DataPtr::heap("mem", bytes),
-        ))
-    }
-
-    fn view_of(storage: &Arc<Storage>, sizes: &[u64], strides: &[u64], offset: u64) -> TensorImpl {
-        let layout = Layout::new(sizes.to_vec(), strides.to_vec(), offset).expect("layout");
-        TensorImpl::new(
-            layout,
-            storage.dtype(),
-            Device::Cpu,
-            false,
-            false,
-            Arc::clone(storage),
-        )
-    }
 
     /// Reference for a view: gathers every element by its multi-index, in row-major order.
     fn gather_reference(imp: &TensorImpl) -> NonFinite {

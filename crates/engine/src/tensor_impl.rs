@@ -155,16 +155,34 @@ impl TensorImpl {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{DataPtr, HostBuffer};
 
-    fn storage(nbytes: u64, dtype: DType) -> Arc<Storage> {
-        let ptr = DataPtr::heap("mem", (0..nbytes as u8).collect());
-        Arc::new(Storage::new(0, "0", dtype, nbytes, "cpu", ptr))
+    /// A storage of `dtype` holding `bytes` on the heap (shared by the engine's tests).
+    pub(crate) fn storage_of(dtype: DType, bytes: Vec<u8>) -> Arc<Storage> {
+        let n = bytes.len() as u64;
+        Arc::new(Storage::new(
+            0,
+            "0",
+            dtype,
+            n,
+            "cpu",
+            DataPtr::heap("mem", bytes),
+        ))
     }
 
-    fn view(storage: &Arc<Storage>, sizes: &[u64], strides: &[u64], offset: u64) -> TensorImpl {
+    fn storage(nbytes: u64, dtype: DType) -> Arc<Storage> {
+        storage_of(dtype, (0..nbytes as u8).collect())
+    }
+
+    /// A view of `storage` with its dtype, on the CPU (shared by the engine's tests).
+    pub(crate) fn view(
+        storage: &Arc<Storage>,
+        sizes: &[u64],
+        strides: &[u64],
+        offset: u64,
+    ) -> TensorImpl {
         let layout = Layout::new(sizes.to_vec(), strides.to_vec(), offset).expect("layout");
         TensorImpl::new(
             layout,
