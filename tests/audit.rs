@@ -448,10 +448,10 @@ fn exit_codes() {
 }
 
 #[test]
-fn unknown_config_keys_point_at_the_line() {
+fn every_config_problem_points_at_its_line() {
     let config = TempConfig::new(
         "unknown",
-        "allowed_devices = [\"cpu\"]\n\n[thresholds]\nstorage_bloat = 1\n",
+        "allowed_devices = [\"cpu\"]\n\n[thresholds]\nstorage_bloat = 1\n[rules]\nTP999 = \"off\"\n",
     );
     let out = tensorplay(&[
         "audit",
@@ -461,11 +461,17 @@ fn unknown_config_keys_point_at_the_line() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
     assert!(
-        err.contains("line 4") && err.contains("unknown field `storage_bloat`"),
+        lines[0].starts_with("error: ")
+            && lines[0].contains("tensorplay.toml:4: unknown field `storage_bloat`"),
         "{err}"
     );
-    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        lines[1].ends_with("tensorplay.toml:6: unknown rule 'TP999' (see `tensorplay rules`)"),
+        "{err}"
+    );
 }
 
 #[test]

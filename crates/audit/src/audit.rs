@@ -1,57 +1,19 @@
 //! The runner: which rules apply to a checkpoint, with what severity, and what they find.
+//! It names no rule: each rule says when it applies and what it reports.
 
 use crate::config::Config;
-use crate::error::{Error, Result};
 use crate::finding::{Draft, Finding};
-use crate::registry::{self, RULES};
+use crate::options::Options;
+use crate::registry::RULES;
 use crate::report::{DeviceFacts, FileReport, MemoryFacts};
 use crate::rule::{Context, Memory, Rule};
 use crate::Severity;
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use tensorplay_engine::alloc::device_load::DeviceLoad;
 use tensorplay_engine::alloc::simulate::simulate_load;
 use tensorplay_engine::{numeric, views, Checkpoint, Error as ReadError, Owner, TensorImpl};
-
-/// Command-line choices that shape a run.
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    /// Only these rule codes (empty: all).
-    pub select: Vec<&'static str>,
-    /// Never these rule codes.
-    pub ignore: Vec<&'static str>,
-    /// Skip rules that read tensor bytes.
-    pub metadata_only: bool,
-    /// GPU memory the load must fit (TP303).
-    pub gpu_budget: Option<u64>,
-    /// Bytes scanned so far, for a progress display.
-    pub progress: Option<Arc<AtomicU64>>,
-}
-
-impl Options {
-    /// Resolves `--select`/`--ignore` values (codes or names).
-    pub fn new(select: &[String], ignore: &[String], metadata_only: bool) -> Result<Options> {
-        let resolve = |names: &[String]| {
-            names
-                .iter()
-                .map(|n| {
-                    registry::find(n)
-                        .map(|r| r.code())
-                        .ok_or_else(|| Error::UnknownRule(n.clone()))
-                })
-                .collect::<Result<Vec<_>>>()
-        };
-        Ok(Options {
-            select: resolve(select)?,
-            ignore: resolve(ignore)?,
-            metadata_only,
-            gpu_budget: None,
-            progress: None,
-        })
-    }
-}
 
 /// The rules that run on the checkpoint at `path`, each with its final severity.
 pub fn enabled(
@@ -62,11 +24,9 @@ pub fn enabled(
     RULES
         .iter()
         .copied()
-        .filter(|r| options.select.is_empty() || options.select.contains(&r.code()))
-        .filter(|r| !options.ignore.contains(&r.code()))
+        .filter(|r| options.selects(r.code()))
         .filter(|r| !(options.metadata_only && r.reads_bytes()))
-        // A budget rule without a budget would report a pass it never judged.
-        .filter(|r| r.code() != "TP303" || options.gpu_budget.is_some())
+        .filter(|r| r.applies(options))
         .filter(|r| !config.ignored(path, r.code()))
         .filter_map(|r| match config.level(r.code()) {
             None => Some((r, r.default_severity())),
@@ -75,8 +35,14 @@ pub fn enabled(
         .collect()
 }
 
-/// Audits one checkpoint that was read.
-pub fn audit(ckpt: &Checkpoint, path: &str, config: &Config, options: &Options) -> FileReport {
+/// Audits one checkpoint that was read; `device_load` is its real GPU load, when one ran.
+pub fn audit(
+    ckpt: &Checkpoint,
+    path: &str,
+    config: &Config,
+    options: &Options,
+    device_load: Option<&DeviceLoad>,
+) -> FileReport {
     let rules = enabled(config, options, path);
     let reads_bytes = rules.iter().any(|(r, _)| r.reads_bytes());
     // The byte scan, the simulated load and the view analysis are independent.
@@ -89,13 +55,13 @@ pub fn audit(ckpt: &Checkpoint, path: &str, config: &Config, options: &Options) 
             )
         },
     );
-    let facts = memory_facts(&memory);
     let ctx = Context {
         ckpt,
-        config,
+        settings: &config.settings,
         shared,
         scans,
-        memory: Some(memory),
+        memory,
+        device_load,
     };
     let mut findings = Vec::new();
     for (rule, severity) in &rules {
@@ -121,64 +87,23 @@ pub fn audit(ckpt: &Checkpoint, path: &str, config: &Config, options: &Options) 
         bytes: ckpt.storage_bytes(),
         devices: devices.into_iter().collect(),
         dtypes: dtypes.into_iter().collect(),
-        checked: rules.iter().map(|(r, _)| r.code().to_owned()).collect(),
+        checked: rules.iter().map(|(r, _)| r.code()).collect(),
         findings,
-        memory: Some(facts),
-        device: None,
+        memory: Some(memory_facts(&ctx.memory)),
+        device: device_load.map(device_facts),
     }
 }
 
-/// Adds a real GPU load's facts to a file's report, and a TP203 finding (when TP203 runs on
-/// the file) for every storage whose bytes are not where its DataPtr should be: not device
-/// memory, not the requested ordinal, or not the bytes that were copied.
-pub fn add_device_load(
-    file: &mut FileReport,
-    load: &DeviceLoad,
-    config: &Config,
-    options: &Options,
-) {
+fn device_facts(load: &DeviceLoad) -> DeviceFacts {
     let stats = &load.stats;
-    let failed: Vec<_> = load.storages.iter().filter(|c| !c.ok()).collect();
-    file.device = Some(DeviceFacts {
+    DeviceFacts {
         device: format!("cuda:{}", load.ordinal),
         reserved_bytes: stats.reserved_bytes.current,
         allocated_bytes: stats.allocated_bytes.current,
         segments: stats.segment.current,
         storages_checked: load.storages.len(),
-        storages_failed: failed.len(),
+        storages_failed: load.storages.iter().filter(|c| !c.ok()).count(),
         pinned_staging: load.pinned_available,
-    });
-    let Some((rule, severity)) = enabled(config, options, &file.path)
-        .into_iter()
-        .find(|(r, _)| r.code() == "TP203")
-    else {
-        return;
-    };
-    for check in failed {
-        let mut problems = Vec::new();
-        if !check.memory_type_device {
-            problems.push("its memory is not device memory");
-        }
-        if !check.ordinal_matches {
-            problems.push("it lives on another device");
-        }
-        if !check.checksum_matches {
-            problems.push("the bytes read back differ from the bytes copied");
-        }
-        let draft = Draft {
-            tensors: Vec::new(),
-            storage: Some(check.storage),
-            message: format!(
-                "storage {} loaded to cuda:{} at {:#x}: {}",
-                check.storage,
-                load.ordinal,
-                check.address,
-                problems.join(", ")
-            ),
-            fix: "check the driver and device; load to CPU with map_location, then move the model"
-                .into(),
-        };
-        file.findings.push(finding(rule, severity, draft));
     }
 }
 
@@ -204,26 +129,14 @@ fn memory_facts(memory: &Memory) -> MemoryFacts {
     }
 }
 
-/// The report of a checkpoint the readers refused: TP503 when an index and its shards
-/// disagree, TP502 otherwise, always as an error — configuration cannot turn them off,
-/// so an unreadable checkpoint never passes. `None` when the file itself could not be
-/// opened (a missing path is a usage problem, not a finding).
+/// The report of a checkpoint the readers refused, from the rule that reports that kind of
+/// failure, always at its default severity: configuration cannot change those rules, so an
+/// unreadable checkpoint never passes. `None` when no rule claims the failure (a path that
+/// cannot be opened is a usage problem, not a finding).
 pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
-    let rule = match error {
-        ReadError::Io { .. } => return None,
-        e if is_index_mismatch(e) => registry::find("TP503"),
-        _ => registry::find("TP502"),
-    }?;
-    let draft = Draft {
-        tensors: Vec::new(),
-        storage: None,
-        message: error.to_string(),
-        fix: if rule.code() == "TP503" {
-            "regenerate the index with the tool that wrote the shards (`save_pretrained`)".into()
-        } else {
-            "re-upload or re-save the checkpoint from its source".into()
-        },
-    };
+    let (rule, draft) = RULES
+        .iter()
+        .find_map(|r| r.read_failure(error).map(|d| (*r, d)))?;
     Some(FileReport {
         path: path.to_owned(),
         format: None,
@@ -232,33 +145,16 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         bytes: 0,
         devices: Vec::new(),
         dtypes: Vec::new(),
-        checked: vec![rule.code().to_owned()],
-        findings: vec![finding(rule, Severity::Error, draft)],
+        checked: vec![rule.code()],
+        findings: vec![finding(rule, rule.default_severity(), draft)],
         memory: None,
         device: None,
     })
 }
 
-fn is_index_mismatch(error: &ReadError) -> bool {
-    match error {
-        ReadError::IndexShardPath { .. }
-        | ReadError::IndexEmpty { .. }
-        | ReadError::IndexTensorAbsent { .. }
-        | ReadError::IndexTensorInTwoShards { .. }
-        | ReadError::IndexUnlistedTensor { .. }
-        | ReadError::IndexMixedFormats { .. } => true,
-        // A shard that is missing is the index's fault; a shard that is damaged is corrupt.
-        ReadError::Shard { source, .. } => {
-            matches!(**source, ReadError::Io { .. }) || is_index_mismatch(source)
-        }
-        _ => false,
-    }
-}
-
 fn finding(rule: &dyn Rule, severity: Severity, draft: Draft) -> Finding {
     Finding {
-        code: rule.code().to_owned(),
-        rule: rule.name().to_owned(),
+        code: rule.code(),
         severity,
         tensors: draft.tensors,
         storage: draft.storage,

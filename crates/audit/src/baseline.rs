@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::report::Report;
-use crate::Finding;
+use crate::{Code, Finding};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::path::Path;
@@ -14,7 +14,7 @@ pub struct Fingerprint {
     /// Checkpoint path.
     pub path: String,
     /// Rule code.
-    pub code: String,
+    pub code: Code,
     /// Tensor names, sorted.
     pub tensors: Vec<String>,
     /// The message, for findings without tensors; empty otherwise.
@@ -28,7 +28,7 @@ impl Fingerprint {
         tensors.sort();
         Fingerprint {
             path: path.to_owned(),
-            code: finding.code.clone(),
+            code: finding.code,
             message: if tensors.is_empty() {
                 finding.message.clone()
             } else {

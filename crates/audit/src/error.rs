@@ -1,6 +1,7 @@
 //! The audit crate's one error type: problems with what the user configured.
 
-use std::path::PathBuf;
+use crate::config::Problem;
+use std::path::{Path, PathBuf};
 
 /// A configuration, selection or baseline problem. Findings are not errors.
 #[derive(Debug, thiserror::Error)]
@@ -15,48 +16,14 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The config file is not valid TOML or has unknown keys or wrong types.
-    #[error("{}: {detail}", .path.display())]
-    ConfigSyntax {
+    /// The config file has problems: TOML syntax, unknown keys, wrong types, unknown rules,
+    /// bad globs or values. Every one is listed, one per line.
+    #[error("{}", config_lines(path, problems))]
+    Config {
         /// The file.
         path: PathBuf,
-        /// The parser's message, with line and column.
-        detail: String,
-    },
-
-    /// The config names a rule that does not exist.
-    #[error("{}:{line}: unknown rule '{rule}' (see `tensorplay rules`)", .path.display())]
-    UnknownRuleInConfig {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// What was written.
-        rule: String,
-    },
-
-    /// A config value is out of range or malformed.
-    #[error("{}:{line}: {detail}", .path.display())]
-    ConfigValue {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// What is wrong.
-        detail: String,
-    },
-
-    /// A glob in the config does not parse.
-    #[error("{}:{line}: invalid glob '{glob}': {detail}", .path.display())]
-    BadGlob {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// The glob.
-        glob: String,
-        /// Why.
-        detail: String,
+        /// What is wrong, in line order.
+        problems: Vec<Problem>,
     },
 
     /// A command-line selection names a rule that does not exist.
@@ -71,6 +38,14 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+}
+
+fn config_lines(path: &Path, problems: &[Problem]) -> String {
+    let lines: Vec<String> = problems
+        .iter()
+        .map(|p| format!("{}:{}: {}", path.display(), p.line, p.detail))
+        .collect();
+    lines.join("\n")
 }
 
 /// The audit crate's result type.

@@ -1,15 +1,14 @@
 //! What a rule reports.
 
-use crate::Severity;
+use crate::{Code, Severity};
 use serde::{Deserialize, Serialize};
 
 /// One problem found in one checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
-    /// Rule code (`TP101`).
-    pub code: String,
-    /// Rule name (`view-overlap`).
-    pub rule: String,
+    /// The rule, written as `"code": "TP101", "rule": "view-overlap"`.
+    #[serde(flatten, with = "crate::code::code_and_name")]
+    pub code: Code,
     /// Final severity, after configuration.
     pub severity: Severity,
     /// Tensor names involved.
@@ -22,7 +21,7 @@ pub struct Finding {
     pub fix: String,
 }
 
-/// What a rule's check produces; the runner adds code, name and severity.
+/// What a rule produces; the runner adds the rule's code and the severity.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Draft {
     /// Tensor names involved.

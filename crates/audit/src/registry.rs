@@ -30,7 +30,12 @@ pub fn find(code_or_name: &str) -> Option<&'static dyn Rule> {
     RULES
         .iter()
         .copied()
-        .find(|r| r.code().eq_ignore_ascii_case(code_or_name) || r.name() == code_or_name)
+        .find(|r| r.code().as_str().eq_ignore_ascii_case(code_or_name) || r.name() == code_or_name)
+}
+
+/// The rule with exactly this code, as reports write it.
+pub fn by_code(code: &str) -> Option<&'static dyn Rule> {
+    RULES.iter().copied().find(|r| r.code() == code)
 }
 
 #[cfg(test)]
@@ -44,10 +49,17 @@ mod tests {
         let mut names = HashSet::new();
         for rule in RULES {
             assert!(codes.insert(rule.code()), "duplicate code {}", rule.code());
-            assert!(names.insert(rule.name()), "duplicate name {}", rule.name());
-            assert_eq!(find(rule.code()).map(|r| r.code()), Some(rule.code()));
             assert_eq!(
-                find(&rule.code().to_lowercase()).map(|r| r.code()),
+                by_code(rule.code().as_str()).map(|r| r.code()),
+                Some(rule.code())
+            );
+            assert!(names.insert(rule.name()), "duplicate name {}", rule.name());
+            assert_eq!(
+                find(rule.code().as_str()).map(|r| r.code()),
+                Some(rule.code())
+            );
+            assert_eq!(
+                find(&rule.code().as_str().to_lowercase()).map(|r| r.code()),
                 Some(rule.code())
             );
             assert_eq!(find(rule.name()).map(|r| r.code()), Some(rule.code()));
@@ -58,7 +70,7 @@ mod tests {
 
     #[test]
     fn codes_follow_the_family_scheme_and_are_sorted() {
-        let codes: Vec<&str> = RULES.iter().map(|r| r.code()).collect();
+        let codes: Vec<&str> = RULES.iter().map(|r| r.code().as_str()).collect();
         let mut sorted = codes.clone();
         sorted.sort_unstable();
         assert_eq!(codes, sorted);

@@ -1,17 +1,18 @@
 //! The report: plain data every renderer reads. The JSON renderer is its serialisation.
 
 use crate::finding::Finding;
-use crate::Severity;
+use crate::{Code, Severity};
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON report's shape; fields are only ever added within a version.
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Which findings fail the build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FailOn {
     /// Errors fail (default).
+    #[default]
     Error,
     /// Warnings and errors fail.
     Warning,
@@ -73,6 +74,9 @@ pub struct Summary {
     pub infos: usize,
     /// Whether no finding reaches the fail-on level.
     pub passed: bool,
+    /// The level that judged `passed`.
+    #[serde(default)]
+    pub fail_on: FailOn,
 }
 
 /// One checkpoint's result.
@@ -92,8 +96,8 @@ pub struct FileReport {
     pub devices: Vec<String>,
     /// Distinct tensor dtypes, sorted.
     pub dtypes: Vec<String>,
-    /// Codes of the rules that ran on it (JUnit reports one test case each).
-    pub checked: Vec<String>,
+    /// The rules that ran on it (JUnit reports one test case each).
+    pub checked: Vec<Code>,
     /// What they found.
     pub findings: Vec<Finding>,
     /// The simulated GPU load; `null` when the file could not be read.
@@ -163,12 +167,19 @@ impl Report {
             files,
             skipped,
         };
-        report.recount(fail_on);
+        report.summary.fail_on = fail_on;
+        report.recount();
         report
     }
 
+    /// Whether a finding of `severity` fails this run.
+    pub fn fails(&self, severity: Severity) -> bool {
+        self.summary.fail_on.fails(severity)
+    }
+
     /// Recomputes the totals (after a baseline removed findings, say).
-    pub fn recount(&mut self, fail_on: FailOn) {
+    pub fn recount(&mut self) {
+        let fail_on = self.summary.fail_on;
         let findings = || self.files.iter().flat_map(|f| &f.findings);
         let count = |s: Severity| findings().filter(|f| f.severity == s).count();
         self.summary = Summary {
@@ -183,6 +194,7 @@ impl Report {
             warnings: count(Severity::Warning),
             infos: count(Severity::Info),
             passed: !findings().any(|f| fail_on.fails(f.severity)),
+            fail_on,
         };
     }
 }

@@ -1,21 +1,25 @@
 //! The rule trait and what a rule sees.
 
-use crate::config::Config;
 use crate::finding::Draft;
-use crate::Severity;
+use crate::options::Options;
+use crate::settings::RuleSettings;
+use crate::{Code, Severity};
 use std::collections::HashMap;
+use tensorplay_engine::alloc::device_load::DeviceLoad;
 use tensorplay_engine::alloc::simulate::LoadSimulation;
 use tensorplay_engine::numeric::NonFinite;
 use tensorplay_engine::views::SharedStorage;
-use tensorplay_engine::Checkpoint;
+use tensorplay_engine::{Checkpoint, Error as ReadError};
 
-/// One audit rule. Rules only report; severity overrides, selection, ignores and baselines
-/// are applied by the runner.
+/// One audit rule: its identity, its documentation and all of its logic. Severity
+/// overrides, selection, ignores and baselines are applied by the runner, never by a rule.
 pub trait Rule: Sync {
-    /// Stable code, `TP101`.
-    fn code(&self) -> &'static str;
+    /// Stable code with the rule's name, `TP101` / `view-overlap`.
+    fn code(&self) -> Code;
     /// Stable kebab-case name, `view-overlap`.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.code().name()
+    }
     /// Severity unless configured otherwise.
     fn default_severity(&self) -> Severity;
     /// One line: what fires it.
@@ -26,22 +30,39 @@ pub trait Rule: Sync {
     fn reads_bytes(&self) -> bool {
         false
     }
-    /// Reports what it finds in one checkpoint.
+    /// Whether the rule can judge a run with these options; one that cannot does not run,
+    /// rather than report a pass it never judged.
+    fn applies(&self, _options: &Options) -> bool {
+        true
+    }
+    /// Whether configuration may change its level or ignore it. Rules that report
+    /// unreadable checkpoints may not: such a checkpoint never passes.
+    fn configurable(&self) -> bool {
+        true
+    }
+    /// Reports what it finds in one checkpoint that was read.
     fn check(&self, ctx: &Context<'_>, out: &mut Vec<Draft>);
+    /// The finding for a checkpoint the readers refused, when the failure is of the kind
+    /// this rule reports.
+    fn read_failure(&self, _error: &ReadError) -> Option<Draft> {
+        None
+    }
 }
 
 /// A checkpoint with what several rules need computed once.
 pub struct Context<'a> {
     /// The checkpoint.
     pub ckpt: &'a Checkpoint,
-    /// Thresholds, allowed devices, allowlists.
-    pub config: &'a Config,
+    /// Thresholds, allowed devices, the tie allowlist.
+    pub settings: &'a RuleSettings,
     /// Storages viewed by more than one tensor.
     pub shared: Vec<SharedStorage<'a>>,
     /// Non-finite counts by tensor index, when the bytes were scanned.
     pub scans: Option<HashMap<usize, NonFinite>>,
-    /// The simulated GPU load, when a memory rule runs.
-    pub memory: Option<Memory>,
+    /// The simulated GPU load.
+    pub memory: Memory,
+    /// The real GPU load (`--load-to`), when one ran.
+    pub device_load: Option<&'a DeviceLoad>,
 }
 
 /// The checkpoint loaded through the simulated caching allocator.
@@ -54,7 +75,8 @@ pub struct Memory {
     pub within_budget: Option<LoadSimulation>,
 }
 
-/// Declares a rule type: its identity, its doc, and the function that checks.
+/// Declares a rule type: its identity, its doc, and the functions in its file that hold its
+/// logic (`check`, and where the rule needs them `applies`, `configurable`, `read_failure`).
 macro_rules! declare_rule {
     (
         $ty:ident {
@@ -64,18 +86,24 @@ macro_rules! declare_rule {
             reads_bytes: $reads_bytes:literal,
             summary: $summary:literal,
             doc: $doc:expr,
-            check: $check:path $(,)?
+            check: $check:path
+            $(, applies: $applies:path)?
+            $(, configurable: $configurable:literal)?
+            $(, read_failure: $read_failure:path)?
+            $(,)?
         }
     ) => {
         #[doc = $summary]
         pub struct $ty;
 
+        impl $ty {
+            /// This rule's code and name.
+            pub const CODE: $crate::Code = $crate::Code::new($code, $name);
+        }
+
         impl $crate::rule::Rule for $ty {
-            fn code(&self) -> &'static str {
-                $code
-            }
-            fn name(&self) -> &'static str {
-                $name
+            fn code(&self) -> $crate::Code {
+                Self::CODE
             }
             fn default_severity(&self) -> $crate::Severity {
                 $crate::Severity::$severity
@@ -89,6 +117,16 @@ macro_rules! declare_rule {
             fn reads_bytes(&self) -> bool {
                 $reads_bytes
             }
+            $(
+                fn applies(&self, options: &$crate::options::Options) -> bool {
+                    $applies(options)
+                }
+            )?
+            $(
+                fn configurable(&self) -> bool {
+                    $configurable
+                }
+            )?
             fn check(
                 &self,
                 ctx: &$crate::rule::Context<'_>,
@@ -96,6 +134,14 @@ macro_rules! declare_rule {
             ) {
                 $check(ctx, out)
             }
+            $(
+                fn read_failure(
+                    &self,
+                    error: &tensorplay_engine::Error,
+                ) -> Option<$crate::finding::Draft> {
+                    $read_failure(error)
+                }
+            )?
         }
     };
 }

@@ -1,7 +1,8 @@
 //! Checkpoints built by hand, for the hazards no library will write on purpose.
 
-use crate::audit::{audit, Options};
+use crate::audit::audit;
 use crate::config::Config;
+use crate::options::Options;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,9 +69,10 @@ pub fn codes(ckpt: &Checkpoint) -> Vec<String> {
         "hand-made.pt",
         &Config::default(),
         &Options::default(),
+        None,
     )
     .findings
     .into_iter()
-    .map(|f| f.code)
+    .map(|f| f.code.as_str().to_owned())
     .collect()
 }

@@ -28,9 +28,10 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
-/// The error and its causes on one line, leaving out causes whose text the message
-/// already carries (engine errors quote their source in their own message).
-pub fn one_line(err: &anyhow::Error) -> String {
+/// The error and its causes, one line per problem (a config file with several problems
+/// has several), leaving out causes whose text the message already carries (engine errors
+/// quote their source in their own message).
+pub fn error_lines(err: &anyhow::Error) -> Vec<String> {
     let mut line = String::new();
     for cause in err.chain() {
         let text = cause.to_string();
@@ -42,7 +43,7 @@ pub fn one_line(err: &anyhow::Error) -> String {
         }
         line.push_str(&text);
     }
-    line.replace('\n', " ")
+    line.lines().map(str::to_owned).collect()
 }
 
 /// Writes a command's whole output to stdout (a closed pipe surfaces as an error that

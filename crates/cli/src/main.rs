@@ -54,7 +54,9 @@ fn main() -> ExitCode {
         Ok(status) => status.into(),
         Err(err) if exit::is_broken_pipe(&err) => ExitStatus::Success.into(),
         Err(err) => {
-            eprintln!("error: {}", exit::one_line(&err));
+            for line in exit::error_lines(&err) {
+                eprintln!("error: {line}");
+            }
             ExitStatus::Error.into()
         }
     }

@@ -9,7 +9,7 @@ pub fn list() -> anyhow::Result<ExitStatus> {
     let mut table = Table::new(&["CODE", "NAME", "SEVERITY", "SUMMARY"]);
     for rule in RULES {
         table.row(vec![
-            rule.code().to_owned(),
+            rule.code().to_string(),
             rule.name().to_owned(),
             rule.default_severity().to_string(),
             rule.summary().to_owned(),

@@ -272,3 +272,34 @@ fn data_length_problem(data_end: u64, file_len: u64) -> &'static str {
 
 /// The engine's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a read failure is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The path could not be opened: a usage problem, not a finding.
+    Unopenable,
+    /// The file is not a readable checkpoint.
+    Corrupt,
+    /// An index and its shards disagree.
+    IndexMismatch,
+}
+
+impl Error {
+    /// How this failure is judged.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { .. } => ErrorKind::Unopenable,
+            Error::IndexShardPath { .. }
+            | Error::IndexEmpty { .. }
+            | Error::IndexTensorAbsent { .. }
+            | Error::IndexTensorInTwoShards { .. }
+            | Error::IndexUnlistedTensor { .. }
+            | Error::IndexMixedFormats { .. } => ErrorKind::IndexMismatch,
+            Error::Shard { source, .. } => match source.kind() {
+                ErrorKind::Unopenable | ErrorKind::IndexMismatch => ErrorKind::IndexMismatch,
+                ErrorKind::Corrupt => ErrorKind::Corrupt,
+            },
+            _ => ErrorKind::Corrupt,
+        }
+    }
+}

@@ -11,9 +11,10 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use tensorplay_audit::audit::{add_device_load, audit, read_failure, Options};
+use tensorplay_audit::audit::{audit, read_failure};
 use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
+use tensorplay_audit::options::Options;
 use tensorplay_audit::report::{FailOn, Report};
 use tensorplay_engine::alloc::cuda::{gpu_status, GpuStatus};
 use tensorplay_engine::alloc::device_load::load_to_device;
@@ -124,15 +125,19 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
             let shown = path.display().to_string();
             match load::open(path) {
                 Ok(ckpt) => {
-                    let mut file = audit(&ckpt, &shown, &config, &options);
-                    if let Some(ordinal) = gpu {
-                        // One device: loads take turns.
-                        let _turn = gpu_lock.lock().unwrap_or_else(|e| e.into_inner());
-                        let loaded = load_to_device(&ckpt, ordinal, config.allocator.clone())
-                            .map_err(|e| format!("{shown}: loading onto cuda:{ordinal}: {e}"))?;
-                        add_device_load(&mut file, &loaded, &config, &options);
-                    }
-                    Ok(file)
+                    let loaded = match gpu {
+                        Some(ordinal) => {
+                            // One device: loads take turns.
+                            let _turn = gpu_lock.lock().unwrap_or_else(|e| e.into_inner());
+                            let loaded = load_to_device(&ckpt, ordinal, config.allocator.clone())
+                                .map_err(|e| {
+                                format!("{shown}: loading onto cuda:{ordinal}: {e}")
+                            })?;
+                            Some(loaded)
+                        }
+                        None => None,
+                    };
+                    Ok(audit(&ckpt, &shown, &config, &options, loaded.as_ref()))
                 }
                 Err(e) => read_failure(&shown, &e).ok_or_else(|| e.to_string()),
             }
@@ -154,20 +159,20 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     }
     if let Some(baseline) = &baseline {
         baseline.suppress(&mut report);
-        report.recount(fail_on);
+        report.recount();
     }
 
     if let Some(path) = &args.json {
         write_file(path, &render::json::render(&report)?)?;
     }
     if let Some(path) = &args.junit {
-        write_file(path, &render::junit::render(&report, fail_on)?)?;
+        write_file(path, &render::junit::render(&report)?)?;
     }
     let stdout_text = if args.ci_mode {
         render::json::render(&report)?
     } else {
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        render::human::render(&report, fail_on, render::human::Style { color })?
+        render::human::render(&report, render::human::Style { color })?
     };
     crate::exit::print(&stdout_text)?;
 

@@ -33,7 +33,7 @@ impl Style {
     }
 }
 
-pub fn render(report: &Report, fail_on: FailOn, style: Style) -> anyhow::Result<String> {
+pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
     let mut out = String::new();
     for file in &report.files {
         let what = match &file.format {
@@ -66,13 +66,13 @@ pub fn render(report: &Report, fail_on: FailOn, style: Style) -> anyhow::Result<
             writeln!(out, "  no findings ({} rules checked)", file.checked.len())?;
         }
         for code in &file.checked {
-            for f in file.findings.iter().filter(|f| &f.code == code) {
+            for f in file.findings.iter().filter(|f| f.code == *code) {
                 writeln!(
                     out,
                     "  {}[{}] {}: {}",
                     style.severity(f.severity),
                     f.code,
-                    f.rule,
+                    f.code.name(),
                     f.message
                 )?;
                 if !f.tensors.is_empty() {
@@ -103,7 +103,7 @@ pub fn render(report: &Report, fail_on: FailOn, style: Style) -> anyhow::Result<
     } else {
         style.paint("1;31", "FAILED")
     };
-    let level = match fail_on {
+    let level = match sum.fail_on {
         FailOn::Error => "fail-on error",
         FailOn::Warning => "fail-on warning",
         FailOn::Never => "fail-on never",

@@ -3,19 +3,18 @@
 //! checkpoint.
 
 use junit_report::{Duration, ReportBuilder, TestCase, TestSuiteBuilder};
-use tensorplay_audit::report::{FailOn, Report};
+use tensorplay_audit::report::Report;
 
-pub fn render(report: &Report, fail_on: FailOn) -> anyhow::Result<String> {
+pub fn render(report: &Report) -> anyhow::Result<String> {
     let mut builder = ReportBuilder::new();
     for file in &report.files {
         let mut suite = TestSuiteBuilder::new(&file.path);
         for code in &file.checked {
-            let findings: Vec<_> = file.findings.iter().filter(|f| &f.code == code).collect();
-            let rule = tensorplay_audit::registry::find(code).map_or(code.as_str(), |r| r.name());
-            let name = format!("{code} {rule}");
+            let findings: Vec<_> = file.findings.iter().filter(|f| f.code == *code).collect();
+            let name = format!("{code} {}", code.name());
             let failing: Vec<_> = findings
                 .iter()
-                .filter(|f| fail_on.fails(f.severity))
+                .filter(|f| report.fails(f.severity))
                 .collect();
             let mut case = if failing.is_empty() {
                 TestCase::success(&name, Duration::ZERO)
@@ -27,7 +26,7 @@ pub fn render(report: &Report, fail_on: FailOn) -> anyhow::Result<String> {
                 let mut case = TestCase::failure(
                     &name,
                     Duration::ZERO,
-                    code,
+                    code.as_str(),
                     &first_line(&failing[0].message, failing.len()),
                 );
                 case.set_system_out(&details.join("\n"));
@@ -37,7 +36,7 @@ pub fn render(report: &Report, fail_on: FailOn) -> anyhow::Result<String> {
             // Findings below the fail-on level stay visible without failing the case.
             let quiet: Vec<String> = findings
                 .iter()
-                .filter(|f| !fail_on.fails(f.severity))
+                .filter(|f| !report.fails(f.severity))
                 .map(|f| format!("{}[{}] {}", f.severity, f.code, f.message))
                 .collect();
             if !quiet.is_empty() && failing.is_empty() {

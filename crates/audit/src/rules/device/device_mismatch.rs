@@ -1,5 +1,6 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use tensorplay_engine::alloc::device_load::DeviceLoad;
 
 declare_rule!(DeviceMismatch {
     code: "TP203",
@@ -9,8 +10,9 @@ declare_rule!(DeviceMismatch {
     summary: "A tensor's device differs from its storage's device.",
     doc: "\
 What it checks
-  The design's third trap: every tensor's device equals its storage's device. (On the GPU
-  load path, it also checks that each DataPtr really lives where its storage says.)
+  Every tensor's device equals its storage's device. With `--load-to cuda:N`, after each
+  storage is copied to the GPU, it also checks that the DataPtr really lives there: the
+  driver reports device memory on ordinal N, and bytes read back match the bytes copied.
 
 Why it matters
   A weight that claims `cuda:0` while its storage holds host bytes makes the model read
@@ -27,6 +29,14 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    recorded_devices(ctx, out);
+    if let Some(load) = ctx.device_load {
+        loaded_devices(load, out);
+    }
+}
+
+/// Each tensor's device against its storage's, as the file records them.
+fn recorded_devices(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     for t in &ctx.ckpt.tensors {
         let imp = t.tensor_impl();
         let storage = imp.storage();
@@ -49,6 +59,36 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     }
 }
 
+/// Each storage's bytes after a real GPU load: not device memory, not the requested
+/// ordinal, or not the bytes that were copied.
+fn loaded_devices(load: &DeviceLoad, out: &mut Vec<Draft>) {
+    for check in load.storages.iter().filter(|c| !c.ok()) {
+        let mut problems = Vec::new();
+        if !check.memory_type_device {
+            problems.push("its memory is not device memory");
+        }
+        if !check.ordinal_matches {
+            problems.push("it lives on another device");
+        }
+        if !check.checksum_matches {
+            problems.push("the bytes read back differ from the bytes copied");
+        }
+        out.push(Draft {
+            tensors: Vec::new(),
+            storage: Some(check.storage),
+            message: format!(
+                "storage {} loaded to cuda:{} at {:#x}: {}",
+                check.storage,
+                load.ordinal,
+                check.address,
+                problems.join(", ")
+            ),
+            fix: "check the driver and device; load to CPU with map_location, then move the model"
+                .into(),
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::testing::{checkpoint, codes, storage, tensor};
@@ -64,5 +104,54 @@ mod tests {
         assert_eq!(codes(&lying), ["TP203"]);
         let honest = checkpoint(vec![tensor("w", &s, &[4], &[1], 0, Device::Cpu)], vec![s]);
         assert!(codes(&honest).is_empty());
+    }
+
+    #[test]
+    fn a_storage_whose_bytes_are_not_on_the_gpu_after_a_real_load_fires() {
+        use crate::audit::audit;
+        use crate::config::Config;
+        use crate::options::Options;
+        use tensorplay_engine::alloc::device_load::{DeviceLoad, StorageCheck};
+
+        let s = storage(0, 4, "cpu");
+        let ckpt = checkpoint(vec![tensor("w", &s, &[4], &[1], 0, Device::Cpu)], vec![s]);
+        let check = |ordinal_matches| StorageCheck {
+            storage: 0,
+            address: 0x7f00_0000,
+            nbytes: 16,
+            memory_type_device: true,
+            ordinal_matches,
+            checksum_matches: true,
+        };
+        let load = |ordinal_matches| DeviceLoad {
+            ordinal: 1,
+            device_name: "hand-made".into(),
+            stats: Default::default(),
+            pinned: Default::default(),
+            storages: vec![check(ordinal_matches)],
+            pinned_available: true,
+        };
+        let run = |load: &DeviceLoad| {
+            audit(
+                &ckpt,
+                "m.pt",
+                &Config::default(),
+                &Options::default(),
+                Some(load),
+            )
+        };
+        let report = run(&load(false));
+        let found: Vec<_> = report
+            .findings
+            .iter()
+            .map(|f| (f.code, f.storage))
+            .collect();
+        assert_eq!(found, [(super::DeviceMismatch::CODE, Some(0))]);
+        assert!(report.findings[0]
+            .message
+            .contains("it lives on another device"));
+        let device = report.device.expect("device facts");
+        assert_eq!((device.storages_checked, device.storages_failed), (1, 1));
+        assert!(run(&load(true)).findings.is_empty());
     }
 }

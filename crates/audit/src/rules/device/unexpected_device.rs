@@ -27,7 +27,7 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    let allowed = &ctx.config.allowed_devices;
+    let allowed = &ctx.settings.allowed_devices;
     for (location, ids) in storages_by_location(ctx) {
         if allowed.iter().any(|a| a == location) {
             continue;

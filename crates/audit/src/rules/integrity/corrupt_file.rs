@@ -1,5 +1,7 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use tensorplay_engine::error::ErrorKind;
+use tensorplay_engine::Error as ReadError;
 
 declare_rule!(CorruptFile {
     code: "TP502",
@@ -25,7 +27,50 @@ Example
 How to fix
   Re-upload or re-save the checkpoint from its source.",
     check: check,
+    configurable: false,
+    read_failure: read_failure,
 });
 
-/// Nothing to check on a checkpoint that was read.
+/// Nothing to check on a checkpoint that was read: its failures are reported when reading fails.
 fn check(_: &Context<'_>, _: &mut Vec<Draft>) {}
+
+fn read_failure(error: &ReadError) -> Option<Draft> {
+    (error.kind() == ErrorKind::Corrupt).then(|| Draft {
+        tensors: Vec::new(),
+        storage: None,
+        message: error.to_string(),
+        fix: "re-upload or re-save the checkpoint from its source".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CorruptFile;
+    use crate::audit::read_failure;
+    use std::path::PathBuf;
+    use tensorplay_engine::Error as ReadError;
+
+    #[test]
+    fn a_corrupt_file_fails_as_an_error_naming_the_reader_reason() {
+        let error = ReadError::Empty {
+            path: PathBuf::from("m.pt"),
+        };
+        let report = read_failure("m.pt", &error).expect("a finding");
+        assert_eq!(report.checked, [CorruptFile::CODE]);
+        let f = &report.findings[0];
+        assert_eq!(
+            (f.code, f.severity),
+            (CorruptFile::CODE, crate::Severity::Error)
+        );
+        assert_eq!(f.message, "m.pt: empty file");
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_opened_is_no_finding() {
+        let error = ReadError::Io {
+            path: PathBuf::from("missing.pt"),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(read_failure("missing.pt", &error).is_none());
+    }
+}

@@ -1,5 +1,7 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use tensorplay_engine::error::ErrorKind;
+use tensorplay_engine::Error as ReadError;
 
 declare_rule!(IndexMismatch {
     code: "TP503",
@@ -23,7 +25,54 @@ Example
 How to fix
   Regenerate the index with the tool that wrote the shards (`save_pretrained`).",
     check: check,
+    configurable: false,
+    read_failure: read_failure,
 });
 
-/// Nothing to check on a set that was read: a disagreeing set fails to read.
+/// Nothing to check on a checkpoint that was read: its failures are reported when reading fails.
 fn check(_: &Context<'_>, _: &mut Vec<Draft>) {}
+
+fn read_failure(error: &ReadError) -> Option<Draft> {
+    (error.kind() == ErrorKind::IndexMismatch).then(|| Draft {
+        tensors: Vec::new(),
+        storage: None,
+        message: error.to_string(),
+        fix: "regenerate the index with the tool that wrote the shards (`save_pretrained`)".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IndexMismatch;
+    use crate::audit::read_failure;
+    use std::path::PathBuf;
+    use tensorplay_engine::Error as ReadError;
+
+    fn code_of(error: &ReadError) -> Option<crate::Code> {
+        read_failure("i.json", error).map(|r| r.findings[0].code)
+    }
+
+    #[test]
+    fn index_errors_and_missing_shards_are_index_mismatches() {
+        let path = PathBuf::from("i.json");
+        let empty = ReadError::IndexEmpty { path: path.clone() };
+        assert_eq!(code_of(&empty), Some(IndexMismatch::CODE));
+        let missing_shard = ReadError::Shard {
+            path: path.clone(),
+            source: Box::new(ReadError::Io {
+                path: PathBuf::from("s.safetensors"),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            }),
+        };
+        assert_eq!(code_of(&missing_shard), Some(IndexMismatch::CODE));
+        // A shard that is there but damaged is corrupt, not the index's fault.
+        let damaged_shard = ReadError::Shard {
+            path,
+            source: Box::new(ReadError::Empty {
+                path: PathBuf::from("s.safetensors"),
+            }),
+        };
+        assert_ne!(code_of(&damaged_shard), Some(IndexMismatch::CODE));
+        assert!(code_of(&damaged_shard).is_some());
+    }
+}

@@ -1,5 +1,5 @@
-//! File integrity. These rules report what the readers refuse: the runner turns a failed
-//! read into their findings (see `crate::audit::read_failure`).
+//! File integrity. These rules report what the readers refuse: each claims the read
+//! failures of its kind (`read_failure`), and configuration cannot turn them off.
 
 mod corrupt_file;
 mod index_mismatch;

@@ -34,8 +34,8 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    let Some(memory) = &ctx.memory else { return };
-    let limits = &ctx.config.thresholds;
+    let memory = &ctx.memory;
+    let limits = &ctx.settings.thresholds;
     let stats = &memory.full.stats;
     let (requested, reserved) = (stats.requested_bytes.current, stats.reserved_bytes.current);
     let ratio = memory.full.overhead();

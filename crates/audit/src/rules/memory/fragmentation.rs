@@ -37,7 +37,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         .map(|s| s.nbytes() as f64)
         .collect();
     let Some(score) = score(&sizes) else { return };
-    let threshold = ctx.config.thresholds.fragmentation_score;
+    let threshold = ctx.settings.thresholds.fragmentation_score;
     if score <= threshold {
         return;
     }

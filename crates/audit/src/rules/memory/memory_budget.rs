@@ -1,5 +1,6 @@
 use super::super::human_bytes;
 use crate::finding::Draft;
+use crate::options::Options;
 use crate::rule::{declare_rule, Context};
 
 declare_rule!(MemoryBudget {
@@ -25,10 +26,16 @@ Example
 How to fix
   Quantize or shard the model, load it across devices, or serve it on a larger GPU.",
     check: check,
+    applies: applies,
 });
 
+/// Without a budget there is nothing to judge, and a pass would be a pass never judged.
+fn applies(options: &Options) -> bool {
+    options.gpu_budget.is_some()
+}
+
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    let Some(memory) = &ctx.memory else { return };
+    let memory = &ctx.memory;
     let (Some(budget), Some(within)) = (memory.budget, &memory.within_budget) else {
         return;
     };

@@ -27,7 +27,7 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    let limits = &ctx.config.thresholds;
+    let limits = &ctx.settings.thresholds;
     let mut ranges: Vec<Vec<(u64, u64)>> = vec![Vec::new(); ctx.ckpt.storages.len()];
     for t in &ctx.ckpt.tensors {
         let imp = t.tensor_impl();

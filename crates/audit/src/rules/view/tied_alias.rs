@@ -45,7 +45,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             }
         }
         for names in groups.into_iter().filter(|g| g.len() > 1) {
-            if ctx.config.tie_allowed(&names) {
+            if ctx.settings.tie_allowed(&names) {
                 continue;
             }
             let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();

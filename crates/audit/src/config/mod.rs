@@ -1,0 +1,256 @@
+//! `tensorplay.toml`: rule levels, thresholds, allowed devices, the tied-weight allowlist,
+//! per-path ignores and allocator settings. Read in two steps: [`parse`] reads the TOML's
+//! shape without knowing any rule; [`validate`] resolves rule names against the registry,
+//! compiles globs and checks values. Both report every problem with its line.
+
+mod parse;
+mod validate;
+
+use crate::error::{Error, Result};
+use crate::settings::RuleSettings;
+use crate::severity::Level;
+use crate::Code;
+use globset::GlobSet;
+use std::collections::HashMap;
+use std::path::Path;
+use tensorplay_engine::alloc::AllocatorConfig;
+
+/// The file tensorplay looks for in the working directory.
+pub const FILE_NAME: &str = "tensorplay.toml";
+
+/// One thing wrong in a config file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Problem {
+    /// 1-based line.
+    pub line: usize,
+    /// What is wrong there.
+    pub detail: String,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    levels: HashMap<Code, Level>,
+    ignores: Vec<(GlobSet, Vec<Code>)>,
+    /// What the rules read.
+    pub settings: RuleSettings,
+    /// Caching-allocator settings for the simulated load (TP302, TP303).
+    pub allocator: AllocatorConfig,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Parses then validates config text; `path` names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Config> {
+        let (parsed, mut problems) = parse::parse(text);
+        let config = validate::validate(parsed, &mut problems);
+        if problems.is_empty() {
+            return Ok(config);
+        }
+        problems.sort();
+        problems.dedup();
+        Err(Error::Config {
+            path: path.to_owned(),
+            problems,
+        })
+    }
+
+    /// The configured level of a rule, if any.
+    pub fn level(&self, code: Code) -> Option<Level> {
+        self.levels.get(&code).copied()
+    }
+
+    /// Whether findings of `code` are ignored for the checkpoint at `path`.
+    pub fn ignored(&self, path: &str, code: Code) -> bool {
+        self.ignores
+            .iter()
+            .any(|(globs, codes)| codes.contains(&code) && globs.is_match(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{device, integrity, view};
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::parse(Path::new("tensorplay.toml"), text)
+    }
+
+    fn problems(text: &str) -> Vec<String> {
+        match parse(text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.to_string().lines().map(str::to_owned).collect(),
+        }
+    }
+
+    #[test]
+    fn a_full_config_reads() {
+        let c = parse(
+            r#"
+allowed_devices = ["cpu", "cuda:0"]
+
+[rules]
+TP105 = "off"
+"tied-alias" = "error"
+
+[thresholds]
+storage_bloat_bytes = 1024
+fragmentation_score = 7
+
+[tied_weights]
+allow = ["lm_head.weight", "*.embed_tokens.weight"]
+
+[[ignore]]
+path = "legacy/**"
+rules = ["TP201", "mixed-devices"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.level(view::NonContiguous::CODE), Some(Level::Off));
+        assert_eq!(c.level(view::TiedAlias::CODE), Some(Level::Error));
+        assert_eq!(c.level(view::ViewOverlap::CODE), None);
+        let s = &c.settings;
+        assert_eq!(s.allowed_devices, ["cpu", "cuda:0"]);
+        assert_eq!(s.thresholds.storage_bloat_bytes, 1024);
+        assert_eq!(s.thresholds.fragmentation_score, 7.0);
+        assert_eq!(s.thresholds.storage_bloat_fraction, 0.10);
+        assert!(s.tie_allowed(&["lm_head.weight", "model.embed_tokens.weight"]));
+        assert!(!s.tie_allowed(&["lm_head.weight", "other"]));
+        assert!(c.ignored("legacy/a/b.pt", device::MixedDevices::CODE));
+        assert!(!c.ignored("legacy/a/b.pt", view::ViewOverlap::CODE));
+        assert!(!c.ignored("new/b.pt", device::MixedDevices::CODE));
+    }
+
+    #[test]
+    fn unknown_keys_and_rules_name_the_line() {
+        assert_eq!(
+            problems("[rules]\nTP105 = \"off\"\nTP999 = \"error\"\n"),
+            ["tensorplay.toml:3: unknown rule 'TP999' (see `tensorplay rules`)"]
+        );
+        let e = problems("allowed_devices = [\"cpu\"]\nfail_fast = true\n");
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with(
+                "tensorplay.toml:2: unknown field `fail_fast`, expected one of `rules`"
+            ),
+            "{e:?}"
+        );
+        let e = problems("[thresholds]\nstorage_bloat = 3\n");
+        assert!(
+            e[0].starts_with("tensorplay.toml:2: unknown field `storage_bloat`"),
+            "{e:?}"
+        );
+        assert_eq!(
+            problems("[rules]\nTP101 = \"fatal\"\n"),
+            ["tensorplay.toml:2: rule 'TP101': level must be one of \"off\", \"info\", \"warning\", \"error\""]
+        );
+        let e = problems("[tied_weights]\nallow = [\"a[\"]\n");
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("tensorplay.toml:2: invalid glob 'a['"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_line_order() {
+        let e = problems(
+            r#"fail_fast = true
+[rules]
+TP999 = "error"
+TP101 = "loud"
+[thresholds]
+storage_bloat_bytes = -1
+fragmentation_score = "high"
+colour = 3
+[[ignore]]
+path = "a["
+rules = ["nope"]
+[allocator]
+conf = "max_split_size_mb:4"
+"#,
+        );
+        let lines: Vec<&str> = e
+            .iter()
+            .map(|l| l.split(": ").next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "tensorplay.toml:1",
+                "tensorplay.toml:3",
+                "tensorplay.toml:4",
+                "tensorplay.toml:6",
+                "tensorplay.toml:7",
+                "tensorplay.toml:8",
+                "tensorplay.toml:10",
+                "tensorplay.toml:11",
+                "tensorplay.toml:13",
+            ],
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_problems_not_defaults() {
+        assert_eq!(
+            problems("allowed_devices = \"cpu\"\n"),
+            ["tensorplay.toml:1: `allowed_devices`: expected an array of strings"]
+        );
+        assert_eq!(
+            problems("rules = 3\n"),
+            ["tensorplay.toml:1: `rules`: expected a table"]
+        );
+        assert_eq!(
+            problems("[[ignore]]\nrules = [\"TP101\"]\n"),
+            ["tensorplay.toml:1: [[ignore]] entry without `path`"]
+        );
+    }
+
+    #[test]
+    fn a_toml_syntax_error_names_its_line() {
+        let e = problems("[rules]\nTP101 = \n");
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("tensorplay.toml:2: "), "{e:?}");
+    }
+
+    #[test]
+    fn rules_that_report_unreadable_files_cannot_be_configured() {
+        for name in [
+            integrity::CorruptFile::CODE.as_str(),
+            integrity::IndexMismatch::CODE.name(),
+        ] {
+            let e = problems(&format!("[rules]\n\"{name}\" = \"off\"\n"));
+            assert_eq!(e.len(), 1);
+            assert!(e[0].contains("cannot be configured"), "{e:?}");
+            let e = problems(&format!(
+                "[[ignore]]\npath = \"**\"\nrules = [\"{name}\"]\n"
+            ));
+            assert!(e[0].contains("cannot be configured"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn allocator_settings_use_pytorch_syntax() {
+        let c = parse("[allocator]\nconf = \"max_split_size_mb:128\"\n").unwrap();
+        assert_eq!(c.allocator.max_split_size, 128 << 20);
+        let e = problems("\n[allocator]\nconf = \"max_split_size_mb:4\"\n");
+        assert!(e[0].starts_with("tensorplay.toml:3: "), "{e:?}");
+    }
+
+    #[test]
+    fn an_empty_config_is_the_default() {
+        let c = parse("").unwrap();
+        assert_eq!(c.settings.allowed_devices, ["cpu"]);
+        assert!(!c.settings.tie_allowed(&["a", "b"]));
+    }
+}

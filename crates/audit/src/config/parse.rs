@@ -1,0 +1,286 @@
+//! First step of reading `tensorplay.toml`: the TOML's shape, without knowing any rule.
+//! Every unknown key and every value of the wrong type is a problem with its line; reading
+//! goes on past each one, so one run shows them all.
+
+use super::Problem;
+use crate::settings::Thresholds;
+use crate::severity::Level;
+use std::ops::Range;
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+/// A value with the line it was written on.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct At<T> {
+    pub value: T,
+    pub line: usize,
+}
+
+/// One `[[ignore]]` entry.
+#[derive(Debug, Default)]
+pub(crate) struct IgnoreEntry {
+    pub path: Option<At<String>>,
+    pub rules: Vec<At<String>>,
+    pub line: usize,
+}
+
+/// The file as written: rule names not yet resolved, globs not yet compiled.
+#[derive(Debug, Default)]
+pub(crate) struct Parsed {
+    pub levels: Vec<(At<String>, Level)>,
+    pub allowed_devices: Option<Vec<String>>,
+    pub thresholds: Thresholds,
+    pub tied_allow: Vec<At<String>>,
+    pub ignores: Vec<IgnoreEntry>,
+    pub allocator_conf: Option<At<String>>,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "rules",
+    "allowed_devices",
+    "thresholds",
+    "tied_weights",
+    "ignore",
+    "allocator",
+];
+const THRESHOLD_KEYS: &[&str] = &[
+    "storage_bloat_bytes",
+    "storage_bloat_fraction",
+    "fragmentation_score",
+    "allocator_overhead",
+    "allocator_overhead_bytes",
+];
+
+type Value<'i> = Spanned<DeValue<'i>>;
+
+/// Reads the text into what it says, with every problem found on the way.
+pub(crate) fn parse(text: &str) -> (Parsed, Vec<Problem>) {
+    let mut reader = Reader {
+        text,
+        problems: Vec::new(),
+    };
+    let mut parsed = Parsed::default();
+    match DeTable::parse(text) {
+        Ok(root) => reader.root(root.get_ref(), &mut parsed),
+        Err(e) => {
+            let line = reader.line(e.span().unwrap_or(0..0));
+            reader.problem(line, e.message().trim_end().replace('\n', " "));
+        }
+    }
+    (parsed, reader.problems)
+}
+
+struct Reader<'t> {
+    text: &'t str,
+    problems: Vec<Problem>,
+}
+
+impl Reader<'_> {
+    fn line(&self, span: Range<usize>) -> usize {
+        self.text
+            .get(..span.start)
+            .map_or(1, |t| t.matches('\n').count() + 1)
+    }
+
+    fn problem(&mut self, line: usize, detail: impl Into<String>) {
+        self.problems.push(Problem {
+            line,
+            detail: detail.into(),
+        });
+    }
+
+    /// The entries of a table, each unknown key reported once.
+    fn entries<'a, 'i>(
+        &mut self,
+        table: &'a DeTable<'i>,
+        known: &[&str],
+    ) -> Vec<(&'a str, &'a Value<'i>)> {
+        let mut kept = Vec::new();
+        for (key, value) in table {
+            if known.is_empty() || known.contains(&key.get_ref().as_ref()) {
+                kept.push((key.get_ref().as_ref(), value));
+            } else {
+                let expected: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+                let line = self.line(key.span());
+                self.problem(
+                    line,
+                    format!(
+                        "unknown field `{}`, expected one of {}",
+                        key.get_ref(),
+                        expected.join(", ")
+                    ),
+                );
+            }
+        }
+        kept
+    }
+
+    fn root(&mut self, root: &DeTable<'_>, out: &mut Parsed) {
+        for (key, value) in self.entries(root, TOP_KEYS) {
+            match key {
+                "rules" => self.rules(value, out),
+                "allowed_devices" => {
+                    out.allowed_devices = self
+                        .strings(key, value)
+                        .map(|v| v.into_iter().map(|s| s.value).collect())
+                }
+                "thresholds" => self.thresholds(value, &mut out.thresholds),
+                "tied_weights" => {
+                    if let Some(table) = self.table(key, value) {
+                        for (key, value) in self.entries(table, &["allow"]) {
+                            out.tied_allow = self.strings(key, value).unwrap_or_default();
+                        }
+                    }
+                }
+                "ignore" => self.ignores(value, out),
+                _ => {
+                    if let Some(table) = self.table(key, value) {
+                        for (key, value) in self.entries(table, &["conf"]) {
+                            out.allocator_conf = self.string(key, value);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn rules(&mut self, value: &Value<'_>, out: &mut Parsed) {
+        let Some(table) = self.table("rules", value) else {
+            return;
+        };
+        for (name, level) in table {
+            let line = self.line(level.span());
+            let parsed = match level.get_ref().as_str() {
+                Some("off") => Level::Off,
+                Some("info") => Level::Info,
+                Some("warning") => Level::Warning,
+                Some("error") => Level::Error,
+                _ => {
+                    self.problem(
+                        line,
+                        format!(
+                            "rule '{}': level must be one of \"off\", \"info\", \"warning\", \"error\"",
+                            name.get_ref()
+                        ),
+                    );
+                    continue;
+                }
+            };
+            let at = At {
+                value: name.get_ref().to_string(),
+                line: self.line(name.span()),
+            };
+            out.levels.push((at, parsed));
+        }
+    }
+
+    fn thresholds(&mut self, value: &Value<'_>, out: &mut Thresholds) {
+        let Some(table) = self.table("thresholds", value) else {
+            return;
+        };
+        for (key, value) in self.entries(table, THRESHOLD_KEYS) {
+            match key {
+                "storage_bloat_bytes" => self.set_u64(key, value, &mut out.storage_bloat_bytes),
+                "allocator_overhead_bytes" => {
+                    self.set_u64(key, value, &mut out.allocator_overhead_bytes)
+                }
+                "storage_bloat_fraction" => {
+                    self.set_f64(key, value, &mut out.storage_bloat_fraction)
+                }
+                "fragmentation_score" => self.set_f64(key, value, &mut out.fragmentation_score),
+                _ => self.set_f64(key, value, &mut out.allocator_overhead),
+            }
+        }
+    }
+
+    fn ignores(&mut self, value: &Value<'_>, out: &mut Parsed) {
+        let Some(items) = value.get_ref().as_array() else {
+            let line = self.line(value.span());
+            self.problem(line, "`ignore`: expected an array of tables ([[ignore]])");
+            return;
+        };
+        for item in items.iter() {
+            let Some(table) = self.table("ignore", item) else {
+                continue;
+            };
+            let mut entry = IgnoreEntry {
+                line: self.line(item.span()),
+                ..IgnoreEntry::default()
+            };
+            for (key, value) in self.entries(table, &["path", "rules"]) {
+                match key {
+                    "path" => entry.path = self.string(key, value),
+                    _ => entry.rules = self.strings(key, value).unwrap_or_default(),
+                }
+            }
+            if entry.path.is_none() {
+                self.problem(entry.line, "[[ignore]] entry without `path`");
+            }
+            out.ignores.push(entry);
+        }
+    }
+
+    fn table<'a, 'i>(&mut self, key: &str, value: &'a Value<'i>) -> Option<&'a DeTable<'i>> {
+        let table = value.get_ref().as_table();
+        if table.is_none() {
+            let line = self.line(value.span());
+            self.problem(line, format!("`{key}`: expected a table"));
+        }
+        table
+    }
+
+    fn string(&mut self, key: &str, value: &Value<'_>) -> Option<At<String>> {
+        let line = self.line(value.span());
+        match value.get_ref().as_str() {
+            Some(s) => Some(At {
+                value: s.to_owned(),
+                line,
+            }),
+            None => {
+                self.problem(line, format!("`{key}`: expected a string"));
+                None
+            }
+        }
+    }
+
+    fn strings(&mut self, key: &str, value: &Value<'_>) -> Option<Vec<At<String>>> {
+        let Some(items) = value.get_ref().as_array() else {
+            let line = self.line(value.span());
+            self.problem(line, format!("`{key}`: expected an array of strings"));
+            return None;
+        };
+        let all: Vec<Option<At<String>>> = items.iter().map(|v| self.string(key, v)).collect();
+        all.into_iter().collect()
+    }
+
+    fn set_u64(&mut self, key: &str, value: &Value<'_>, out: &mut u64) {
+        let parsed = value
+            .get_ref()
+            .as_integer()
+            .and_then(|i| u64::from_str_radix(i.as_str(), i.radix()).ok());
+        match parsed {
+            Some(n) => *out = n,
+            None => {
+                let line = self.line(value.span());
+                self.problem(line, format!("`{key}`: expected a non-negative integer"));
+            }
+        }
+    }
+
+    fn set_f64(&mut self, key: &str, value: &Value<'_>, out: &mut f64) {
+        let parsed = match value.get_ref() {
+            DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .map(|n| n as f64),
+            _ => None,
+        };
+        match parsed {
+            Some(x) if x.is_finite() && x >= 0.0 => *out = x,
+            _ => {
+                let line = self.line(value.span());
+                self.problem(line, format!("`{key}`: expected a non-negative number"));
+            }
+        }
+    }
+}

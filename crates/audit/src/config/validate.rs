@@ -1,0 +1,95 @@
+//! Second step of reading `tensorplay.toml`: what was written, checked against the rules
+//! this build has. Every problem is collected; the config is used only when there are none.
+
+use super::parse::{At, Parsed};
+use super::{Config, Problem};
+use crate::registry;
+use crate::settings::RuleSettings;
+use crate::Code;
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use std::collections::HashMap;
+use tensorplay_engine::alloc::AllocatorConfig;
+
+/// Builds the config from what was parsed, adding a problem for each rule that does not
+/// exist or cannot be configured, each glob that does not compile, each bad allocator setting.
+pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
+    let mut levels = HashMap::new();
+    for (name, level) in &parsed.levels {
+        if let Some(code) = rule_code(name, problems) {
+            levels.insert(code, *level);
+        }
+    }
+    let mut ignores = Vec::new();
+    for entry in &parsed.ignores {
+        let codes: Vec<Code> = entry
+            .rules
+            .iter()
+            .filter_map(|name| rule_code(name, problems))
+            .collect();
+        if let Some(path) = &entry.path {
+            ignores.push((glob_set(std::slice::from_ref(path), problems), codes));
+        }
+    }
+    let allocator = match &parsed.allocator_conf {
+        None => AllocatorConfig::default(),
+        Some(conf) => AllocatorConfig::parse(&conf.value).unwrap_or_else(|detail| {
+            problems.push(Problem {
+                line: conf.line,
+                detail,
+            });
+            AllocatorConfig::default()
+        }),
+    };
+    let defaults = RuleSettings::default();
+    Config {
+        levels,
+        ignores,
+        settings: RuleSettings {
+            allowed_devices: parsed.allowed_devices.unwrap_or(defaults.allowed_devices),
+            thresholds: parsed.thresholds,
+            tied_allow: glob_set(&parsed.tied_allow, problems),
+        },
+        allocator,
+    }
+}
+
+/// The code of the rule a config entry names (code in any case, or name), if it is one
+/// configuration may change.
+fn rule_code(name: &At<String>, problems: &mut Vec<Problem>) -> Option<Code> {
+    let detail = match registry::find(&name.value) {
+        Some(rule) if rule.configurable() => return Some(rule.code()),
+        Some(rule) => format!(
+            "rule {} ({}) cannot be configured: an unreadable checkpoint always fails",
+            rule.code(),
+            rule.name()
+        ),
+        None => format!("unknown rule '{}' (see `tensorplay rules`)", name.value),
+    };
+    problems.push(Problem {
+        line: name.line,
+        detail,
+    });
+    None
+}
+
+fn glob_set(globs: &[At<String>], problems: &mut Vec<Problem>) -> GlobSet {
+    let mut builder = GlobSetBuilder::new();
+    for g in globs {
+        match Glob::new(&g.value) {
+            Ok(glob) => {
+                builder.add(glob);
+            }
+            Err(e) => problems.push(Problem {
+                line: g.line,
+                detail: format!("invalid glob '{}': {}", g.value, e.kind()),
+            }),
+        }
+    }
+    builder.build().unwrap_or_else(|e| {
+        problems.push(Problem {
+            line: globs.first().map_or(1, |g| g.line),
+            detail: format!("globs do not compile together: {e}"),
+        });
+        GlobSet::empty()
+    })
+}

@@ -1,0 +1,49 @@
+//! Command-line choices that shape a run.
+
+use crate::error::{Error, Result};
+use crate::{registry, Code};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Command-line choices that shape a run.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Only these rules (empty: all).
+    pub select: Vec<Code>,
+    /// Never these rules.
+    pub ignore: Vec<Code>,
+    /// Skip rules that read tensor bytes.
+    pub metadata_only: bool,
+    /// GPU memory the load must fit (TP303).
+    pub gpu_budget: Option<u64>,
+    /// Bytes scanned so far, for a progress display.
+    pub progress: Option<Arc<AtomicU64>>,
+}
+
+impl Options {
+    /// Resolves `--select`/`--ignore` values (codes or names).
+    pub fn new(select: &[String], ignore: &[String], metadata_only: bool) -> Result<Options> {
+        let resolve = |names: &[String]| {
+            names
+                .iter()
+                .map(|n| {
+                    registry::find(n)
+                        .map(|r| r.code())
+                        .ok_or_else(|| Error::UnknownRule(n.clone()))
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        Ok(Options {
+            select: resolve(select)?,
+            ignore: resolve(ignore)?,
+            metadata_only,
+            gpu_budget: None,
+            progress: None,
+        })
+    }
+
+    /// Whether `--select`/`--ignore` let this rule run.
+    pub fn selects(&self, code: Code) -> bool {
+        (self.select.is_empty() || self.select.contains(&code)) && !self.ignore.contains(&code)
+    }
+}
