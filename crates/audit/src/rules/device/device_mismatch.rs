@@ -9,7 +9,8 @@ declare_rule!(DeviceMismatch {
     summary: "A tensor's device differs from its storage's device.",
     doc: "\
 What it checks
-  The design's third trap: every tensor's device equals its storage's device. (On the GPU
+  Every tensor's device equals the device of the storage it views: a tensor may not claim
+  `cuda:0` over a storage the file records on `cpu`, or the other way round. (On the GPU
   load path, it also checks that each DataPtr really lives where its storage says.)
 
 Why it matters
