@@ -76,3 +76,20 @@ pub fn codes(ckpt: &Checkpoint) -> Vec<String> {
     .map(|f| f.code.as_str().to_owned())
     .collect()
 }
+
+/// One finding as tests compare it: code, tensors, storage.
+pub type Found = (String, Vec<String>, Option<usize>);
+
+/// What a run with this config and these options finds, in report order.
+pub fn found_with(ckpt: &Checkpoint, config: &Config, options: &Options) -> Vec<Found> {
+    audit(ckpt, "hand-made.pt", config, options, None)
+        .findings
+        .into_iter()
+        .map(|f| (f.code.as_str().to_owned(), f.tensors, f.storage))
+        .collect()
+}
+
+/// What the default configuration finds, in report order.
+pub fn found(ckpt: &Checkpoint) -> Vec<Found> {
+    found_with(ckpt, &Config::default(), &Options::default())
+}

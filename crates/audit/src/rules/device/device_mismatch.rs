@@ -10,9 +10,11 @@ declare_rule!(DeviceMismatch {
     summary: "A tensor's device differs from its storage's device.",
     doc: "\
 What it checks
-  Every tensor's device equals its storage's device. With `--load-to cuda:N`, after each
-  storage is copied to the GPU, it also checks that the DataPtr really lives there: the
-  driver reports device memory on ordinal N, and bytes read back match the bytes copied.
+  Every tensor's device equals the device of the storage it views: a tensor may not claim
+  `cuda:0` over a storage the file records on `cpu`, or the other way round. With
+  `--load-to cuda:N`, after each storage is copied to the GPU, it also checks that the
+  DataPtr really lives there: the driver reports device memory on ordinal N, and the bytes
+  read back match the bytes copied.
 
 Why it matters
   A weight that claims `cuda:0` while its storage holds host bytes makes the model read

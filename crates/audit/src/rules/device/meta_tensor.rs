@@ -46,3 +46,48 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{checkpoint, codes, found, storage, tensor};
+    use std::sync::Arc;
+    use tensorplay_engine::{DType, DataPtr, Device, Storage};
+
+    /// A storage recorded on the meta device, without bytes, as the loaders build one.
+    fn meta_storage(id: usize, nbytes: u64) -> Arc<Storage> {
+        Arc::new(Storage::new(
+            id,
+            id.to_string(),
+            DType::Float32,
+            nbytes,
+            "meta",
+            DataPtr::none(Device::Meta),
+        ))
+    }
+
+    #[test]
+    fn a_tensor_without_data_fires_and_a_materialised_one_does_not() {
+        // {'m': torch.empty(3, 4, device='meta')}
+        let m = meta_storage(0, 48);
+        let empty = checkpoint(
+            vec![tensor("m", &m, &[3, 4], &[4, 1], 0, Device::Meta)],
+            vec![m.clone()],
+        );
+        let found: Vec<_> = found(&empty);
+        assert_eq!(found, [("TP204".to_owned(), vec!["m".to_owned()], Some(0))]);
+
+        // A tensor that claims another device over a meta storage holds no data either.
+        let claims_cpu = checkpoint(
+            vec![tensor("m", &m, &[3, 4], &[4, 1], 0, Device::Cpu)],
+            vec![m],
+        );
+        assert!(codes(&claims_cpu).contains(&"TP204".to_owned()));
+
+        let s = storage(0, 12, "cpu");
+        let real = checkpoint(
+            vec![tensor("m", &s, &[3, 4], &[4, 1], 0, Device::Cpu)],
+            vec![s],
+        );
+        assert!(codes(&real).is_empty());
+    }
+}

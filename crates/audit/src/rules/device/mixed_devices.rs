@@ -11,6 +11,7 @@ declare_rule!(MixedDevices {
     doc: "\
 What it checks
   The location each storage records (`cpu`, `cuda:0`, `cuda:1`…): all must be the same.
+  Meta storages hold no data and are left out (they are TP204's finding).
 
 Why it matters
   torch.load restores each storage to the device it was saved from. A checkpoint spread
@@ -41,4 +42,56 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         message: format!("storages were saved from {} devices: {}", by.len(), parts.join(", ")),
         fix: "move every tensor to one device before saving (`model.cpu().state_dict()`), or load with map_location and re-save".into(),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{checkpoint, codes, storage, tensor};
+    use std::sync::Arc;
+    use tensorplay_engine::{DType, DataPtr, Device, Storage};
+
+    #[test]
+    fn storages_from_two_devices_fire_and_from_one_device_do_not() {
+        let (a, b) = (storage(0, 4, "cpu"), storage(1, 4, "cuda:0"));
+        let mixed = checkpoint(
+            vec![
+                tensor("a", &a, &[4], &[1], 0, Device::Cpu),
+                tensor("b", &b, &[4], &[1], 0, Device::Cuda(Some(0))),
+            ],
+            vec![a, b],
+        );
+        // TP202 too: cuda:0 is outside the default allowed_devices.
+        assert_eq!(codes(&mixed), ["TP201", "TP202"]);
+
+        let (a, b) = (storage(0, 4, "cpu"), storage(1, 4, "cpu"));
+        let one = checkpoint(
+            vec![
+                tensor("a", &a, &[4], &[1], 0, Device::Cpu),
+                tensor("b", &b, &[4], &[1], 0, Device::Cpu),
+            ],
+            vec![a, b],
+        );
+        assert!(codes(&one).is_empty());
+    }
+
+    #[test]
+    fn a_meta_storage_beside_cpu_ones_is_not_a_second_device() {
+        let a = storage(0, 4, "cpu");
+        let m = Arc::new(Storage::new(
+            1,
+            "1",
+            DType::Float32,
+            16,
+            "meta",
+            DataPtr::none(Device::Meta),
+        ));
+        let ckpt = checkpoint(
+            vec![
+                tensor("a", &a, &[4], &[1], 0, Device::Cpu),
+                tensor("m", &m, &[4], &[1], 0, Device::Meta),
+            ],
+            vec![a, m],
+        );
+        assert_eq!(codes(&ckpt), ["TP204"]);
+    }
 }

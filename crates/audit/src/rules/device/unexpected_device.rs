@@ -11,7 +11,8 @@ declare_rule!(UnexpectedDevice {
     doc: "\
 What it checks
   Every storage's recorded location against `allowed_devices` in tensorplay.toml
-  (default `[\"cpu\"]`). One finding per unexpected device.
+  (default `[\"cpu\"]`). One finding per unexpected device. Meta storages hold no data
+  and are left out (they are TP204's finding).
 
 Why it matters
   A checkpoint saved from `cuda:1` breaks every CPU-only loader and every machine with one
@@ -50,5 +51,52 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             tensors,
             storage: ids.first().copied().filter(|_| ids.len() == 1),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::options::Options;
+    use crate::testing::{checkpoint, codes, found_with, storage, tensor};
+    use tensorplay_engine::Device;
+
+    #[test]
+    fn storages_outside_allowed_devices_fire_once_per_device_naming_their_tensors() {
+        let (a, b) = (storage(0, 4, "cuda:1"), storage(1, 4, "cuda:1"));
+        let gpu = checkpoint(
+            vec![
+                tensor("a", &a, &[4], &[1], 0, Device::Cuda(Some(1))),
+                tensor("b", &b, &[4], &[1], 0, Device::Cuda(Some(1))),
+            ],
+            vec![a, b],
+        );
+        let names = vec!["a".to_owned(), "b".to_owned()];
+        // Two storages: the finding names no single one.
+        assert_eq!(
+            found_with(&gpu, &Config::default(), &Options::default()),
+            [("TP202".to_owned(), names, None)]
+        );
+
+        let mut allowed = Config::default();
+        allowed.settings.allowed_devices.push("cuda:1".into());
+        assert!(found_with(&gpu, &allowed, &Options::default()).is_empty());
+
+        let s = storage(0, 4, "cpu");
+        let cpu = checkpoint(vec![tensor("a", &s, &[4], &[1], 0, Device::Cpu)], vec![s]);
+        assert!(codes(&cpu).is_empty());
+    }
+
+    #[test]
+    fn a_single_unexpected_storage_is_named() {
+        let s = storage(0, 4, "mps");
+        let ckpt = checkpoint(
+            vec![tensor("w", &s, &[4], &[1], 0, Device::Other("mps".into()))],
+            vec![s],
+        );
+        assert_eq!(
+            found_with(&ckpt, &Config::default(), &Options::default()),
+            [("TP202".to_owned(), vec!["w".to_owned()], Some(0))]
+        );
     }
 }

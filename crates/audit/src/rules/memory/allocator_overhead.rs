@@ -25,7 +25,8 @@ Why it matters
   fits on the serving GPU.
 
 Example
-  200 storages of 11 MiB: each rounds to 12 MiB, reserved 2.4 GB for 2.2 GB requested.
+  200 storages of 7 MiB: a 20 MiB segment holds two of them and keeps a 6 MiB tail no
+  later one fits, so 2000 MiB are reserved for 1400 MiB requested (1.43×).
 
 How to fix
   Pack small tensors into fewer, larger storages; load the largest first; or set
@@ -56,4 +57,65 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         ),
         fix: "pack small tensors into fewer storages, load the largest first, or tune roundup_power2_divisions / max_split_size_mb".into(),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::audit::audit;
+    use crate::config::Config;
+    use crate::options::Options;
+    use crate::testing::{checkpoint, codes, tensor};
+    use std::sync::Arc;
+    use tensorplay_engine::{Checkpoint, DType, DataPtr, Device, Storage};
+
+    /// `count` storages recorded as `mib` MiB each, each fully viewed by one tensor. Their
+    /// DataPtrs hold no bytes: the simulated load reads only the recorded sizes, so hundreds
+    /// of MiB cost nothing (the byte scan skips storages whose DataPtr disagrees with them).
+    fn storages_of(count: usize, mib: u64) -> Checkpoint {
+        let storages: Vec<Arc<Storage>> = (0..count)
+            .map(|id| {
+                Arc::new(Storage::new(
+                    id,
+                    id.to_string(),
+                    DType::Float32,
+                    mib << 20,
+                    "cpu",
+                    DataPtr::heap("recorded size only", Vec::new()),
+                ))
+            })
+            .collect();
+        let tensors = storages
+            .iter()
+            .map(|s| {
+                let name = format!("w{}", s.id());
+                tensor(&name, s, &[(mib << 20) / 4], &[1], 0, Device::Cpu)
+            })
+            .collect();
+        checkpoint(tensors, storages)
+    }
+
+    #[test]
+    fn segment_tails_no_storage_fits_fire_past_both_thresholds() {
+        // A 20 MiB segment holds two 7 MiB storages and keeps a 6 MiB tail no later one fits:
+        // 24 of them reserve 240 MiB for 168 MiB requested (1.43×, 72 MiB more).
+        let wasteful = storages_of(24, 7);
+        assert_eq!(codes(&wasteful), ["TP302"]);
+        let report = audit(
+            &wasteful,
+            "hand-made.pt",
+            &Config::default(),
+            &Options::default(),
+            None,
+        );
+        let message = &report.findings[0].message;
+        assert!(
+            message.contains("reserves 240.0 MiB") && message.contains("168.0 MiB requested"),
+            "{message}"
+        );
+
+        // Twenty of them: the same 1.43×, but 60 MiB more is under the 64 MiB floor.
+        assert!(codes(&storages_of(20, 7)).is_empty());
+        // 10 MiB storages get segments of exactly their size.
+        assert!(codes(&storages_of(24, 10)).is_empty());
+    }
 }

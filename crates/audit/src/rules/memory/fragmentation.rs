@@ -9,11 +9,13 @@ declare_rule!(FragmentationScore {
     summary: "Storage sizes are dispersed beyond the fragmentation threshold (default 5).",
     doc: "\
 What it checks
-  The design's storage fragmentation score over all storage sizes. The design writes it
-  as variance / mean, which carries units (bytes) and grows with model size; tensorplay
-  uses the dimensionless variance / mean² (the squared coefficient of variation), so the
-  same threshold (`thresholds.fragmentation_score`, default 5) means the same thing for a
-  1 MB and a 100 GB checkpoint. It needs at least two storages.
+  How dispersed the storage sizes are: the fragmentation score is the variance of all
+  storage sizes (in bytes) divided by their mean squared, the squared coefficient of
+  variation. Dividing by the mean alone would carry units (bytes) and grow with model
+  size; the squared mean makes the score dimensionless, so the same threshold
+  (`thresholds.fragmentation_score`, default 5) means the same thing for a 1 MB and a
+  100 GB checkpoint. It fires above the threshold and needs at least two storages, not all
+  empty.
 
 Why it matters
   A few huge storages among many tiny ones fragment a caching allocator: the tiny ones
@@ -68,6 +70,9 @@ pub(crate) fn score(sizes: &[f64]) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::{checkpoint, codes, storage, tensor};
+    use tensorplay_engine::{Checkpoint, Device};
+
     #[test]
     fn the_score_is_dimensionless() {
         assert_eq!(super::score(&[4.0, 4.0, 4.0]), Some(0.0));
@@ -78,5 +83,30 @@ mod tests {
         // mean 25, variance (3·24² + 72²)/4 = 1728, score 2.7648
         assert!((a - 2.7648).abs() < 1e-9, "{a}");
         assert_eq!(super::score(&[5.0]), None);
+    }
+
+    /// One storage per size (in float32 elements), each fully viewed by one tensor.
+    fn storages_of(elements: &[u64]) -> Checkpoint {
+        let storages: Vec<_> = elements
+            .iter()
+            .enumerate()
+            .map(|(id, &n)| storage(id, n, "cpu"))
+            .collect();
+        let tensors = storages
+            .iter()
+            .zip(elements)
+            .map(|(s, &n)| tensor(&format!("w{}", s.id()), s, &[n], &[1], 0, Device::Cpu))
+            .collect();
+        checkpoint(tensors, storages)
+    }
+
+    #[test]
+    fn one_large_storage_among_many_tiny_ones_fires() {
+        // 4000 bytes and nine of 4: score 8.82.
+        let mut sizes = vec![1000];
+        sizes.extend([1; 9]);
+        assert_eq!(codes(&storages_of(&sizes)), ["TP301"]);
+        // 4000 bytes and four of 4: score 3.96, under the default 5.
+        assert!(codes(&storages_of(&[1000, 1, 1, 1, 1])).is_empty());
     }
 }

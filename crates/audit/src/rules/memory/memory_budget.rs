@@ -53,3 +53,39 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         fix: "quantize or shard the model, load it across devices, or serve it on a larger GPU".into(),
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::audit::audit;
+    use crate::config::Config;
+    use crate::options::Options;
+    use crate::testing::{checkpoint, storage, tensor};
+    use tensorplay_engine::Device;
+
+    #[test]
+    fn a_load_past_the_budget_fires_naming_the_storage_and_one_that_fits_does_not() {
+        // 4 MiB of float32: the allocator gives it a 20 MiB segment.
+        let s = storage(0, 1 << 20, "cpu");
+        let ckpt = checkpoint(
+            vec![tensor("w", &s, &[1 << 20], &[1], 0, Device::Cpu)],
+            vec![s],
+        );
+        let run = |gpu_budget| {
+            let options = Options {
+                gpu_budget,
+                ..Default::default()
+            };
+            audit(&ckpt, "hand-made.pt", &Config::default(), &options, None)
+        };
+        // 16 MiB holds the bytes but not the segment.
+        let over: Vec<_> = run(Some(16 << 20))
+            .findings
+            .into_iter()
+            .map(|f| (f.code.as_str().to_owned(), f.storage))
+            .collect();
+        assert_eq!(over, [("TP303".to_owned(), Some(0))]);
+        assert!(run(Some(20 << 20)).findings.is_empty());
+        // Without a budget the rule does not run at all.
+        assert!(!run(None).checked.contains(&super::MemoryBudget::CODE));
+    }
+}

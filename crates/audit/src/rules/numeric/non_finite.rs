@@ -53,3 +53,62 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::audit::audit;
+    use crate::config::Config;
+    use crate::options::Options;
+    use crate::testing::{checkpoint, codes, storage_of, tensor};
+    use tensorplay_engine::{Checkpoint, Device};
+
+    fn float32s(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// A clean tensor 'good' (storage 1) listed before 'bad' (storage 0) holding `values`.
+    fn with_bad(values: &[f32]) -> Checkpoint {
+        let bad = storage_of(0, float32s(values), "cpu");
+        let good = storage_of(1, float32s(&[1.0; 4]), "cpu");
+        checkpoint(
+            vec![
+                tensor("good", &good, &[4], &[1], 0, Device::Cpu),
+                tensor("bad", &bad, &[4], &[1], 0, Device::Cpu),
+            ],
+            vec![bad, good],
+        )
+    }
+
+    #[test]
+    fn nan_and_inf_fire_on_their_tensor_and_finite_values_do_not() {
+        let ckpt = with_bad(&[0.0, 1.0, f32::NAN, f32::NEG_INFINITY]);
+        let findings = audit(
+            &ckpt,
+            "hand-made.pt",
+            &Config::default(),
+            &Options::default(),
+            None,
+        )
+        .findings;
+        let found: Vec<_> = findings
+            .iter()
+            .map(|f| (f.code.as_str(), f.tensors.clone(), f.storage))
+            .collect();
+        assert_eq!(found, [("TP401", vec!["bad".to_owned()], Some(0))]);
+        let message = &findings[0].message;
+        assert!(
+            message.contains("1 NaN, 0 +Inf, 1 -Inf among 4 elements; first at index 2"),
+            "{message}"
+        );
+
+        assert!(codes(&with_bad(&[0.0, 1.0, f32::MAX, f32::MIN])).is_empty());
+
+        // --metadata-only skips the rule.
+        let options = Options {
+            metadata_only: true,
+            ..Default::default()
+        };
+        let report = audit(&ckpt, "hand-made.pt", &Config::default(), &options, None);
+        assert!(report.findings.is_empty());
+    }
+}

@@ -44,3 +44,46 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::audit::audit;
+    use crate::config::Config;
+    use crate::options::Options;
+    use crate::testing::{checkpoint, codes, storage, tensor};
+    use tensorplay_engine::pickle::UnsafeGlobal;
+    use tensorplay_engine::Device;
+
+    #[test]
+    fn a_global_outside_the_allowlist_fires_with_where_it_is() {
+        let s = storage(0, 4, "cpu");
+        let mut ckpt = checkpoint(vec![tensor("w", &s, &[4], &[1], 0, Device::Cpu)], vec![s]);
+        assert!(codes(&ckpt).is_empty());
+
+        ckpt.unsafe_globals.push(UnsafeGlobal {
+            module: "posix".into(),
+            name: "system".into(),
+            member: "archive/data.pkl".into(),
+            position: 57,
+        });
+        let findings = audit(
+            &ckpt,
+            "hand-made.pt",
+            &Config::default(),
+            &Options::default(),
+            None,
+        )
+        .findings;
+        assert_eq!(
+            findings.iter().map(|f| f.code.as_str()).collect::<Vec<_>>(),
+            ["TP501"]
+        );
+        assert!(
+            findings[0]
+                .message
+                .starts_with("archive/data.pkl at byte 57 references posix.system"),
+            "{}",
+            findings[0].message
+        );
+    }
+}

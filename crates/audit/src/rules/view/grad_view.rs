@@ -10,8 +10,10 @@ declare_rule!(GradView {
     summary: "A requires_grad tensor shares bytes with another tensor.",
     doc: "\
 What it checks
-  The design's `is_safe_view`: a tensor that requires grad must not share bytes with any
-  other tensor of the checkpoint (other than an identical alias, which is TP103).
+  Whether a view is safe for autograd: a tensor that requires grad must not share bytes
+  with any other tensor of the checkpoint, whether it contains the other's bytes, lies
+  inside them or partly overlaps them. An identical alias (same bytes) is TP103's finding,
+  not this one.
 
 Why it matters
   A view of a trainable leaf breaks autograd the moment anything updates it in place
@@ -62,5 +64,79 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 ),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::audit::audit;
+    use crate::config::Config;
+    use crate::options::Options;
+    use crate::testing::{checkpoint, codes, storage, tensor};
+    use std::sync::Arc;
+    use tensorplay_engine::{DType, Device, Layout, Storage, Tensor, TensorImpl};
+
+    /// A [4, 6] float32 tensor over all of `storage`, a trainable parameter or not.
+    fn leaf(storage: &Arc<Storage>, requires_grad: bool) -> Tensor {
+        let layout = Layout::new(vec![4, 6], vec![6, 1], 0).expect("layout");
+        let imp = TensorImpl::new(
+            layout,
+            DType::Float32,
+            Device::Cpu,
+            requires_grad,
+            requires_grad,
+            Arc::clone(storage),
+        );
+        Tensor::new("leaf", Arc::new(imp))
+    }
+
+    #[test]
+    fn a_view_of_a_trainable_tensor_fires_and_a_view_of_a_frozen_one_does_not() {
+        // leaf = torch.randn(4, 6, requires_grad=True)
+        // {'leaf': leaf, 'chain': leaf.detach().narrow(0, 1, 2).t()}
+        let s = storage(0, 24, "cpu");
+        let with = |requires_grad| {
+            checkpoint(
+                vec![
+                    leaf(&s, requires_grad),
+                    tensor("chain", &s, &[6, 2], &[1, 6], 6, Device::Cpu),
+                ],
+                vec![s.clone()],
+            )
+        };
+        let trainable = with(true);
+        // TP105: 'chain' is transposed; TP106: two tensors share the storage.
+        assert_eq!(codes(&trainable), ["TP102", "TP105", "TP106"]);
+        let found: Vec<_> = audit(
+            &trainable,
+            "hand-made.pt",
+            &Config::default(),
+            &Options::default(),
+            None,
+        )
+        .findings
+        .into_iter()
+        .filter(|f| f.code == "TP102")
+        .map(|f| (f.tensors, f.storage))
+        .collect();
+        assert_eq!(
+            found,
+            [(vec!["leaf".to_owned(), "chain".to_owned()], Some(0))]
+        );
+
+        assert_eq!(codes(&with(false)), ["TP105", "TP106"]);
+    }
+
+    #[test]
+    fn an_identical_alias_of_a_trainable_tensor_is_left_to_tp103() {
+        let s = storage(0, 24, "cpu");
+        let tied = checkpoint(
+            vec![
+                leaf(&s, true),
+                tensor("tied", &s, &[4, 6], &[6, 1], 0, Device::Cpu),
+            ],
+            vec![s.clone()],
+        );
+        assert_eq!(codes(&tied), ["TP103"]);
     }
 }

@@ -46,3 +46,28 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{checkpoint, codes, found, storage, tensor};
+    use tensorplay_engine::Device;
+
+    #[test]
+    fn a_transposed_tensor_fires_and_a_row_major_one_does_not() {
+        // torch.arange(6.).reshape(2, 3).t(): shape [3, 2], strides [1, 3]
+        let s = storage(0, 6, "cpu");
+        let layout = |sizes: &[u64], strides: &[u64]| {
+            checkpoint(
+                vec![tensor("t", &s, sizes, strides, 0, Device::Cpu)],
+                vec![s.clone()],
+            )
+        };
+        let transposed = layout(&[3, 2], &[1, 3]);
+        let found: Vec<_> = found(&transposed);
+        assert_eq!(found, [("TP105".to_owned(), vec!["t".to_owned()], Some(0))]);
+
+        assert!(codes(&layout(&[2, 3], &[3, 1])).is_empty());
+        // The stride of a size-1 dimension does not matter.
+        assert!(codes(&layout(&[1, 6], &[100, 1])).is_empty());
+    }
+}

@@ -10,7 +10,8 @@ declare_rule!(ViewOutOfBounds {
     doc: "\
 What it checks
   Every tensor's byte range (storage offset, sizes and strides times the element size) lies
-  inside its storage: the design's `verify_data_ptr_consistency`.
+  inside the bytes its storage records. A layout whose byte range cannot even be computed
+  (its extent overflows) is reported too.
 
 Why it matters
   torch.load would refuse the file or, worse, read past the storage into whatever memory

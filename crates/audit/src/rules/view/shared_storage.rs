@@ -54,3 +54,53 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{checkpoint, codes, found, storage, tensor};
+    use tensorplay_engine::Device;
+
+    #[test]
+    fn slices_side_by_side_in_one_storage_fire_and_separate_storages_do_not() {
+        let s = storage(0, 8, "cpu");
+        let halves = checkpoint(
+            vec![
+                tensor("a", &s, &[4], &[1], 0, Device::Cpu),
+                tensor("b", &s, &[4], &[1], 4, Device::Cpu),
+            ],
+            vec![s.clone()],
+        );
+        let found: Vec<_> = found(&halves);
+        assert_eq!(
+            found,
+            [(
+                "TP106".to_owned(),
+                vec!["a".to_owned(), "b".to_owned()],
+                Some(0)
+            )]
+        );
+
+        let (a, b) = (storage(0, 4, "cpu"), storage(1, 4, "cpu"));
+        let separate = checkpoint(
+            vec![
+                tensor("a", &a, &[4], &[1], 0, Device::Cpu),
+                tensor("b", &b, &[4], &[1], 0, Device::Cpu),
+            ],
+            vec![a, b],
+        );
+        assert!(codes(&separate).is_empty());
+    }
+
+    #[test]
+    fn one_identical_alias_is_left_to_tp103() {
+        let s = storage(0, 8, "cpu");
+        let tied = checkpoint(
+            vec![
+                tensor("a", &s, &[8], &[1], 0, Device::Cpu),
+                tensor("b", &s, &[8], &[1], 0, Device::Cpu),
+            ],
+            vec![s.clone()],
+        );
+        assert_eq!(codes(&tied), ["TP103"]);
+    }
+}

@@ -74,3 +74,37 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{checkpoint, codes, found, storage, tensor};
+    use tensorplay_engine::{Checkpoint, Device};
+
+    /// A storage of `elements` float32 and one tensor 'head' over its first `used`.
+    fn slice(elements: u64, used: u64) -> Checkpoint {
+        let s = storage(0, elements, "cpu");
+        checkpoint(
+            vec![tensor("head", &s, &[used], &[1], 0, Device::Cpu)],
+            vec![s],
+        )
+    }
+
+    #[test]
+    fn a_slice_leaving_a_mib_unreached_fires_naming_it() {
+        // 2 MiB storage, 1 MiB viewed: 1 MiB (50%) unreached, exactly the byte threshold.
+        assert_eq!(
+            found(&slice(1 << 19, 1 << 18)),
+            [("TP104".to_owned(), vec!["head".to_owned()], Some(0))]
+        );
+        // One more element viewed: 4 bytes under the threshold.
+        assert!(codes(&slice(1 << 19, (1 << 18) + 1)).is_empty());
+    }
+
+    #[test]
+    fn unreached_bytes_under_the_fraction_threshold_do_not_fire() {
+        // 16 MiB storage with 1.5 MiB unreached: over 1 MiB but 9.4% of the storage.
+        assert!(codes(&slice(1 << 22, (1 << 22) - (3 << 17))).is_empty());
+        // 1.75 MiB unreached is 10.9%.
+        assert_eq!(codes(&slice(1 << 22, (1 << 22) - (7 << 16))), ["TP104"]);
+    }
+}
