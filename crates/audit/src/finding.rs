@@ -17,7 +17,7 @@ pub struct Finding {
     pub storage: Option<usize>,
     /// What is wrong, for people.
     pub message: String,
-    /// The concrete remedy (the design's `recommend_fix`).
+    /// The concrete remedy.
     pub fix: String,
 }
 

@@ -2,6 +2,7 @@
 
 use crate::audit::audit;
 use crate::config::Config;
+use crate::finding::Finding;
 use crate::options::Options;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -64,17 +65,10 @@ pub fn checkpoint(tensors: Vec<Tensor>, storages: Vec<Arc<Storage>>) -> Checkpoi
 
 /// Codes of what the default configuration finds.
 pub fn codes(ckpt: &Checkpoint) -> Vec<String> {
-    audit(
-        ckpt,
-        "hand-made.pt",
-        &Config::default(),
-        &Options::default(),
-        None,
-    )
-    .findings
-    .into_iter()
-    .map(|f| f.code.as_str().to_owned())
-    .collect()
+    findings(ckpt)
+        .into_iter()
+        .map(|f| f.code.as_str().to_owned())
+        .collect()
 }
 
 /// One finding as tests compare it: code, tensors, storage.
@@ -87,6 +81,18 @@ pub fn found_with(ckpt: &Checkpoint, config: &Config, options: &Options) -> Vec<
         .into_iter()
         .map(|f| (f.code.as_str().to_owned(), f.tensors, f.storage))
         .collect()
+}
+
+/// Every finding of the default configuration, in report order.
+pub fn findings(ckpt: &Checkpoint) -> Vec<Finding> {
+    audit(
+        ckpt,
+        "hand-made.pt",
+        &Config::default(),
+        &Options::default(),
+        None,
+    )
+    .findings
 }
 
 /// What the default configuration finds, in report order.

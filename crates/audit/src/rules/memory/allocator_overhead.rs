@@ -61,10 +61,8 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::audit::audit;
-    use crate::config::Config;
-    use crate::options::Options;
-    use crate::testing::{checkpoint, codes, tensor};
+
+    use crate::testing::{checkpoint, codes, findings, tensor};
     use std::sync::Arc;
     use tensorplay_engine::{Checkpoint, DType, DataPtr, Device, Storage};
 
@@ -100,14 +98,7 @@ mod tests {
         // 24 of them reserve 240 MiB for 168 MiB requested (1.43×, 72 MiB more).
         let wasteful = storages_of(24, 7);
         assert_eq!(codes(&wasteful), ["TP302"]);
-        let report = audit(
-            &wasteful,
-            "hand-made.pt",
-            &Config::default(),
-            &Options::default(),
-            None,
-        );
-        let message = &report.findings[0].message;
+        let message = &findings(&wasteful)[0].message;
         assert!(
             message.contains("reserves 240.0 MiB") && message.contains("168.0 MiB requested"),
             "{message}"

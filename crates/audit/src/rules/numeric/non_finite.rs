@@ -59,7 +59,7 @@ mod tests {
     use crate::audit::audit;
     use crate::config::Config;
     use crate::options::Options;
-    use crate::testing::{checkpoint, codes, storage_of, tensor};
+    use crate::testing::{checkpoint, codes, findings, storage_of, tensor};
     use tensorplay_engine::{Checkpoint, Device};
 
     fn float32s(values: &[f32]) -> Vec<u8> {
@@ -82,14 +82,7 @@ mod tests {
     #[test]
     fn nan_and_inf_fire_on_their_tensor_and_finite_values_do_not() {
         let ckpt = with_bad(&[0.0, 1.0, f32::NAN, f32::NEG_INFINITY]);
-        let findings = audit(
-            &ckpt,
-            "hand-made.pt",
-            &Config::default(),
-            &Options::default(),
-            None,
-        )
-        .findings;
+        let findings = findings(&ckpt);
         let found: Vec<_> = findings
             .iter()
             .map(|f| (f.code.as_str(), f.tensors.clone(), f.storage))

@@ -47,10 +47,8 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::audit::audit;
-    use crate::config::Config;
-    use crate::options::Options;
-    use crate::testing::{checkpoint, codes, storage, tensor};
+
+    use crate::testing::{checkpoint, codes, findings, storage, tensor};
     use tensorplay_engine::pickle::UnsafeGlobal;
     use tensorplay_engine::Device;
 
@@ -66,14 +64,7 @@ mod tests {
             member: "archive/data.pkl".into(),
             position: 57,
         });
-        let findings = audit(
-            &ckpt,
-            "hand-made.pt",
-            &Config::default(),
-            &Options::default(),
-            None,
-        )
-        .findings;
+        let findings = findings(&ckpt);
         assert_eq!(
             findings.iter().map(|f| f.code.as_str()).collect::<Vec<_>>(),
             ["TP501"]

@@ -69,10 +69,8 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::audit::audit;
-    use crate::config::Config;
-    use crate::options::Options;
-    use crate::testing::{checkpoint, codes, storage, tensor};
+
+    use crate::testing::{checkpoint, codes, findings, storage, tensor};
     use std::sync::Arc;
     use tensorplay_engine::{DType, Device, Layout, Storage, Tensor, TensorImpl};
 
@@ -107,18 +105,11 @@ mod tests {
         let trainable = with(true);
         // TP105: 'chain' is transposed; TP106: two tensors share the storage.
         assert_eq!(codes(&trainable), ["TP102", "TP105", "TP106"]);
-        let found: Vec<_> = audit(
-            &trainable,
-            "hand-made.pt",
-            &Config::default(),
-            &Options::default(),
-            None,
-        )
-        .findings
-        .into_iter()
-        .filter(|f| f.code == "TP102")
-        .map(|f| (f.tensors, f.storage))
-        .collect();
+        let found: Vec<_> = findings(&trainable)
+            .into_iter()
+            .filter(|f| f.code == "TP102")
+            .map(|f| (f.tensors, f.storage))
+            .collect();
         assert_eq!(
             found,
             [(vec!["leaf".to_owned(), "chain".to_owned()], Some(0))]

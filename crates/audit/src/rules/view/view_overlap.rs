@@ -66,10 +66,8 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::audit::audit;
-    use crate::config::Config;
-    use crate::options::Options;
-    use crate::testing::{checkpoint, codes, storage, tensor};
+
+    use crate::testing::{checkpoint, codes, findings, storage, tensor};
     use tensorplay_engine::{Checkpoint, Device};
 
     /// 'a' and 'b': `(size, stride, offset)` views of one 10-element float32 storage.
@@ -89,18 +87,11 @@ mod tests {
         // base = torch.arange(10.); sd = {'a': base[0:6], 'b': base[4:10]}
         let overlapping = pair((6, 1, 0), (6, 1, 4));
         assert_eq!(codes(&overlapping), ["TP101", "TP106"]);
-        let found: Vec<_> = audit(
-            &overlapping,
-            "hand-made.pt",
-            &Config::default(),
-            &Options::default(),
-            None,
-        )
-        .findings
-        .into_iter()
-        .filter(|f| f.code == "TP101")
-        .map(|f| (f.tensors, f.storage, f.message))
-        .collect();
+        let found: Vec<_> = findings(&overlapping)
+            .into_iter()
+            .filter(|f| f.code == "TP101")
+            .map(|f| (f.tensors, f.storage, f.message))
+            .collect();
         assert_eq!(
             found,
             [(
