@@ -127,6 +127,13 @@ fn each_rule_fires_on_its_fixture_and_only_there() {
             "fixtures/pytorch/multi_gpu.pt",
             &[("TP201", &[]), ("TP202", &["a"]), ("TP202", &["b"])],
         ),
+        // `v` = [7] at offset 5 over a storage shrunk to 8 floats; `head` = [4] fits.
+        (
+            "fixtures/pytorch/bad/view_out_of_bounds.pt",
+            &[("TP106", &["head", "v"]), ("TP107", &["v"])],
+        ),
+        // `w` is rebuilt by `_rebuild_device_tensor_from_cpu_tensor(..., "cuda:0")` over a cpu storage.
+        ("fixtures/pytorch/device_mismatch.pt", &[("TP203", &["w"])]),
         ("fixtures/pytorch/meta.pt", &[("TP204", &["m"])]),
         (
             "fixtures/safetensors/fragmented.safetensors",
