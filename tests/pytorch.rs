@@ -133,3 +133,68 @@ fn torchscript_archives_say_so() {
     assert_eq!(truth["inspect"]["format"], "torchscript");
     assert_eq!(truth["inspect"]["unsafe_globals"], serde_json::json!([]));
 }
+
+/// torch refuses to load this file (its storage was shrunk under a view before saving);
+/// tensorplay reads what torch's unpickler rebuilds, and `inspect` refuses it on one line.
+#[test]
+fn a_view_past_its_storage_reads_as_torch_rebuilds_it_and_inspect_refuses_it() {
+    let path = "fixtures/pytorch/bad/view_out_of_bounds.pt";
+    let truth = read_json(&format!("{path}.truth.json"));
+    assert_eq!(truth["torch_accepts"], false);
+    let reading = &truth["torch_reading"];
+    let ckpt = tensorplay_engine::load::open(&root().join(path)).expect(path);
+    let tensors: Vec<serde_json::Value> = ckpt
+        .tensors
+        .iter()
+        .map(|t| {
+            let imp = t.tensor_impl();
+            serde_json::json!({
+                "name": t.name(),
+                "dtype": imp.dtype().name(),
+                "shape": imp.layout().sizes(),
+                "strides": imp.layout().strides(),
+                "storage_offset": imp.layout().storage_offset(),
+                "storage": imp.storage().id(),
+            })
+        })
+        .collect();
+    let expected: Vec<serde_json::Value> = reading["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t["name"], "dtype": t["dtype"], "shape": t["shape"],
+                "strides": t["strides"], "storage_offset": t["storage_offset"],
+                "storage": t["storage"],
+            })
+        })
+        .collect();
+    assert_eq!(tensors, expected);
+    let storages: Vec<(String, u64)> = ckpt
+        .storages
+        .iter()
+        .map(|s| (s.key().to_owned(), s.nbytes()))
+        .collect();
+    let expected: Vec<(String, u64)> = reading["storages"]
+        .as_array()
+        .expect("storages")
+        .iter()
+        .map(|s| {
+            (
+                s["key"].as_str().unwrap().to_owned(),
+                s["nbytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(storages, expected);
+
+    let out = tensorplay(&["inspect", path]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("reaches bytes 20..48 of a 32-byte storage"),
+        "{err}"
+    );
+}
