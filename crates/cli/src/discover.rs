@@ -1,9 +1,8 @@
 //! Which files an audit covers: paths given, directories walked, files sniffed by content.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tensorplay_audit::report::Skipped;
-use tensorplay_engine::load::{self, ShardIndex, Sniffed};
+use tensorplay_engine::load::{self, Probe, ShardIndex, Sniffed};
 
 /// Extensions that say a file was meant to be a checkpoint. Content alone picks the reader;
 /// the extension only decides whether unrecognised content is a corrupt checkpoint (audited,
@@ -22,10 +21,39 @@ const CHECKPOINT_EXTENSIONS: &[&str] = &[
 /// What to audit and what was passed over.
 #[derive(Debug, Default)]
 pub struct Discovered {
-    /// Checkpoints (files or indexes), sorted, each once.
-    pub checkpoints: Vec<PathBuf>,
+    /// Checkpoints (files or indexes), sorted by path, each once.
+    pub checkpoints: Vec<Target>,
     /// Files seen but not audited.
     pub skipped: Vec<Skipped>,
+}
+
+/// A checkpoint to audit, looked at once: what probing it found, for `load::read`, or why it
+/// could not be probed, which the audit reports as it would a failed read.
+#[derive(Debug)]
+pub struct Target {
+    path: PathBuf,
+    probe: tensorplay_engine::Result<Probe>,
+}
+
+impl Target {
+    fn probe(path: PathBuf) -> Self {
+        let probe = load::probe(&path);
+        Target { path, probe }
+    }
+
+    /// The path as given or found.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What probing found, ready for `load::read`.
+    pub fn into_probe(self) -> tensorplay_engine::Result<Probe> {
+        self.probe
+    }
+
+    fn index(&self) -> Option<&ShardIndex> {
+        self.probe.as_ref().ok().and_then(Probe::index)
+    }
 }
 
 /// Expands the command-line paths. A path that does not exist is an error.
@@ -38,12 +66,12 @@ pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Discovered> {
             walk(path, &mut found)?;
         } else {
             // Named explicitly: always audited, so unreadable content is reported, never skipped.
-            found.checkpoints.push(path.clone());
+            found.checkpoints.push(Target::probe(path.clone()));
         }
     }
     drop_covered_shards(&mut found);
-    found.checkpoints.sort();
-    found.checkpoints.dedup();
+    found.checkpoints.sort_by(|a, b| a.path.cmp(&b.path));
+    found.checkpoints.dedup_by(|a, b| a.path == b.path);
     found.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(found)
 }
@@ -86,15 +114,13 @@ fn classify(path: PathBuf, found: &mut Discovered) {
         .and_then(|e| e.to_str())
         .is_some_and(|e| CHECKPOINT_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
     let named_as_index = path.to_string_lossy().ends_with(".index.json");
-    match load::sniff_file(&path) {
-        Ok(Sniffed::Safetensors | Sniffed::Zip | Sniffed::LegacyPickle) => {
-            found.checkpoints.push(path)
+    let target = Target::probe(path.clone());
+    match &target.probe {
+        Ok(p) if p.sniffed() == Sniffed::JsonIndex && p.index().is_none() && !named_as_index => {
+            skip("JSON, not a checkpoint index", found)
         }
-        Ok(Sniffed::JsonIndex) if named_as_index || ShardIndex::read(&path).is_ok() => {
-            found.checkpoints.push(path)
-        }
-        Ok(Sniffed::JsonIndex) => skip("JSON, not a checkpoint index", found),
-        _ if meant_as_checkpoint || named_as_index => found.checkpoints.push(path),
+        Ok(p) if p.sniffed() != Sniffed::Unknown => found.checkpoints.push(target),
+        _ if meant_as_checkpoint || named_as_index => found.checkpoints.push(target),
         Ok(_) => skip("not a checkpoint (unrecognised content)", found),
         Err(e) => skip(&e.to_string(), found),
     }
@@ -103,19 +129,12 @@ fn classify(path: PathBuf, found: &mut Discovered) {
 /// Shards of an index found in the walk are audited through the index, not twice.
 fn drop_covered_shards(found: &mut Discovered) {
     let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
-    // Only JSON files can be indexes; checking content first leaves checkpoints unread here.
-    let indexes: HashMap<PathBuf, ShardIndex> = found
-        .checkpoints
-        .iter()
-        .filter(|p| matches!(load::sniff_file(p), Ok(Sniffed::JsonIndex)))
-        .filter_map(|p| Some((p.clone(), ShardIndex::read(p).ok()?)))
-        .collect();
     let mut covered: Vec<(PathBuf, String)> = Vec::new();
-    for (index_path, index) in &indexes {
-        for shard in index.shards() {
+    for target in &found.checkpoints {
+        for shard in target.index().map(ShardIndex::shards).unwrap_or_default() {
             covered.push((
-                canonical(&ShardIndex::shard_path(index_path, shard)),
-                index_path.display().to_string(),
+                canonical(&ShardIndex::shard_path(&target.path, shard)),
+                target.path.display().to_string(),
             ));
         }
     }
@@ -123,14 +142,15 @@ fn drop_covered_shards(found: &mut Discovered) {
         return;
     }
     let mut kept = Vec::with_capacity(found.checkpoints.len());
-    for path in std::mem::take(&mut found.checkpoints) {
-        let c = canonical(&path);
+    for target in std::mem::take(&mut found.checkpoints) {
+        let c = canonical(&target.path);
         match covered.iter().find(|(shard, _)| *shard == c) {
-            Some((_, index)) if !indexes.contains_key(&path) => found.skipped.push(Skipped {
-                path: path.display().to_string(),
+            // An index listed as another's shard is still audited as an index.
+            Some((_, index)) if target.index().is_none() => found.skipped.push(Skipped {
+                path: target.path.display().to_string(),
                 reason: format!("shard of {index}"),
             }),
-            _ => kept.push(path),
+            _ => kept.push(target),
         }
     }
     found.checkpoints = kept;

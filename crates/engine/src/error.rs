@@ -262,6 +262,58 @@ pub enum Error {
     },
 }
 
+/// What a read failure says about the input, for whoever reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The path could not be opened or read at all: a usage problem (a wrong path,
+    /// permissions), not a finding about a checkpoint.
+    Unopenable,
+    /// The bytes are not a well-formed checkpoint: damaged, truncated, hostile or of an
+    /// unknown format.
+    Corrupt,
+    /// A sharded index disagrees with its shards, or names a shard that cannot be opened.
+    IndexMismatch,
+}
+
+impl Error {
+    /// How this failure is to be reported. Every variant is listed, so a new one is
+    /// classified where it is declared.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { .. } => ErrorKind::Unopenable,
+            Error::IndexShardPath { .. }
+            | Error::IndexEmpty { .. }
+            | Error::IndexTensorAbsent { .. }
+            | Error::IndexTensorInTwoShards { .. }
+            | Error::IndexUnlistedTensor { .. }
+            | Error::IndexMixedFormats { .. } => ErrorKind::IndexMismatch,
+            // A shard that is missing is the index's fault; a shard that is damaged is corrupt.
+            Error::Shard { source, .. } => match source.kind() {
+                ErrorKind::Unopenable | ErrorKind::IndexMismatch => ErrorKind::IndexMismatch,
+                ErrorKind::Corrupt => ErrorKind::Corrupt,
+            },
+            Error::Empty { .. }
+            | Error::UnknownFormat { .. }
+            | Error::UnsupportedFormat { .. }
+            | Error::HeaderTooSmall { .. }
+            | Error::HeaderTooLarge { .. }
+            | Error::HeaderBeyondFile { .. }
+            | Error::HeaderNotUtf8 { .. }
+            | Error::HeaderSyntax { .. }
+            | Error::DuplicateTensor { .. }
+            | Error::InvalidTensor { .. }
+            | Error::DataLength { .. }
+            | Error::SafetensorsRejected { .. }
+            | Error::IndexSyntax { .. }
+            | Error::Pickle { .. }
+            | Error::Archive { .. }
+            | Error::Overflow { .. }
+            | Error::RankMismatch { .. }
+            | Error::DataPtrInconsistent { .. } => ErrorKind::Corrupt,
+        }
+    }
+}
+
 fn data_length_problem(data_end: u64, file_len: u64) -> &'static str {
     if data_end > file_len {
         "file is truncated"
@@ -273,33 +325,90 @@ fn data_length_problem(data_end: u64, file_len: u64) -> &'static str {
 /// The engine's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// How a read failure is judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The path could not be opened: a usage problem, not a finding.
-    Unopenable,
-    /// The file is not a readable checkpoint.
-    Corrupt,
-    /// An index and its shards disagree.
-    IndexMismatch,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Error {
-    /// How this failure is judged.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            Error::Io { .. } => ErrorKind::Unopenable,
-            Error::IndexShardPath { .. }
-            | Error::IndexEmpty { .. }
-            | Error::IndexTensorAbsent { .. }
-            | Error::IndexTensorInTwoShards { .. }
-            | Error::IndexUnlistedTensor { .. }
-            | Error::IndexMixedFormats { .. } => ErrorKind::IndexMismatch,
-            Error::Shard { source, .. } => match source.kind() {
-                ErrorKind::Unopenable | ErrorKind::IndexMismatch => ErrorKind::IndexMismatch,
-                ErrorKind::Corrupt => ErrorKind::Corrupt,
+    fn path() -> PathBuf {
+        PathBuf::from("m.index.json")
+    }
+
+    fn io() -> Error {
+        Error::Io {
+            path: path(),
+            source: std::io::ErrorKind::NotFound.into(),
+        }
+    }
+
+    fn in_shard(source: Error) -> Error {
+        Error::Shard {
+            path: path(),
+            source: Box::new(source),
+        }
+    }
+
+    fn syntax() -> Error {
+        Error::IndexSyntax {
+            path: path(),
+            detail: "invalid JSON".into(),
+        }
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_read_is_unopenable() {
+        assert_eq!(io().kind(), ErrorKind::Unopenable);
+    }
+
+    #[test]
+    fn index_disagreements_and_missing_shards_are_index_mismatches() {
+        let mismatches = [
+            Error::IndexShardPath {
+                path: path(),
+                shard: "../x".into(),
             },
-            _ => ErrorKind::Corrupt,
+            Error::IndexEmpty { path: path() },
+            Error::IndexTensorAbsent {
+                path: path(),
+                tensor: "w".into(),
+                shard: "a".into(),
+            },
+            Error::IndexTensorInTwoShards {
+                path: path(),
+                tensor: "w".into(),
+                first: "a".into(),
+                second: "b".into(),
+            },
+            Error::IndexUnlistedTensor {
+                path: path(),
+                tensor: "w".into(),
+                shard: "a".into(),
+            },
+            Error::IndexMixedFormats {
+                path: path(),
+                shard: "b".into(),
+                found: "safetensors",
+                expected: "a PyTorch zip archive",
+            },
+            in_shard(io()),
+            in_shard(in_shard(io())),
+            in_shard(Error::IndexEmpty { path: path() }),
+        ];
+        for e in mismatches {
+            assert_eq!(e.kind(), ErrorKind::IndexMismatch, "{e}");
+        }
+    }
+
+    #[test]
+    fn damaged_files_and_damaged_shards_are_corrupt() {
+        let corrupt = [
+            Error::Empty { path: path() },
+            syntax(),
+            in_shard(Error::Empty { path: path() }),
+            in_shard(in_shard(syntax())),
+            Error::Overflow { what: "size" },
+        ];
+        for e in corrupt {
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
         }
     }
 }

@@ -28,7 +28,7 @@ pub use checkpoint::{Checkpoint, Format};
 pub use data_ptr::{DataPtr, Owner};
 pub use device::Device;
 pub use dtype::{DType, DTypeKind};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use layout::Layout;
 pub use memory::{HostBackend, HostBuffer};
 pub use storage::Storage;

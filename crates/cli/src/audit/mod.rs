@@ -120,10 +120,10 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     };
     let results: Vec<Result<_, String>> = found
         .checkpoints
-        .par_iter()
-        .map(|path| {
-            let shown = path.display().to_string();
-            match load::open(path) {
+        .into_par_iter()
+        .map(|target| {
+            let shown = target.path().display().to_string();
+            match target.into_probe().and_then(load::read) {
                 Ok(ckpt) => {
                     let loaded = match gpu {
                         Some(ordinal) => {

@@ -2,14 +2,11 @@
 //! reading the index, and checking it against what the shards hold.
 
 use super::json::Entries;
-use super::Parts;
 use crate::error::{Error, Result};
-use crate::{Checkpoint, Format, HostBuffer};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
 
 /// Indexes are small; a larger file is not an index.
 const MAX_INDEX_LEN: u64 = 64 << 20;
@@ -92,39 +89,6 @@ impl ShardIndex {
     /// Where a shard file lies: beside the index.
     pub fn shard_path(index_path: &Path, shard: &str) -> PathBuf {
         index_path.parent().unwrap_or(Path::new("")).join(shard)
-    }
-
-    /// Reads every shard (in sorted name order) with `read_shard` into one checkpoint of
-    /// `format`, then checks the index against what the shards hold.
-    pub(crate) fn load_shards(
-        &self,
-        path: &Path,
-        format: Format,
-        read_shard: impl Fn(&Arc<HostBuffer>, &mut Parts) -> Result<()>,
-    ) -> Result<Checkpoint> {
-        let mut parts = Parts::default();
-        let shards = self.shards();
-        let mut bounds = Vec::with_capacity(shards.len() + 1);
-        for shard in &shards {
-            bounds.push(parts.tensors.len());
-            HostBuffer::map_file(&Self::shard_path(path, shard))
-                .and_then(|buffer| read_shard(&buffer, &mut parts))
-                .map_err(|source| Error::Shard {
-                    path: path.to_owned(),
-                    source: Box::new(source),
-                })?;
-        }
-        bounds.push(parts.tensors.len());
-        let held: Vec<(&str, Vec<&str>)> = shards
-            .iter()
-            .zip(bounds.windows(2))
-            .map(|(shard, w)| {
-                let names = parts.tensors.get(w[0]..w[1]).unwrap_or_default();
-                (*shard, names.iter().map(|t| t.name()).collect())
-            })
-            .collect();
-        self.check_against(path, &held)?;
-        Ok(parts.finish(path, format))
     }
 
     /// Checks the index against what each shard holds (`held`: shard name and its tensor

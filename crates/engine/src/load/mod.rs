@@ -1,14 +1,22 @@
-//! Checkpoint readers, one file per format, chosen by content.
+//! Checkpoint readers, one file per format, chosen by content, never by name.
+//!
+//! [`probe`] looks at a path once: its first bytes say what it is ([`Sniffed`]), and an index is
+//! parsed there. [`read`] turns that [`Probe`] into a [`Checkpoint`]; [`open`] is the two in
+//! one, and [`from_buffer`] reads bytes already in memory. A single file, bytes in memory and
+//! each shard of an index all get their reader from the one table below, `reader`.
+//!
+//! Adding a format is one reader file (a `ReadFn`), one row in `reader`, and one [`Format`]
+//! variant — plus, when its first bytes look like nothing yet known, one [`Sniffed`] variant.
 
 mod flatten;
 mod index;
 mod json;
 mod parts;
+mod probe;
 pub mod safetensors;
-pub mod safetensors_index;
+mod sharded;
 pub mod sniff;
 mod torch;
-pub mod torch_index;
 pub mod torch_legacy;
 pub mod torch_zip;
 
@@ -16,60 +24,78 @@ pub use flatten::ROOT_NAME;
 pub(crate) use parts::Parts;
 
 pub use index::ShardIndex;
+pub use probe::{probe, Probe};
 pub use sniff::{sniff, Sniffed};
 
 use crate::error::{Error, Result};
 use crate::{Checkpoint, Format, HostBuffer};
-use std::io::Read;
+use probe::Found;
 use std::path::Path;
 use std::sync::Arc;
 
+/// A reader: appends one file's tensors and storages (and its metadata) to `parts` and says
+/// which format the file is.
+pub(crate) type ReadFn = fn(&Arc<HostBuffer>, &mut Parts) -> Result<Format>;
+
+/// One row of the reader table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reader {
+    pub read: ReadFn,
+    /// The format a sharded set of such files forms; an index's shards may mix only within one.
+    pub index: Format,
+    /// What such a file is, in messages.
+    pub what: &'static str,
+}
+
+/// The reader table: the one place where content meets the code that reads it. An index is
+/// read through its shards' rows; unknown content has none.
+#[rustfmt::skip]
+pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
+    let row = |read: ReadFn, index, what| Some(Reader { read, index, what });
+    match kind {
+        //                           reader                   sharded as                what, in messages
+        Sniffed::Safetensors  => row(safetensors::read_into,  Format::SafetensorsIndex, "safetensors"),
+        Sniffed::Zip          => row(torch_zip::read_into,    Format::PytorchIndex,     "a PyTorch zip archive"),
+        Sniffed::LegacyPickle => row(torch_legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
+        Sniffed::JsonIndex | Sniffed::Unknown => None,
+    }
+}
+
 /// Reads any supported checkpoint, picking the reader from the file's first bytes.
 pub fn open(path: &Path) -> Result<Checkpoint> {
-    let prefix = read_prefix(path)?;
-    match sniff_prefix(path, &prefix)? {
-        Sniffed::Safetensors => safetensors::load(path),
-        Sniffed::JsonIndex => open_index(path),
-        Sniffed::Zip => torch_zip::load(path),
-        Sniffed::LegacyPickle => torch_legacy::load(path),
-        Sniffed::Unknown => Err(unknown(path, &prefix)),
+    read(probe(path)?)
+}
+
+/// Reads what [`probe`] found: a single file with its reader, or an index with its shards.
+pub fn read(probe: Probe) -> Result<Checkpoint> {
+    match probe.found {
+        Found::File(reader) => read_file(reader.read, &HostBuffer::map_file(&probe.path)?),
+        Found::Index(index) => sharded::read(&probe.path, &index),
+        Found::Refused(error) => Err(error),
     }
 }
 
 /// Reads a single-file checkpoint already in memory (any format but an index), picking the
 /// reader from its first bytes; errors name `buffer.source()`.
 pub fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
-    let path = buffer.source().to_owned();
+    let bytes = buffer.bytes();
+    let prefix = bytes.get(..sniff::SNIFF_LEN).unwrap_or(bytes);
+    read_file(single_file(buffer.source(), prefix)?.read, &buffer)
+}
+
+/// Runs one reader over one whole file.
+pub(crate) fn read_file(read: ReadFn, buffer: &Arc<HostBuffer>) -> Result<Checkpoint> {
     let mut parts = Parts::default();
-    let format = match sniff(
-        buffer
-            .bytes()
-            .get(..sniff::SNIFF_LEN)
-            .unwrap_or(buffer.bytes()),
-    ) {
-        Sniffed::Safetensors => {
-            parts.metadata = safetensors::read_into(&buffer, &mut parts)?;
-            Format::Safetensors
-        }
-        Sniffed::Zip => torch_zip::read_into(&buffer, &mut parts)?,
-        Sniffed::LegacyPickle => {
-            torch_legacy::read_into(&buffer, &mut parts)?;
-            Format::PytorchLegacy
-        }
-        Sniffed::JsonIndex | Sniffed::Unknown if buffer.is_empty() => {
-            return Err(Error::Empty { path })
-        }
-        Sniffed::JsonIndex | Sniffed::Unknown => return Err(unknown(&path, buffer.bytes())),
-    };
-    Ok(parts.finish(&path, format))
+    let format = read(buffer, &mut parts)?;
+    Ok(parts.finish(buffer.source(), format))
 }
 
-/// Classifies a file by reading its first bytes.
-pub fn sniff_file(path: &Path) -> Result<Sniffed> {
-    sniff_prefix(path, &read_prefix(path)?)
+/// The reader for a file that must be a single checkpoint (not an index), from its first bytes.
+fn single_file(path: &Path, prefix: &[u8]) -> Result<Reader> {
+    reader(sniff_nonempty(path, prefix)?).ok_or_else(|| unknown(path, prefix))
 }
 
-fn sniff_prefix(path: &Path, prefix: &[u8]) -> Result<Sniffed> {
+fn sniff_nonempty(path: &Path, prefix: &[u8]) -> Result<Sniffed> {
     if prefix.is_empty() {
         return Err(Error::Empty {
             path: path.to_owned(),
@@ -78,75 +104,10 @@ fn sniff_prefix(path: &Path, prefix: &[u8]) -> Result<Sniffed> {
     Ok(sniff(prefix))
 }
 
-fn read_prefix(path: &Path) -> Result<Vec<u8>> {
-    let io = |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let mut prefix = Vec::with_capacity(sniff::SNIFF_LEN);
-    file.take(sniff::SNIFF_LEN as u64)
-        .read_to_end(&mut prefix)
-        .map_err(io)?;
-    Ok(prefix)
-}
-
 fn unknown(path: &Path, prefix: &[u8]) -> Error {
     let first_bytes: Vec<String> = prefix.iter().take(16).map(|b| format!("{b:02x}")).collect();
     Error::UnknownFormat {
         path: path.to_owned(),
         first_bytes: first_bytes.join(" "),
-    }
-}
-
-/// An index's format follows from its shards' content; all shards must agree.
-fn open_index(path: &Path) -> Result<Checkpoint> {
-    let index = ShardIndex::read(path)?;
-    let mut expected: Option<(Sniffed, &str)> = None;
-    for shard in index.shards() {
-        let shard_path = ShardIndex::shard_path(path, shard);
-        let shard_err = |source| Error::Shard {
-            path: path.to_owned(),
-            source: Box::new(source),
-        };
-        let prefix = read_prefix(&shard_path).map_err(shard_err)?;
-        let kind = sniff_prefix(&shard_path, &prefix).map_err(shard_err)?;
-        if matches!(kind, Sniffed::Unknown | Sniffed::JsonIndex) {
-            return Err(shard_err(unknown(&shard_path, &prefix)));
-        }
-        let family = |k: Sniffed| {
-            if k == Sniffed::Safetensors {
-                k
-            } else {
-                Sniffed::Zip
-            }
-        };
-        match expected {
-            None => expected = Some((kind, shard)),
-            // Zip and legacy shards are both torch.save output and may mix.
-            Some((first, _)) if family(first) != family(kind) => {
-                return Err(Error::IndexMixedFormats {
-                    path: path.to_owned(),
-                    shard: shard.to_owned(),
-                    found: shard_kind_name(kind),
-                    expected: shard_kind_name(first),
-                })
-            }
-            Some(_) => {}
-        }
-    }
-    match expected.map(|(kind, _)| kind) {
-        Some(Sniffed::Safetensors) => safetensors_index::load(path, &index),
-        _ => torch_index::load(path, &index),
-    }
-}
-
-fn shard_kind_name(kind: Sniffed) -> &'static str {
-    match kind {
-        Sniffed::Safetensors => "safetensors",
-        Sniffed::Zip => "a PyTorch zip archive",
-        Sniffed::LegacyPickle => "a legacy PyTorch pickle",
-        Sniffed::JsonIndex => "JSON",
-        Sniffed::Unknown => "unrecognised",
     }
 }

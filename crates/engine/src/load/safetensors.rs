@@ -9,7 +9,7 @@
 use super::json::Entries;
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::{Checkpoint, DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
+use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
 use crate::{Owner, TensorImpl};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -38,24 +38,9 @@ struct Entry {
     end: u64,
 }
 
-/// Reads one safetensors file, memory-mapped.
-pub fn load(path: &Path) -> Result<Checkpoint> {
-    from_buffer(HostBuffer::map_file(path)?)
-}
-
-/// Reads a safetensors file already in memory; errors name `buffer.source()`.
-pub fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
-    let mut parts = Parts::default();
-    parts.metadata = read_into(&buffer, &mut parts)?;
-    Ok(parts.finish(buffer.source(), Format::Safetensors))
-}
-
 /// Appends the file's tensors and storages (one storage per tensor, as PyTorch's loader
-/// makes them, all pointing into the one buffer); returns `__metadata__`.
-pub(crate) fn read_into(
-    buffer: &Arc<HostBuffer>,
-    parts: &mut Parts,
-) -> Result<BTreeMap<String, String>> {
+/// makes them, all pointing into the one buffer) and records its `__metadata__`.
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
     let path = buffer.source();
     let bytes = buffer.bytes();
     let (header, data_start) = split_header(path, bytes)?;
@@ -81,7 +66,8 @@ pub(crate) fn read_into(
             .push(Arc::clone(tensor.tensor_impl().storage()));
         parts.tensors.push(tensor);
     }
-    Ok(metadata)
+    parts.metadata = metadata;
+    Ok(Format::Safetensors)
 }
 
 /// The four layers of validated entries: one storage per tensor, ids from `first_id`.
@@ -105,6 +91,7 @@ fn build(
     }
     let mut tensors = Vec::with_capacity(entries.len());
     for (i, entry) in entries.into_iter().enumerate() {
+        // Tiling puts every offset at or below `data_end`, so no sum here passes `file_end`.
         let range = (data_start + entry.start)..(data_start + entry.end);
         let data_ptr = DataPtr::host(Arc::clone(buffer), range)?;
         let nbytes = entry.end - entry.start;
@@ -196,54 +183,62 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
         if name == METADATA_KEY {
             metadata = serde_json::from_str(value.get())
                 .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
-            continue;
+        } else {
+            entries.push(parse_entry(path, name, value.get())?);
         }
-        let invalid = |detail: String| Error::InvalidTensor {
-            path: path.to_owned(),
-            tensor: name.clone(),
-            detail,
-        };
-        let raw: RawEntry =
-            serde_json::from_str(value.get()).map_err(|e| invalid(e.to_string()))?;
-        let dtype = DType::from_safetensors_code(&raw.dtype)
-            .ok_or_else(|| invalid(format!("unknown dtype '{}'", raw.dtype)))?;
-        let layout = Layout::contiguous(raw.shape).map_err(|e| invalid(e.to_string()))?;
-        let (start, end) = raw.data_offsets;
-        if end < start {
-            return Err(invalid(format!(
-                "data_offsets [{start}, {end}] end before they start"
-            )));
-        }
-        let bits = layout
-            .numel()
-            .checked_mul(dtype.bits())
-            .ok_or_else(|| invalid("element count × dtype width overflows".into()))?;
-        if !bits.is_multiple_of(8) {
-            return Err(invalid(format!(
-                "{} {dtype} elements take {bits} bits, not a whole number of bytes",
-                layout.numel()
-            )));
-        }
-        if end - start != bits / 8 {
-            return Err(invalid(format!(
-                "dtype {dtype} × shape {:?} = {} bytes, but data_offsets [{start}, {end}] span {}",
-                layout.sizes(),
-                bits / 8,
-                end - start
-            )));
-        }
-        entries.push(Entry {
-            name,
-            dtype,
-            layout,
-            start,
-            end,
-        });
     }
-
     entries.sort_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
+    check_tiling(path, &entries)?;
+    Ok((metadata, entries))
+}
+
+/// One tensor's entry: a known dtype, a shape, and offsets spanning exactly its bytes.
+fn parse_entry(path: &Path, name: String, json: &str) -> Result<Entry> {
+    let invalid = |detail: String| Error::InvalidTensor {
+        path: path.to_owned(),
+        tensor: name.clone(),
+        detail,
+    };
+    let raw: RawEntry = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
+    let dtype = DType::from_safetensors_code(&raw.dtype)
+        .ok_or_else(|| invalid(format!("unknown dtype '{}'", raw.dtype)))?;
+    let layout = Layout::contiguous(raw.shape).map_err(|e| invalid(e.to_string()))?;
+    let (start, end) = raw.data_offsets;
+    let Some(span) = end.checked_sub(start) else {
+        return Err(invalid(format!(
+            "data_offsets [{start}, {end}] end before they start"
+        )));
+    };
+    let bits = layout
+        .numel()
+        .checked_mul(dtype.bits())
+        .ok_or_else(|| invalid("element count × dtype width overflows".into()))?;
+    if !bits.is_multiple_of(8) {
+        return Err(invalid(format!(
+            "{} {dtype} elements take {bits} bits, not a whole number of bytes",
+            layout.numel()
+        )));
+    }
+    if span != bits / 8 {
+        return Err(invalid(format!(
+            "dtype {dtype} × shape {:?} = {} bytes, but data_offsets [{start}, {end}] span {span}",
+            layout.sizes(),
+            bits / 8,
+        )));
+    }
+    Ok(Entry {
+        name,
+        dtype,
+        layout,
+        start,
+        end,
+    })
+}
+
+/// Entries sorted by offset must follow one another with neither gap nor overlap.
+fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
     let mut previous: Option<&Entry> = None;
-    for entry in &entries {
+    for entry in entries {
         let expected = previous.map_or(0, |p| p.end);
         let problem = if entry.start > expected {
             format!(
@@ -267,7 +262,7 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
             detail: problem,
         });
     }
-    Ok((metadata, entries))
+    Ok(())
 }
 
 /// Demands that the `safetensors` crate's reading of the same bytes agrees, tensor for tensor.
@@ -326,6 +321,11 @@ fn cross_check_with_crate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Checkpoint;
+
+    fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
+        crate::load::read_file(read_into, &buffer)
+    }
 
     fn file(header: &str, data_len: usize) -> Arc<HostBuffer> {
         let mut bytes = (header.len() as u64).to_le_bytes().to_vec();

@@ -4,7 +4,7 @@
 use super::flatten::named_tensors;
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{allowlist, Budget, Heap, Id, Node, Unpickled};
+use crate::pickle::{allowlist, Budget, Heap, Id, Node, TensorSpec, Unpickled};
 use crate::{DType, DataPtr, Device, Layout, Storage, Tensor, TensorImpl};
 use std::collections::HashMap;
 use std::path::Path;
@@ -143,88 +143,128 @@ pub(crate) fn add_member(
     for (name, _) in &mut names {
         *name = format!("{}{name}", member.name_prefix);
     }
+    let mut records = StorageRecords::collect(&member)?;
+    records.learn_dtypes(heap, &names);
+    let storages = records.storages(&member, source, parts)?;
+    add_tensors(&member, names, &records.record_of, &storages, parts)?;
+    parts.unsafe_globals.extend(member.unpickled.unsafe_globals);
+    Ok(())
+}
 
-    // Distinct storages by key, in stream order, with the dtype of a tensor that uses them
-    // (untyped storages learn theirs only from `_rebuild_tensor_v3`).
-    let mut records: Vec<(StorageRecord, Option<DType>)> = Vec::new();
-    let mut by_key: HashMap<String, usize> = HashMap::new();
-    // Indexed by heap id: which record a persistent-id node names.
-    let mut record_of: Vec<Option<usize>> = vec![None; heap.len()];
-    for &node in &member.unpickled.persistent {
-        let Node::Persistent(pid) = heap.get(node) else {
-            continue;
-        };
-        let record =
-            storage_record(heap, *pid, member.key_prefix).map_err(|e| member.err(None, e))?;
-        let Some(record) = record else { continue };
-        let index = match by_key.get(&record.key) {
-            Some(&i) => {
-                if records.get(i).map(|(r, _)| r) != Some(&record) {
-                    return Err(member.err(
-                        None,
-                        format!("storage '{}' is described twice, differently", record.key),
-                    ));
+/// The member's distinct storages by key, in stream order, each with the dtype of a tensor
+/// that uses it (untyped storages learn theirs only from `_rebuild_tensor_v3`).
+struct StorageRecords {
+    records: Vec<(StorageRecord, Option<DType>)>,
+    /// Indexed by heap id: which record a persistent-id node names.
+    record_of: Vec<Option<usize>>,
+}
+
+impl StorageRecords {
+    fn collect(member: &Member<'_>) -> Result<Self> {
+        let heap = &member.unpickled.heap;
+        let mut records: Vec<(StorageRecord, Option<DType>)> = Vec::new();
+        let mut by_key: HashMap<String, usize> = HashMap::new();
+        let mut record_of = vec![None; heap.len()];
+        for &node in &member.unpickled.persistent {
+            let Node::Persistent(pid) = heap.get(node) else {
+                continue;
+            };
+            let record =
+                storage_record(heap, *pid, member.key_prefix).map_err(|e| member.err(None, e))?;
+            let Some(record) = record else { continue };
+            let index = match by_key.get(&record.key) {
+                Some(&i) => {
+                    if records.get(i).map(|(r, _)| r) != Some(&record) {
+                        return Err(member.err(
+                            None,
+                            format!("storage '{}' is described twice, differently", record.key),
+                        ));
+                    }
+                    i
                 }
-                i
+                None => {
+                    by_key.insert(record.key.clone(), records.len());
+                    records.push((record, None));
+                    records.len() - 1
+                }
+            };
+            if let Some(slot) = record_of.get_mut(node as usize) {
+                *slot = Some(index);
             }
-            None => {
-                by_key.insert(record.key.clone(), records.len());
-                records.push((record, None));
-                records.len() - 1
-            }
-        };
-        if let Some(slot) = record_of.get_mut(node as usize) {
-            *slot = Some(index);
         }
+        Ok(StorageRecords { records, record_of })
     }
-    for (_, id) in &names {
-        let Node::Tensor(spec) = heap.get(*id) else {
-            continue;
-        };
-        let Some(index) = spec
-            .storage
-            .and_then(|s| record_of.get(s as usize).copied().flatten())
-        else {
-            continue;
-        };
-        if let Some((record, dtype)) = records.get_mut(index) {
-            if dtype.is_none() {
-                *dtype = spec.dtype.or(record.class_dtype);
+
+    /// Gives each storage the dtype of the first tensor that views it.
+    fn learn_dtypes(&mut self, heap: &Heap, names: &[(String, Id)]) {
+        for (_, id) in names {
+            let Node::Tensor(spec) = heap.get(*id) else {
+                continue;
+            };
+            let Some(index) = spec
+                .storage
+                .and_then(|s| self.record_of.get(s as usize).copied().flatten())
+            else {
+                continue;
+            };
+            if let Some((record, dtype)) = self.records.get_mut(index) {
+                if dtype.is_none() {
+                    *dtype = spec.dtype.or(record.class_dtype);
+                }
             }
         }
     }
 
-    let mut storages: Vec<Arc<Storage>> = Vec::with_capacity(records.len());
-    for (record, dtype) in &records {
-        let dtype = dtype.or(record.class_dtype).ok_or_else(|| {
-            member.err(
-                None,
-                format!(
-                    "untyped storage '{}' is used by no tensor that names its dtype",
-                    record.key
-                ),
-            )
-        })?;
-        let nbytes = record
-            .nbytes(dtype)
-            .ok_or_else(|| member.err(None, format!("storage '{}': size overflows", record.key)))?;
-        let data_ptr = match source.data_ptr(record, dtype, nbytes)? {
-            Some(ptr) => ptr,
-            None => DataPtr::none(Device::parse(&record.location)),
-        };
-        let storage = Arc::new(Storage::new(
-            parts.storages.len(),
-            record.key.clone(),
-            dtype,
-            nbytes,
-            record.location.clone(),
-            data_ptr,
-        ));
-        parts.storages.push(Arc::clone(&storage));
-        storages.push(storage);
+    /// One storage per record, its bytes from `source`, added to `parts` in record order.
+    fn storages(
+        &self,
+        member: &Member<'_>,
+        source: &mut dyn StorageSource,
+        parts: &mut Parts,
+    ) -> Result<Vec<Arc<Storage>>> {
+        let mut storages = Vec::with_capacity(self.records.len());
+        for (record, dtype) in &self.records {
+            let dtype = dtype.or(record.class_dtype).ok_or_else(|| {
+                member.err(
+                    None,
+                    format!(
+                        "untyped storage '{}' is used by no tensor that names its dtype",
+                        record.key
+                    ),
+                )
+            })?;
+            let nbytes = record.nbytes(dtype).ok_or_else(|| {
+                member.err(None, format!("storage '{}': size overflows", record.key))
+            })?;
+            let data_ptr = match source.data_ptr(record, dtype, nbytes)? {
+                Some(ptr) => ptr,
+                None => DataPtr::none(Device::parse(&record.location)),
+            };
+            let storage = Arc::new(Storage::new(
+                parts.storages.len(),
+                record.key.clone(),
+                dtype,
+                nbytes,
+                record.location.clone(),
+                data_ptr,
+            ));
+            parts.storages.push(Arc::clone(&storage));
+            storages.push(storage);
+        }
+        Ok(storages)
     }
+}
 
-    // One TensorImpl per rebuilt tensor object, shared by every name that reaches it.
+/// Adds a tensor per name; one TensorImpl per rebuilt tensor object, shared by every name
+/// that reaches it.
+fn add_tensors(
+    member: &Member<'_>,
+    names: Vec<(String, Id)>,
+    record_of: &[Option<usize>],
+    storages: &[Arc<Storage>],
+    parts: &mut Parts,
+) -> Result<()> {
+    let heap = &member.unpickled.heap;
     let mut impls: Vec<Option<Arc<TensorImpl>>> = vec![None; heap.len()];
     for (name, id) in names {
         let Node::Tensor(spec) = heap.get(id) else {
@@ -240,38 +280,18 @@ pub(crate) fn add_member(
             detail,
         };
         let storage = match spec.storage {
-            Some(node) => {
-                let index = record_of
-                    .get(node as usize)
-                    .copied()
-                    .flatten()
-                    .ok_or_else(|| invalid("its storage is not a storage persistent id".into()))?;
-                storages
-                    .get(index)
-                    .map(Arc::clone)
-                    .ok_or_else(|| invalid("storage missing".into()))?
-            }
-            // Saved without storage (meta): a storage of no bytes, sized for the view.
-            None => {
-                let dtype = spec.dtype.unwrap_or(DType::Float32);
-                let layout = Layout::new(spec.sizes.clone(), spec.strides.clone(), spec.offset)
-                    .map_err(|e| invalid(e.to_string()))?;
-                let nbytes = layout
-                    .byte_range(dtype)
-                    .map_err(|e| invalid(e.to_string()))?
-                    .map_or(0, |r| r.end);
-                let location = spec.device.clone().unwrap_or_else(|| "meta".into());
-                let storage = Arc::new(Storage::new(
-                    parts.storages.len(),
-                    "",
-                    dtype,
-                    nbytes,
-                    location.clone(),
-                    DataPtr::none(Device::parse(&location)),
-                ));
-                parts.storages.push(Arc::clone(&storage));
-                storage
-            }
+            Some(node) => record_of
+                .get(node as usize)
+                .copied()
+                .flatten()
+                .ok_or_else(|| invalid("its storage is not a storage persistent id".into()))
+                .and_then(|index| {
+                    storages
+                        .get(index)
+                        .map(Arc::clone)
+                        .ok_or_else(|| invalid("storage missing".into()))
+                })?,
+            None => meta_storage(spec, parts).map_err(invalid)?,
         };
         let dtype = spec.dtype.unwrap_or(storage.dtype());
         let layout = Layout::new(spec.sizes.clone(), spec.strides.clone(), spec.offset)
@@ -293,8 +313,29 @@ pub(crate) fn add_member(
         }
         parts.tensors.push(Tensor::new(name, imp));
     }
-    parts.unsafe_globals.extend(member.unpickled.unsafe_globals);
     Ok(())
+}
+
+/// For a tensor saved without storage (meta): a storage of no bytes, sized for the view.
+fn meta_storage(spec: &TensorSpec, parts: &mut Parts) -> std::result::Result<Arc<Storage>, String> {
+    let dtype = spec.dtype.unwrap_or(DType::Float32);
+    let layout = Layout::new(spec.sizes.clone(), spec.strides.clone(), spec.offset)
+        .map_err(|e| e.to_string())?;
+    let nbytes = layout
+        .byte_range(dtype)
+        .map_err(|e| e.to_string())?
+        .map_or(0, |r| r.end);
+    let location = spec.device.clone().unwrap_or_else(|| "meta".into());
+    let storage = Arc::new(Storage::new(
+        parts.storages.len(),
+        "",
+        dtype,
+        nbytes,
+        location.clone(),
+        DataPtr::none(Device::parse(&location)),
+    ));
+    parts.storages.push(Arc::clone(&storage));
+    Ok(storage)
 }
 
 /// Reverses the byte order of each element in place (`byteorder` = `big`); complex

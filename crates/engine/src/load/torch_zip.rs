@@ -8,19 +8,11 @@ use super::torch::{add_member, byteswap, Member, StorageRecord, StorageSource};
 use super::Parts;
 use crate::error::{Error, Result};
 use crate::pickle::{unpickle, Budget};
-use crate::{Checkpoint, DType, DataPtr, Format, HostBuffer};
+use crate::{DType, DataPtr, Format, HostBuffer};
 use std::collections::HashMap;
 use std::io::{Cursor, Read};
 use std::path::Path;
 use std::sync::Arc;
-
-/// Reads a zip checkpoint, memory-mapped; the format is `pytorch-zip` or `torchscript`.
-pub fn load(path: &Path) -> Result<Checkpoint> {
-    let buffer = HostBuffer::map_file(path)?;
-    let mut parts = Parts::default();
-    let format = read_into(&buffer, &mut parts)?;
-    Ok(parts.finish(path, format))
-}
 
 struct Entry {
     stored: bool,
@@ -260,7 +252,10 @@ impl StorageSource for Records<'_, '_> {
         if entry.stored && !self.archive.big_endian {
             let start = entry.data_start;
             self.archive.stored_slice(&full)?;
-            return DataPtr::host(Arc::clone(self.archive.buffer), start..start + nbytes).map(Some);
+            let end = start.checked_add(nbytes).ok_or(Error::Overflow {
+                what: "storage record end",
+            })?;
+            return DataPtr::host(Arc::clone(self.archive.buffer), start..end).map(Some);
         }
         let mut bytes = self.archive.read(&name)?.unwrap_or_default();
         if self.archive.big_endian {

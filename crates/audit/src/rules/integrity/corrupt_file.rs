@@ -1,7 +1,7 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
-use tensorplay_engine::error::ErrorKind;
 use tensorplay_engine::Error as ReadError;
+use tensorplay_engine::ErrorKind;
 
 declare_rule!(CorruptFile {
     code: "TP502",

@@ -1,0 +1,84 @@
+//! A sharded set read through its index: each shard by its own row of the reader table, then
+//! the index checked against what the shards hold.
+
+use super::probe::read_prefix;
+use super::{single_file, Parts, Reader, ShardIndex};
+use crate::error::{Error, Result};
+use crate::{Checkpoint, Format, HostBuffer};
+use std::path::Path;
+
+/// Reads every shard the index names (in sorted name order) into one checkpoint, whose format
+/// follows from the shards' content.
+pub(super) fn read(path: &Path, index: &ShardIndex) -> Result<Checkpoint> {
+    let shards = shard_readers(path, index)?;
+    let format = shards
+        .first()
+        .map(|(_, reader)| reader.index)
+        .ok_or_else(|| Error::IndexEmpty {
+            path: path.to_owned(),
+        })?;
+    let mut parts = Parts::default();
+    let mut bounds = Vec::with_capacity(shards.len());
+    for (shard, reader) in &shards {
+        let first = parts.tensors.len();
+        read_shard(path, shard, reader, &mut parts).map_err(in_shard(path))?;
+        bounds.push(first..parts.tensors.len());
+    }
+    let held: Vec<(&str, Vec<&str>)> = shards
+        .iter()
+        .zip(bounds)
+        .map(|((shard, _), range)| {
+            let names = parts.tensors.get(range).unwrap_or_default();
+            (*shard, names.iter().map(|t| t.name()).collect())
+        })
+        .collect();
+    index.check_against(path, &held)?;
+    // A shard's `__metadata__` describes that file, not the set; it is not merged.
+    parts.metadata.clear();
+    Ok(parts.finish(path, format))
+}
+
+/// Every shard's reader, from its first bytes, before any shard is read. All must form one
+/// index format: zip and legacy shards are both `torch.save` output and may mix.
+fn shard_readers<'a>(path: &Path, index: &'a ShardIndex) -> Result<Vec<(&'a str, Reader)>> {
+    let shards = index.shards();
+    let mut readers: Vec<(&str, Reader)> = Vec::with_capacity(shards.len());
+    for shard in shards {
+        let shard_path = ShardIndex::shard_path(path, shard);
+        let reader = read_prefix(&shard_path)
+            .and_then(|prefix| single_file(&shard_path, &prefix))
+            .map_err(in_shard(path))?;
+        if let Some((_, first)) = readers.first() {
+            if first.index != reader.index {
+                return Err(Error::IndexMixedFormats {
+                    path: path.to_owned(),
+                    shard: shard.to_owned(),
+                    found: reader.what,
+                    expected: first.what,
+                });
+            }
+        }
+        readers.push((shard, reader));
+    }
+    Ok(readers)
+}
+
+fn read_shard(path: &Path, shard: &str, reader: &Reader, parts: &mut Parts) -> Result<()> {
+    let buffer = HostBuffer::map_file(&ShardIndex::shard_path(path, shard))?;
+    // The first bytes say zip; only the archive itself says TorchScript, which is never a shard.
+    if (reader.read)(&buffer, parts)? == Format::Torchscript {
+        return Err(Error::UnsupportedFormat {
+            path: buffer.source().to_owned(),
+            format: "TorchScript archive as a shard",
+        });
+    }
+    Ok(())
+}
+
+/// Wraps a shard's own error, which names the shard, in one naming the index.
+fn in_shard(path: &Path) -> impl Fn(Error) -> Error + '_ {
+    move |source| Error::Shard {
+        path: path.to_owned(),
+        source: Box::new(source),
+    }
+}
