@@ -8,9 +8,12 @@
 
 pub mod allowlist;
 mod budget;
+mod calls;
 mod heap;
+mod literals;
 mod machine;
 mod memo;
+mod opcodes;
 
 pub use budget::Budget;
 pub use heap::{Heap, Id, Node, TensorSpec};

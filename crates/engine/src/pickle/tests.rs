@@ -170,6 +170,79 @@ fn self_referencing_containers_are_built_without_copying() {
     assert_eq!(u.heap.seq(u.root), Some(&[u.root][..]));
 }
 
+/// Opcodes none of the CPython streams above use.
+#[test]
+fn instances_extensions_persistent_ids_and_stack_ops() {
+    let bytes = [
+        &b"\x80\x02("[..],
+        b"(X\x02\x00\x00\x00hiios\nsystem\n", // INST os.system('hi')
+        b"(c__main__\nNet\nK\x01o",           // OBJ __main__.Net(1)
+        b"ccollections\nOrderedDict\n)}\x92", // NEWOBJ_EX, kwargs dropped
+        b"\x82\x07",                          // EXT1 7
+        b"Pkey\nK\x05Q",                      // PERSID 'key', BINPERSID 5
+        b"c__main__\nNet\n)\x81K\x09b",       // NEWOBJ, then BUILD with state 9
+        b"(NN1K\x022\x98t.",                  // POP_MARK, DUP, READONLY_BUFFER
+    ]
+    .concat();
+    let at = |pat: &[u8]| bytes.windows(pat.len()).position(|w| w == pat).unwrap() as u64;
+    let last_at = |pat: &[u8]| bytes.windows(pat.len()).rposition(|w| w == pat).unwrap() as u64;
+    let u = run(&bytes).unwrap();
+    let items = u.heap.seq(u.root).unwrap().to_vec();
+    assert_eq!(items.len(), 9);
+
+    let object = |id: Id| match u.heap.get(id) {
+        Node::Object {
+            class, args, state, ..
+        } => (
+            u.heap.get(*class).clone(),
+            u.heap.seq(*args).unwrap().to_vec(),
+            *state,
+        ),
+        other => panic!("not an object: {other:?}"),
+    };
+    let global = |module: &str, name: &str| Node::Global {
+        module: module.into(),
+        name: name.into(),
+    };
+    let (class, args, state) = object(items[0]);
+    assert_eq!(class, global("os", "system"));
+    assert_eq!(u.heap.str(args[0]), Some("hi"));
+    assert_eq!(state, None);
+    let (class, args, _) = object(items[1]);
+    assert_eq!(
+        (class, u.heap.int(args[0])),
+        (global("__main__", "Net"), Some(1))
+    );
+    assert_eq!(u.heap.get(items[2]), &Node::Dict(Vec::new()));
+    assert_eq!(u.heap.get(items[3]), &global("copyreg", "extension code 7"));
+    let pid = |id: Id| match u.heap.get(id) {
+        Node::Persistent(pid) => *pid,
+        other => panic!("not a persistent id: {other:?}"),
+    };
+    assert_eq!(u.heap.str(pid(items[4])), Some("key"));
+    assert_eq!(u.heap.int(pid(items[5])), Some(5));
+    assert_eq!(u.persistent, [items[4], items[5]]);
+    let (class, args, state) = object(items[6]);
+    assert_eq!((class, args.len()), (global("__main__", "Net"), 0));
+    assert_eq!(state.and_then(|s| u.heap.int(s)), Some(9));
+    assert_eq!((items[7], u.heap.int(items[8])), (items[8], Some(2)));
+
+    let unsafe_globals: Vec<(&str, &str, u64)> = u
+        .unsafe_globals
+        .iter()
+        .map(|g| (g.module.as_str(), g.name.as_str(), g.position))
+        .collect();
+    assert_eq!(
+        unsafe_globals,
+        [
+            ("os", "system", at(b"ios\n")),
+            ("__main__", "Net", at(b"c__main__")),
+            ("copyreg", "extension code 7", at(b"\x82")),
+            ("__main__", "Net", last_at(b"c__main__")),
+        ]
+    );
+}
+
 #[test]
 fn every_truncation_is_an_error() {
     for bytes in all_streams() {
