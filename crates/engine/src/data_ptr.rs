@@ -116,4 +116,59 @@ impl DataPtr {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Hints that `range` of these bytes (0 is the first byte of this DataPtr) has been read
+    /// and will not be needed again soon, so a scan of a file larger than memory keeps
+    /// resident memory bounded (see [`HostBuffer::release`]). Heap bytes, storages without
+    /// bytes and ranges that do not lie inside this DataPtr are left alone.
+    pub fn release_scanned(&self, range: Range<u64>) {
+        let Owner::Host { buffer, range: own } = &self.owner else {
+            return;
+        };
+        let (Some(start), Some(end)) = (
+            own.start.checked_add(range.start),
+            own.start.checked_add(range.end),
+        ) else {
+            return;
+        };
+        if start <= end && end <= own.end {
+            buffer.release(start..end);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file removed when dropped.
+    struct TempFile(std::path::PathBuf);
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn release_scanned_keeps_the_bytes_readable() {
+        let file = TempFile(
+            std::env::temp_dir().join(format!("tensorplay-release-scanned-{}", std::process::id())),
+        );
+        std::fs::write(&file.0, vec![7u8; 3 << 16]).unwrap();
+        let buffer = HostBuffer::map_file(&file.0).unwrap();
+        let ptr = DataPtr::host(buffer, 4096..(2 << 16)).unwrap();
+        ptr.release_scanned(0..(1 << 16));
+        // Past the DataPtr, reversed, or overflowing: ignored.
+        ptr.release_scanned(0..(3 << 16));
+        ptr.release_scanned(Range { start: 10, end: 5 });
+        ptr.release_scanned(u64::MAX - 1..u64::MAX);
+        assert!(ptr.bytes().unwrap().iter().all(|&b| b == 7));
+        assert_eq!(ptr.len(), (2 << 16) - 4096);
+
+        let heap = DataPtr::heap("mem", vec![1, 2, 3]);
+        heap.release_scanned(0..3);
+        assert_eq!(heap.bytes(), Some(&[1u8, 2, 3][..]));
+        DataPtr::none(Device::Meta).release_scanned(0..3);
+    }
 }

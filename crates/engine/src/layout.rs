@@ -4,6 +4,9 @@ use crate::error::{Error, Result};
 use crate::DType;
 use std::ops::Range;
 
+mod walk;
+pub use walk::{Run, Runs, Walk};
+
 /// A strided view into a storage, counted in elements as PyTorch counts them.
 ///
 /// Construction checks that every product and sum the layout implies fits in 64 bits,
@@ -151,7 +154,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn l(sizes: &[u64], strides: &[u64], off: u64) -> Layout {
+    pub(super) fn l(sizes: &[u64], strides: &[u64], off: u64) -> Layout {
         Layout::new(sizes.to_vec(), strides.to_vec(), off).expect("valid layout")
     }
 
@@ -244,6 +247,13 @@ mod tests {
                 let _ = layout.is_contiguous();
                 let _ = layout.byte_range(DType::Complex128);
                 let _ = layout.nbytes(DType::Float4E2m1fn);
+                let walk = layout.walk().expect("a valid layout has a walk");
+                let _ = walk.walked();
+                for run in walk.runs().take(64) {
+                    let last = run.len.saturating_sub(1);
+                    let _ = (run.element(last), run.logical_index(last));
+                    prop_assert!(run.element(run.len).is_none());
+                }
             }
         }
 

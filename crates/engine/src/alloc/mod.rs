@@ -1,5 +1,5 @@
 //! Memory engine: PyTorch's CUDA caching allocator (simulated, or on a real device through
-//! cudarc), the pinned host staging allocator, and a storage pool.
+//! cudarc) and the pinned host staging allocator.
 //!
 //! The caching allocator is generic over a [`SegmentBackend`]: the simulated one hands out
 //! addresses inside a capacity at no cost, so a CI runner without a GPU can answer "what
@@ -9,7 +9,6 @@ pub mod caching;
 pub mod cuda;
 pub mod device_load;
 pub mod pinned;
-pub mod pool;
 pub mod simulate;
 pub mod simulated;
 
