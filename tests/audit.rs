@@ -555,7 +555,89 @@ fn a_baseline_fails_only_on_new_findings() {
     assert_eq!(out.status.code(), Some(1));
     let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(r["summary"]["errors"], 1);
+    // The known finding is still in the report, as suppressed.
+    assert_eq!(r["summary"]["suppressed"], 1);
+    assert_eq!(r["files"][0]["suppressed"][0]["code"], "TP204");
+    assert!(r["files"][0]["findings"].as_array().unwrap().is_empty());
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_baseline_never_hides_an_unreadable_checkpoint() {
+    let dir = std::env::temp_dir().join(format!("tensorplay-unreadable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let baseline = dir.join("baseline.json");
+    let baseline = baseline.to_str().unwrap();
+    let truncated = "fixtures/pytorch/bad/truncated.pt";
+    let out = tensorplay(&["audit", "--write-baseline", baseline, truncated]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = tensorplay(&["audit", "--ci-mode", "--baseline", baseline, truncated]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(r["files"][0]["findings"][0]["code"], "TP502");
+    assert!(r["summary"].get("suppressed").is_none());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn reports_are_written_whole_into_folders_that_did_not_exist() {
+    let dir = std::env::temp_dir().join(format!("tensorplay-reports-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let json = dir.join("a/b/report.json");
+    let junit = dir.join("c/junit.xml");
+    let out = tensorplay(&[
+        "audit",
+        "--json",
+        json.to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+        "fixtures/pytorch/meta.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["files"][0]["findings"][0]["code"], "TP204");
+    assert!(std::fs::read_to_string(&junit)
+        .unwrap()
+        .contains("TP204 meta-tensor"));
+    // Only the two reports: no temporary file is left beside them.
+    let left: Vec<_> = std::fs::read_dir(json.parent().unwrap())
+        .unwrap()
+        .chain(std::fs::read_dir(junit.parent().unwrap()).unwrap())
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["report.json", "junit.xml"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn an_audit_leaves_every_input_byte_for_byte_as_it_was() {
+    use sha2::{Digest, Sha256};
+    fn hashes(dir: &std::path::Path, out: &mut Vec<(PathBuf, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        entries.sort_by_key(|e| e.path());
+        for e in entries {
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            if meta.is_dir() {
+                hashes(&e.path(), out);
+            } else if meta.is_file() {
+                let bytes = std::fs::read(e.path()).unwrap();
+                out.push((e.path(), format!("{:x}", Sha256::digest(&bytes))));
+            }
+        }
+    }
+    let fixtures = root().join("fixtures");
+    let mut before = Vec::new();
+    hashes(&fixtures, &mut before);
+    let out = tensorplay(&["audit", "--fail-on", "never", "fixtures"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut after = Vec::new();
+    hashes(&fixtures, &mut after);
+    assert!(before.len() > 50, "{}", before.len());
+    assert_eq!(before, after);
 }
 
 #[test]

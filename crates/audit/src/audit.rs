@@ -87,6 +87,7 @@ pub fn audit(
         dtypes: dtypes.into_iter().collect(),
         checked: rules.iter().map(|(r, _)| r.code()).collect(),
         findings,
+        suppressed: Vec::new(),
         memory: Some(memory_facts(&ctx.memory)),
         device: device_load.map(device_facts),
     }
@@ -145,6 +146,7 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         dtypes: Vec::new(),
         checked: vec![rule.code()],
         findings: vec![finding(rule, rule.default_severity(), draft)],
+        suppressed: Vec::new(),
         memory: None,
         device: None,
     })

@@ -91,17 +91,21 @@ impl Baseline {
         text
     }
 
-    /// Removes from `report` every finding the baseline knows; returns how many.
+    /// Moves every finding the baseline knows into its file's `suppressed` list; returns how
+    /// many. A file that could not be read keeps its findings: a baseline judges findings of
+    /// files that were read, and never makes an unreadable checkpoint pass.
     pub fn suppress(&self, report: &mut Report) -> usize {
         let known: HashSet<&Fingerprint> = self.findings.iter().collect();
-        let mut removed = 0;
-        for file in &mut report.files {
-            let before = file.findings.len();
-            let path = file.path.clone();
-            file.findings
-                .retain(|f| !known.contains(&Fingerprint::of(&path, f)));
-            removed += before - file.findings.len();
+        let mut moved = 0;
+        for file in report.files.iter_mut().filter(|f| f.format.is_some()) {
+            let (old, new): (Vec<Finding>, Vec<Finding>) = std::mem::take(&mut file.findings)
+                .into_iter()
+                .partition(|f| known.contains(&Fingerprint::of(&file.path, f)));
+            moved += old.len();
+            file.findings = new;
+            file.suppressed.extend(old);
         }
-        removed
+        report.recount();
+        moved
     }
 }

@@ -72,6 +72,9 @@ pub struct Summary {
     pub warnings: usize,
     /// Infos.
     pub infos: usize,
+    /// Findings a baseline suppressed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub suppressed: usize,
     /// Whether no finding reaches the fail-on level.
     pub passed: bool,
     /// The level that judged `passed`.
@@ -100,6 +103,9 @@ pub struct FileReport {
     pub checked: Vec<Code>,
     /// What they found.
     pub findings: Vec<Finding>,
+    /// Findings a baseline knew, kept out of the verdict but never out of sight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suppressed: Vec<Finding>,
     /// The simulated GPU load; `null` when the file could not be read.
     pub memory: Option<MemoryFacts>,
     /// The real GPU load (`--load-to`), when one ran.
@@ -193,8 +199,13 @@ impl Report {
             errors: count(Severity::Error),
             warnings: count(Severity::Warning),
             infos: count(Severity::Info),
+            suppressed: self.files.iter().map(|f| f.suppressed.len()).sum(),
             passed: !findings().any(|f| fail_on.fails(f.severity)),
             fail_on,
         };
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

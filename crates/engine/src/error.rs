@@ -41,6 +41,15 @@ pub enum Error {
         format: &'static str,
     },
 
+    /// tensorplay itself failed on this file (a bug): reported, never a pass.
+    #[error("{}: internal error: {detail}", .path.display())]
+    Internal {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        detail: String,
+    },
+
     /// The safetensors length prefix is missing.
     #[error("{}: header: file is {len} bytes, too short for the 8-byte header length", .path.display())]
     HeaderTooSmall {
@@ -295,6 +304,7 @@ impl Error {
             Error::Empty { .. }
             | Error::UnknownFormat { .. }
             | Error::UnsupportedFormat { .. }
+            | Error::Internal { .. }
             | Error::HeaderTooSmall { .. }
             | Error::HeaderTooLarge { .. }
             | Error::HeaderBeyondFile { .. }

@@ -1,6 +1,6 @@
 //! `tensorplay audit`: the CI gate.
 
-use crate::discover::discover;
+use crate::discover::{discover, Target};
 use crate::exit::ExitStatus;
 use crate::progress::Progress;
 use crate::render;
@@ -8,17 +8,19 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
 use std::io::IsTerminal;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tensorplay_audit::audit::{audit, read_failure};
 use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
 use tensorplay_audit::options::Options;
-use tensorplay_audit::report::{FailOn, Report};
+use tensorplay_audit::report::{FailOn, FileReport, Report};
 use tensorplay_engine::alloc::cuda::{gpu_status, GpuStatus};
 use tensorplay_engine::alloc::device_load::load_to_device;
 use tensorplay_engine::load;
+use tensorplay_engine::Error as ReadError;
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
@@ -109,7 +111,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     }
 
     let gpu = gpu_target(args.load_to.as_deref())?;
-    let gpu_lock = std::sync::Mutex::new(());
+    let gpu_lock = Mutex::new(());
     let found = discover(&args.paths)?;
     let scanned = Arc::new(AtomicU64::new(0));
     options.progress = Some(Arc::clone(&scanned));
@@ -123,24 +125,17 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         .into_par_iter()
         .map(|target| {
             let shown = target.path().display().to_string();
-            match target.into_probe().and_then(load::read) {
-                Ok(ckpt) => {
-                    let loaded = match gpu {
-                        Some(ordinal) => {
-                            // One device: loads take turns.
-                            let _turn = gpu_lock.lock().unwrap_or_else(|e| e.into_inner());
-                            let loaded = load_to_device(&ckpt, ordinal, config.allocator.clone())
-                                .map_err(|e| {
-                                format!("{shown}: loading onto cuda:{ordinal}: {e}")
-                            })?;
-                            Some(loaded)
-                        }
-                        None => None,
-                    };
-                    Ok(audit(&ckpt, &shown, &config, &options, loaded.as_ref()))
-                }
-                Err(e) => read_failure(&shown, &e).ok_or_else(|| e.to_string()),
-            }
+            // A panic is a bug in tensorplay, and this file's verdict: it fails, the others go on.
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                audit_one(target, &shown, &config, &options, gpu, &gpu_lock)
+            }))
+            .unwrap_or_else(|panic| {
+                let error = ReadError::Internal {
+                    path: PathBuf::from(&shown),
+                    detail: panic_message(panic.as_ref()),
+                };
+                read_failure(&shown, &error).ok_or_else(|| error.to_string())
+            })
         })
         .collect();
     drop(progress);
@@ -154,12 +149,10 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     }
     let mut report = Report::new(files, found.skipped, fail_on);
     if let Some(path) = &args.write_baseline {
-        std::fs::write(path, Baseline::from_report(&report).to_json())
-            .with_context(|| format!("{}: cannot write baseline", path.display()))?;
+        write_file(path, &Baseline::from_report(&report).to_json())?;
     }
     if let Some(baseline) = &baseline {
         baseline.suppress(&mut report);
-        report.recount();
     }
 
     if let Some(path) = &args.json {
@@ -187,6 +180,41 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     } else {
         ExitStatus::Findings
     })
+}
+
+/// Reads one checkpoint and audits it, after loading it onto the GPU when asked.
+fn audit_one(
+    target: Target,
+    shown: &str,
+    config: &Config,
+    options: &Options,
+    gpu: Option<usize>,
+    gpu_lock: &Mutex<()>,
+) -> Result<FileReport, String> {
+    let ckpt = match target.into_probe().and_then(load::read) {
+        Ok(ckpt) => ckpt,
+        Err(e) => return read_failure(shown, &e).ok_or_else(|| e.to_string()),
+    };
+    let loaded = match gpu {
+        Some(ordinal) => {
+            // One device: loads take turns.
+            let _turn = gpu_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let loaded = load_to_device(&ckpt, ordinal, config.allocator.clone())
+                .map_err(|e| format!("{shown}: loading onto cuda:{ordinal}: {e}"))?;
+            Some(loaded)
+        }
+        None => None,
+    };
+    Ok(audit(&ckpt, shown, config, options, loaded.as_ref()))
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a worker panicked".to_owned());
+    format!("{text} (please report this)")
 }
 
 /// The device `--load-to` asks for, if it can be had: `cuda:N` without a usable GPU is an
@@ -222,6 +250,23 @@ fn gpu_target(load_to: Option<&str>) -> anyhow::Result<Option<usize>> {
     }
 }
 
+/// Writes a report (or a baseline) whole or not at all: into a temporary file beside it, then renamed, so a
+/// killed run never leaves a half-written report that CI would read. Missing folders are made.
 fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    std::fs::write(path, text).with_context(|| format!("{}: cannot write report", path.display()))
+    let fail = || format!("{}: cannot write", path.display());
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir).with_context(fail)?;
+    let name = path.file_name().with_context(fail)?;
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(".{}.tmp", std::process::id()));
+    let temp = dir.join(temp_name);
+    let written = std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, path));
+    if written.is_err() {
+        std::fs::remove_file(&temp).ok();
+    }
+    written.with_context(fail)
 }

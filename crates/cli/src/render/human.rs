@@ -81,6 +81,16 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
                 writeln!(out, "    fix: {}", f.fix)?;
             }
         }
+        for f in &file.suppressed {
+            writeln!(
+                out,
+                "  suppressed by the baseline: {}[{}] {}: {}",
+                f.severity,
+                f.code,
+                f.code.name(),
+                f.message
+            )?;
+        }
         out.push('\n');
     }
     if report.skipped.len() <= MAX_SKIPPED_LISTED {
@@ -110,7 +120,7 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
     };
     writeln!(
         out,
-        "{} files, {} tensors, {} storages, {} bytes: {} errors, {} warnings, {} infos, {} skipped — {verdict} ({level})",
+        "{} files, {} tensors, {} storages, {} bytes: {} errors, {} warnings, {} infos, {}{} skipped — {verdict} ({level})",
         sum.files,
         sum.tensors,
         sum.storages,
@@ -118,6 +128,11 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
         sum.errors,
         sum.warnings,
         sum.infos,
+        if sum.suppressed > 0 {
+            format!("{} suppressed, ", sum.suppressed)
+        } else {
+            String::new()
+        },
         report.skipped.len()
     )?;
     Ok(out)

@@ -44,6 +44,17 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
             }
             suite.add_testcase(case);
         }
+        // Known findings stay visible as skipped cases: suppressed, not gone.
+        for f in &file.suppressed {
+            let mut case = TestCase::skipped(&format!(
+                "{} {} (suppressed by the baseline)",
+                f.code,
+                f.code.name()
+            ));
+            case.set_classname(&file.path);
+            case.set_system_out(&format!("{}[{}] {}", f.severity, f.code, f.message));
+            suite.add_testcase(case);
+        }
         builder.add_testsuite(suite.build());
     }
     let mut out = Vec::new();
