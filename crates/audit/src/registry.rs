@@ -35,7 +35,7 @@ pub fn find(code_or_name: &str) -> Option<&'static dyn Rule> {
 
 /// The rule with exactly this code, as reports write it.
 pub fn by_code(code: &str) -> Option<&'static dyn Rule> {
-    RULES.iter().copied().find(|r| r.code() == code)
+    RULES.iter().copied().find(|r| r.code().as_str() == code)
 }
 
 #[cfg(test)]
