@@ -4,6 +4,7 @@
 
 mod common;
 
+mod allowlist;
 mod audit;
 mod bad_input;
 mod inspect;

@@ -65,7 +65,8 @@ pub fn audit(
     for (rule, severity) in &rules {
         let mut drafts = Vec::new();
         rule.check(&ctx, &mut drafts);
-        findings.extend(drafts.into_iter().map(|d| finding(*rule, *severity, d)));
+        let severity = rule.at_least(&ctx).map_or(*severity, |s| s.max(*severity));
+        findings.extend(drafts.into_iter().map(|d| finding(*rule, severity, d)));
     }
     let devices: BTreeSet<String> = ckpt
         .storages

@@ -23,6 +23,7 @@ pub static RULES: &[&dyn Rule] = &[
     &safety::UnsafeGlobalRule,
     &integrity::CorruptFile,
     &integrity::IndexMismatch,
+    &safety::TorchscriptCode,
 ];
 
 /// The rule with this code (any case) or name.
@@ -78,7 +79,8 @@ mod tests {
             codes,
             [
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
-                "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503"
+                "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503",
+                "TP504"
             ]
         );
         for rule in RULES {

@@ -47,6 +47,12 @@ pub trait Rule: Sync {
     fn read_failure(&self, _error: &ReadError) -> Option<Draft> {
         None
     }
+    /// The least severity its findings on this checkpoint have, when what it found there is
+    /// worse than its level says. The runner raises the configured severity to it, never
+    /// lowers it; a rule configured `off` does not run.
+    fn at_least(&self, _ctx: &Context<'_>) -> Option<Severity> {
+        None
+    }
 }
 
 /// A checkpoint with what several rules need computed once.
@@ -76,7 +82,8 @@ pub struct Memory {
 }
 
 /// Declares a rule type: its identity, its doc, and the functions in its file that hold its
-/// logic (`check`, and where the rule needs them `applies`, `configurable`, `read_failure`).
+/// logic (`check`, and where the rule needs them `applies`, `configurable`, `read_failure`,
+/// `at_least`).
 macro_rules! declare_rule {
     (
         $ty:ident {
@@ -90,6 +97,7 @@ macro_rules! declare_rule {
             $(, applies: $applies:path)?
             $(, configurable: $configurable:literal)?
             $(, read_failure: $read_failure:path)?
+            $(, at_least: $at_least:path)?
             $(,)?
         }
     ) => {
@@ -140,6 +148,11 @@ macro_rules! declare_rule {
                     error: &tensorplay_engine::Error,
                 ) -> Option<$crate::finding::Draft> {
                     $read_failure(error)
+                }
+            )?
+            $(
+                fn at_least(&self, ctx: &$crate::rule::Context<'_>) -> Option<$crate::Severity> {
+                    $at_least(ctx)
                 }
             )?
         }

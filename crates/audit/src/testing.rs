@@ -60,6 +60,7 @@ pub fn checkpoint(tensors: Vec<Tensor>, storages: Vec<Arc<Storage>>) -> Checkpoi
         storages,
         metadata: BTreeMap::new(),
         unsafe_globals: Vec::new(),
+        torchscript: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! A checkpoint: every tensor and storage one file (or one sharded set) holds.
 
+use crate::load::torchscript::TorchScriptCode;
 use crate::pickle::UnsafeGlobal;
 use crate::storage::Storage;
 use crate::tensor::Tensor;
@@ -60,6 +61,8 @@ pub struct Checkpoint {
     pub metadata: BTreeMap<String, String>,
     /// Globals its pickles reference outside the allowlist (never executed).
     pub unsafe_globals: Vec<UnsafeGlobal>,
+    /// The code a TorchScript archive carries (`None` for any other format).
+    pub torchscript: Option<TorchScriptCode>,
 }
 
 impl Checkpoint {

@@ -276,6 +276,7 @@ mod tests {
             storages,
             metadata: BTreeMap::new(),
             unsafe_globals: Vec::new(),
+            torchscript: None,
         }
     }
 

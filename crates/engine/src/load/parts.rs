@@ -1,5 +1,6 @@
 //! What readers accumulate: a checkpoint under construction, shared by the readers of sharded sets.
 
+use super::torchscript::TorchScriptCode;
 use crate::pickle::UnsafeGlobal;
 use crate::{Checkpoint, Format, Storage, Tensor};
 use std::collections::BTreeMap;
@@ -13,6 +14,7 @@ pub(crate) struct Parts {
     pub storages: Vec<Arc<Storage>>,
     pub unsafe_globals: Vec<UnsafeGlobal>,
     pub metadata: BTreeMap<String, String>,
+    pub torchscript: Option<TorchScriptCode>,
 }
 
 impl Parts {
@@ -24,6 +26,7 @@ impl Parts {
             storages: self.storages,
             metadata: self.metadata,
             unsafe_globals: self.unsafe_globals,
+            torchscript: self.torchscript,
         }
     }
 }

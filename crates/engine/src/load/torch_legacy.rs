@@ -5,7 +5,7 @@
 use super::torch::{add_member, storage_record, Member, StorageRecord, StorageSource};
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Budget, Node, Unpickled};
+use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -71,7 +71,7 @@ impl Stream<'_> {
             .and_then(|p| self.buffer.bytes().get(p..))
             .unwrap_or_default();
         let path = self.buffer.source();
-        let u = unpickle(rest, path, MEMBER, self.pos, self.budget)?;
+        let u = unpickle(rest, path, MEMBER, self.pos, Loader::Python, self.budget)?;
         // The pickle lies inside `rest`, so this stays within the file's length.
         self.pos += u.len;
         Ok(u)

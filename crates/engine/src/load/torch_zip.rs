@@ -5,9 +5,10 @@
 //! into bounded heap buffers.
 
 use super::torch::{add_member, byteswap, Member, StorageRecord, StorageSource};
+use super::torchscript::read_code;
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Budget};
+use crate::pickle::{unpickle, Budget, Loader};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::collections::HashMap;
 use std::io::{Cursor, Read};
@@ -163,8 +164,14 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     let torchscript = archive
         .entries
         .contains_key(&archive.full_name("constants.pkl"));
+    // `torch.load` hands such an archive to `torch.jit.load`, whose unpickler resolves names.
+    let loader = if torchscript {
+        Loader::TorchScript
+    } else {
+        Loader::Python
+    };
 
-    let found = add_pickle(&mut archive, parts, "data.pkl", "data", "", "")?;
+    let found = add_pickle(&mut archive, parts, "data.pkl", "data", "", "", loader)?;
     if !found {
         let data_name = archive.full_name("data.pkl");
         return Err(archive.err("zip", format!("no {data_name}: not a PyTorch archive")));
@@ -178,7 +185,14 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             "",
             "constants/",
             "constants.",
+            loader,
         )?;
+        let names: Vec<String> = archive.entries.keys().cloned().collect();
+        let prefix = archive.prefix.clone();
+        let code = read_code(&prefix, names.iter().map(String::as_str), |name| {
+            archive.read(name)
+        })?;
+        parts.torchscript = Some(code);
     }
     Ok(if torchscript {
         Format::Torchscript
@@ -196,6 +210,7 @@ fn add_pickle(
     folder: &str,
     key_prefix: &str,
     name_prefix: &str,
+    loader: Loader,
 ) -> Result<bool> {
     let budget = Budget::default();
     let Some(bytes) = archive.read(name)? else {
@@ -206,7 +221,7 @@ fn add_pickle(
     let member = Member {
         path,
         name: &full_name,
-        unpickled: unpickle(&bytes, path, &full_name, 0, &budget)?,
+        unpickled: unpickle(&bytes, path, &full_name, 0, loader, &budget)?,
         key_prefix,
         name_prefix,
     };

@@ -158,6 +158,7 @@ mod tests {
             storages,
             metadata: Default::default(),
             unsafe_globals: Vec::new(),
+            torchscript: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The opcode interpreter: Python's `pickle._Unpickler`, with every call replaced by either
 //! an interpretation of an allowlisted name or an opaque object.
 
-use super::allowlist::{classify, map_module, Class};
+use super::allowlist::{classify, map_module, resolves, Class, Loader};
 use super::heap::{Heap, Id, Node};
 use super::literals::{decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape};
 use super::memo::Memo;
@@ -28,12 +28,14 @@ pub struct Unpickled {
 }
 
 /// Runs one pickle stream from the start of `bytes`, stopping at its `STOP`.
-/// `member` and `base` (the stream's offset within the member) name positions in errors.
+/// `member` and `base` (the stream's offset within the member) name positions in errors;
+/// globals `loader` would not resolve from its own table are recorded as unsafe.
 pub fn unpickle(
     bytes: &[u8],
     path: &Path,
     member: &str,
     base: u64,
+    loader: Loader,
     budget: &Budget,
 ) -> Result<Unpickled> {
     let mut m = Machine {
@@ -50,6 +52,7 @@ pub fn unpickle(
         path,
         member,
         base,
+        loader,
         unsafe_globals: Vec::new(),
         persistent: Vec::new(),
         torchscript_classes: false,
@@ -78,6 +81,7 @@ pub(super) struct Machine<'a> {
     path: &'a Path,
     member: &'a str,
     base: u64,
+    loader: Loader,
     unsafe_globals: Vec<UnsafeGlobal>,
     persistent: Vec<Id>,
     torchscript_classes: bool,
@@ -549,18 +553,20 @@ impl<'a> Machine<'a> {
         self.push_id(id)
     }
 
-    /// A global becomes a name; outside the allowlist it is also recorded.
+    /// A global becomes a name; one the loader would not resolve from its table is also
+    /// recorded, whole (a dotted name is one path, not a module and an attribute).
     fn global(&mut self, module: &str, name: &str) -> Result<Id> {
         let module = map_module(module);
-        match classify(module, name) {
-            Class::Unsafe => self.unsafe_globals.push(UnsafeGlobal {
+        if !resolves(self.loader, module, name) {
+            self.unsafe_globals.push(UnsafeGlobal {
                 module: module.to_owned(),
                 name: name.to_owned(),
                 member: self.member.to_owned(),
                 position: self.position(),
-            }),
-            Class::TorchScript => self.torchscript_classes = true,
-            Class::Known(_) => {}
+            });
+        }
+        if classify(module, name) == Class::TorchScript {
+            self.torchscript_classes = true;
         }
         self.alloc(Node::Global {
             module: module.to_owned(),

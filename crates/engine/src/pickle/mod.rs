@@ -2,8 +2,9 @@
 //!
 //! It runs every opcode of protocols 0–5 with Python's stack, MARK and memo semantics, but a
 //! global is only ever a name: [`allowlist`] decides which names (PyTorch's `weights_only`
-//! set) are interpreted — tensor rebuilds, `OrderedDict`, dtypes, storage classes — and every
-//! other one is recorded as an [`UnsafeGlobal`] and kept as an opaque object so reading goes on.
+//! set, plus TorchScript's own in a TorchScript archive: [`Loader`]) are interpreted — tensor
+//! rebuilds, `OrderedDict`, dtypes, storage classes — and every other one is recorded as an
+//! [`UnsafeGlobal`] and kept as an opaque object so reading goes on.
 //! [`Budget`] bounds the time and memory a hostile stream can cost.
 
 pub mod allowlist;
@@ -15,6 +16,7 @@ mod machine;
 mod memo;
 mod opcodes;
 
+pub use allowlist::Loader;
 pub use budget::Budget;
 pub use heap::{Heap, Id, Node, TensorSpec};
 pub use machine::{unpickle, Unpickled};

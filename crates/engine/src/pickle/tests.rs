@@ -13,7 +13,11 @@ fn hex(s: &str) -> Vec<u8> {
 }
 
 fn run(bytes: &[u8]) -> crate::Result<Unpickled> {
-    unpickle(bytes, Path::new("t.pkl"), "data.pkl", 0, &Budget::default())
+    run_with(bytes, Loader::Python, &Budget::default())
+}
+
+fn run_with(bytes: &[u8], loader: Loader, budget: &Budget) -> crate::Result<Unpickled> {
+    unpickle(bytes, Path::new("t.pkl"), "data.pkl", 0, loader, budget)
 }
 
 fn dict(u: &Unpickled, id: Id) -> Vec<(String, Id)> {
@@ -164,6 +168,62 @@ fn unsafe_globals_are_recorded_and_never_called() {
     }
 }
 
+/// `(module, name)` of every unsafe global a stream records under `loader`.
+fn unsafe_names(bytes: &[u8], loader: Loader) -> Vec<(String, String)> {
+    let u = run_with(bytes, loader, &Budget::default()).unwrap();
+    u.unsafe_globals
+        .into_iter()
+        .map(|g| (g.module, g.name))
+        .collect()
+}
+
+/// Hand-written streams: a dotted STACK_GLOBAL past an allowlisted name, a GLOBAL line
+/// ending in `\r`, and a TorchScript class name, each read by both loaders.
+#[test]
+fn globals_are_judged_whole_and_by_the_loader_that_would_read_them() {
+    // PROTO 4, SHORT_BINUNICODE module, SHORT_BINUNICODE name, STACK_GLOBAL, STOP.
+    let stack_global = |module: &str, name: &str| {
+        let mut b = vec![0x80, 4];
+        for s in [module, name] {
+            b.push(0x8c);
+            b.push(s.len() as u8);
+            b.extend(s.as_bytes());
+        }
+        b.extend(b"\x93.");
+        b
+    };
+    let owned = |m: &str, n: &str| vec![(m.to_owned(), n.to_owned())];
+    let dotted = stack_global("torch.jit._pickle", "build_intlist.__globals__");
+    for loader in [Loader::Python, Loader::TorchScript] {
+        assert_eq!(
+            unsafe_names(&dotted, loader),
+            owned("torch.jit._pickle", "build_intlist.__globals__")
+        );
+        assert_eq!(
+            unsafe_names(b"ctorch._utils\n_rebuild_tensor_v2\r\n.", loader),
+            owned("torch._utils", "_rebuild_tensor_v2\r")
+        );
+        assert!(unsafe_names(b"ctorch._utils\n_rebuild_tensor_v2\n.", loader).is_empty());
+    }
+    let plain = stack_global("torch.jit._pickle", "build_intlist");
+    assert_eq!(
+        unsafe_names(&plain, Loader::Python),
+        owned("torch.jit._pickle", "build_intlist")
+    );
+    assert!(unsafe_names(&plain, Loader::TorchScript).is_empty());
+    let class = b"c__torch__\nEvil\n.";
+    assert_eq!(
+        unsafe_names(class, Loader::Python),
+        owned("__torch__", "Evil")
+    );
+    assert!(unsafe_names(class, Loader::TorchScript).is_empty());
+    assert!(
+        run_with(class, Loader::TorchScript, &Budget::default())
+            .unwrap()
+            .torchscript_classes
+    );
+}
+
 #[test]
 fn self_referencing_containers_are_built_without_copying() {
     let u = run(&hex(CYCLE)).unwrap();
@@ -298,7 +358,7 @@ fn budgets_bound_hostile_streams() {
         max_nodes: 3,
         ..Budget::default()
     };
-    let err = unpickle(b"NNNN.", Path::new("t.pkl"), "m", 0, &tight).unwrap_err();
+    let err = run_with(b"NNNN.", Loader::Python, &tight).unwrap_err();
     assert!(
         err.to_string()
             .contains("more than 3 values: budget exceeded"),
@@ -308,19 +368,19 @@ fn budgets_bound_hostile_streams() {
         max_stack: 2,
         ..Budget::default()
     };
-    let err = unpickle(b"N22.", Path::new("t.pkl"), "m", 0, &tight).unwrap_err();
+    let err = run_with(b"N22.", Loader::Python, &tight).unwrap_err();
     assert!(err.to_string().contains("stack deeper than 2"), "{err}");
     let tight = Budget {
         max_ops: 5,
         ..Budget::default()
     };
-    let err = unpickle(b"N0N0N0N0.", Path::new("t.pkl"), "m", 0, &tight).unwrap_err();
+    let err = run_with(b"N0N0N0N0.", Loader::Python, &tight).unwrap_err();
     assert!(err.to_string().contains("more than 5 opcodes"), "{err}");
     let tight = Budget {
         max_memo: 1,
         ..Budget::default()
     };
-    let err = unpickle(b"Nq\x00q\x01.", Path::new("t.pkl"), "m", 0, &tight).unwrap_err();
+    let err = run_with(b"Nq\x00q\x01.", Loader::Python, &tight).unwrap_err();
     assert!(err.to_string().contains("memo larger than 1"), "{err}");
 }
 
