@@ -38,11 +38,28 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             storage: None,
             message: format!(
                 "{} at byte {} references {}.{}: loading with weights_only=False would import and call it",
-                g.member, g.position, g.module, g.name
+                g.member,
+                g.position,
+                shown(&g.module),
+                shown(&g.name)
             ),
             fix: "do not load this file with weights_only=False; re-save a plain state_dict from a trusted environment or convert to safetensors".into(),
         });
     }
+}
+
+/// A name from the file as it may be printed: control, invisible and bidi characters
+/// escaped, so a crafted name cannot rewrite the terminal line that reports it.
+fn shown(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || (c.is_alphanumeric() && !c.is_control()) {
+                c.to_string()
+            } else {
+                c.escape_unicode().to_string()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -76,5 +93,13 @@ mod tests {
             "{}",
             findings[0].message
         );
+    }
+
+    #[test]
+    fn names_that_could_rewrite_the_terminal_are_escaped() {
+        assert_eq!(super::shown("posix"), "posix");
+        assert_eq!(super::shown("é_name"), "é_name");
+        assert_eq!(super::shown("a\rb"), "a\\u{d}b");
+        assert_eq!(super::shown("x\u{202e}y z"), "x\\u{202e}y\\u{20}z");
     }
 }
