@@ -6,6 +6,9 @@ mod common;
 
 mod audit;
 mod bad_input;
+// Symlinks, FIFOs and sockets: Unix only.
+#[cfg(unix)]
+mod discovery;
 mod inspect;
 mod pytorch;
 mod robustness;
