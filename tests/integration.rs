@@ -7,6 +7,9 @@ mod common;
 mod allowlist;
 mod audit;
 mod bad_input;
+// Symlinks, FIFOs and sockets: Unix only.
+#[cfg(unix)]
+mod discovery;
 mod inspect;
 mod pytorch;
 mod robustness;

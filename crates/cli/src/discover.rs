@@ -1,5 +1,11 @@
 //! Which files an audit covers: paths given, directories walked, files sniffed by content.
+//!
+//! The walk sees what a loader sees: symlinks are followed (the Hugging Face cache is all
+//! links into `blobs/`), dot-files are included, and every regular file is sniffed, whatever
+//! its name. Whatever is not audited is listed as skipped with its reason: non-checkpoints,
+//! special files, unreadable directories, directory loops, second paths to one file.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tensorplay_audit::report::Skipped;
 use tensorplay_engine::load::{self, Probe, ShardIndex, Sniffed};
@@ -15,7 +21,10 @@ const CHECKPOINT_EXTENSIONS: &[&str] = &[
     "ckpt",
     "pkl",
     "pickle",
+    "joblib",
+    "dill",
     "tar",
+    "distcp",
 ];
 
 /// What to audit and what was passed over.
@@ -56,19 +65,21 @@ impl Target {
     }
 }
 
-/// Expands the command-line paths. A path that does not exist is an error.
+/// Expands the command-line paths. A path that does not exist is an error; a symlink named
+/// on the command line whose target does not is audited, and fails naming the target.
 pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Discovered> {
-    let mut found = Discovered::default();
+    let mut walk = Walk::default();
     for path in paths {
-        let meta = std::fs::metadata(path)
-            .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
-        if meta.is_dir() {
-            walk(path, &mut found)?;
-        } else {
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => walk.dir(path, &mut Vec::new()),
             // Named explicitly: always audited, so unreadable content is reported, never skipped.
-            found.checkpoints.push(Target::probe(path.clone()));
+            Ok(meta) if meta.is_file() => walk.file(path, true),
+            Ok(meta) => anyhow::bail!("{}: cannot audit: {}", path.display(), not_regular(&meta)),
+            Err(_) if is_symlink(path) => walk.broken_link(path),
+            Err(e) => anyhow::bail!("{}: cannot read: {e}", path.display()),
         }
     }
+    let mut found = walk.finish();
     drop_covered_shards(&mut found);
     found.checkpoints.sort_by(|a, b| a.path.cmp(&b.path));
     found.checkpoints.dedup_by(|a, b| a.path == b.path);
@@ -76,53 +87,188 @@ pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Discovered> {
     Ok(found)
 }
 
-fn walk(dir: &Path, found: &mut Discovered) -> anyhow::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for path in entries {
-        let hidden = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.'));
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if hidden || meta.file_type().is_symlink() {
-            continue;
-        }
-        if meta.is_dir() {
-            walk(&path, found)?;
-        } else if meta.is_file() {
-            classify(path, found);
-        }
-    }
-    Ok(())
+/// A regular file the walk reached, before it is looked at: several paths may reach one file.
+#[derive(Debug)]
+struct Reached {
+    path: PathBuf,
+    /// The file itself, every link resolved.
+    real: PathBuf,
+    /// Named on the command line.
+    named: bool,
+    /// The path's last component is a symlink.
+    link: bool,
 }
 
-fn classify(path: PathBuf, found: &mut Discovered) {
-    let skip = |reason: &str, found: &mut Discovered| {
-        found.skipped.push(Skipped {
-            path: path.display().to_string(),
-            reason: reason.to_owned(),
-        })
-    };
-    let meant_as_checkpoint = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| CHECKPOINT_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
-    let named_as_index = path.to_string_lossy().ends_with(".index.json");
-    let target = Target::probe(path.clone());
-    match &target.probe {
-        Ok(p) if p.sniffed() == Sniffed::JsonIndex && p.index().is_none() && !named_as_index => {
-            skip("JSON, not a checkpoint index", found)
+#[derive(Debug, Default)]
+struct Walk {
+    files: Vec<Reached>,
+    /// Each directory walked, by its real path, with the path it was walked under.
+    walked: HashMap<PathBuf, PathBuf>,
+    found: Discovered,
+}
+
+impl Walk {
+    /// Walks `dir`; `ancestors` are the real paths of the directories it lies in.
+    fn dir(&mut self, dir: &Path, ancestors: &mut Vec<PathBuf>) {
+        let real = match dir.canonicalize() {
+            Ok(real) => real,
+            Err(e) => return self.skip(dir, format!("cannot read directory: {e}")),
+        };
+        if let Some(first) = self.walked.get(&real) {
+            let reason = match ancestors.contains(&real) {
+                true => format!("symlink loop: leads back to {}", first.display()),
+                false => format!("directory already walked as {}", first.display()),
+            };
+            return self.skip(dir, reason);
         }
-        Ok(p) if p.sniffed() != Sniffed::Unknown => found.checkpoints.push(target),
-        _ if meant_as_checkpoint || named_as_index => found.checkpoints.push(target),
-        Ok(_) => skip("not a checkpoint (unrecognised content)", found),
-        Err(e) => skip(&e.to_string(), found),
+        self.walked.insert(real.clone(), dir.to_owned());
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) => return self.skip(dir, format!("cannot read directory: {e}")),
+        };
+        let mut paths = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(entry) => paths.push(entry.path()),
+                Err(e) => self.skip(dir, format!("a directory entry cannot be read: {e}")),
+            }
+        }
+        paths.sort();
+        // A torch.distributed.checkpoint is audited as one checkpoint; its files are its parts.
+        let parts = load::distributed::parts(dir).unwrap_or_default();
+        if !parts.is_empty() {
+            self.found.checkpoints.push(Target::probe(dir.to_owned()));
+        }
+        ancestors.push(real);
+        for path in paths {
+            if parts.contains(&path) {
+                let reason = format!(
+                    "part of the torch.distributed.checkpoint directory {}",
+                    dir.display()
+                );
+                self.skip(&path, reason);
+                continue;
+            }
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.is_dir() => self.dir(&path, ancestors),
+                Ok(meta) if meta.is_file() => self.file(&path, false),
+                Ok(meta) => self.skip(&path, not_regular(&meta)),
+                Err(_) if is_symlink(&path) => self.broken_link(&path),
+                Err(e) => self.skip(&path, format!("cannot read: {e}")),
+            }
+        }
+        ancestors.pop();
+    }
+
+    fn file(&mut self, path: &Path, named: bool) {
+        self.files.push(Reached {
+            path: path.to_owned(),
+            real: path.canonicalize().unwrap_or_else(|_| path.to_owned()),
+            named,
+            link: is_symlink(path),
+        });
+    }
+
+    /// A symlink whose target is missing, or which loops: what a loader would open is not
+    /// there, so it is audited and fails, naming its target (probing says why).
+    fn broken_link(&mut self, path: &Path) {
+        self.found.checkpoints.push(Target::probe(path.to_owned()));
+    }
+
+    /// Skipped, with the link's target when the path is a symlink.
+    fn skip(&mut self, path: &Path, reason: String) {
+        self.found.skipped.push(skipped(path, reason));
+    }
+
+    /// Looks at each file once. Of the paths reaching one file, the one named on the command
+    /// line is audited, else a symlink (the name a loader uses: a Hugging Face snapshot's
+    /// `pytorch_model.bin`, not `blobs/<sha256>`), else the first; the others are skipped.
+    fn finish(mut self) -> Discovered {
+        let mut files = std::mem::take(&mut self.files);
+        files.sort_by(|a, b| {
+            (&a.real, !a.named, !a.link, &a.path).cmp(&(&b.real, !b.named, !b.link, &b.path))
+        });
+        let mut audited: Option<&Reached> = None;
+        for file in &files {
+            match audited {
+                // The same path twice (named, and found in a named directory): once is enough.
+                Some(first) if first.path == file.path => {}
+                Some(first) if first.real == file.real => {
+                    self.skip(&file.path, format!("same file as {}", first.path.display()))
+                }
+                _ => {
+                    audited = Some(file);
+                    self.classify(file);
+                }
+            }
+        }
+        self.found
+    }
+
+    fn classify(&mut self, file: &Reached) {
+        let path = &file.path;
+        let target = Target::probe(path.clone());
+        if file.named {
+            return self.found.checkpoints.push(target);
+        }
+        let meant_as_checkpoint = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| CHECKPOINT_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
+        let named_as_index = path.to_string_lossy().ends_with(".index.json");
+        match &target.probe {
+            Ok(p)
+                if p.sniffed() == Sniffed::JsonIndex && p.index().is_none() && !named_as_index =>
+            {
+                self.skip(path, "JSON, not a checkpoint index".into())
+            }
+            Ok(p) if p.sniffed() != Sniffed::Unknown => self.found.checkpoints.push(target),
+            _ if meant_as_checkpoint || named_as_index => self.found.checkpoints.push(target),
+            Ok(_) => self.skip(path, "not a checkpoint (unrecognised content)".into()),
+            Err(e) => {
+                let reason = e.to_string();
+                self.skip(path, reason)
+            }
+        }
+    }
+}
+
+fn skipped(path: &Path, reason: String) -> Skipped {
+    let reason = match std::fs::read_link(path) {
+        Ok(target) => format!("{reason} (symlink to {})", target.display()),
+        Err(_) => reason,
+    };
+    Skipped {
+        path: path.display().to_string(),
+        reason,
+    }
+}
+
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// Why a path that is neither a file nor a directory is not read (reading a FIFO would block).
+fn not_regular(meta: &std::fs::Metadata) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let ft = meta.file_type();
+        let kind = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else if ft.is_block_device() || ft.is_char_device() {
+            "a device"
+        } else {
+            "a special file"
+        };
+        format!("not a regular file ({kind})")
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        "not a regular file".to_owned()
     }
 }
 
@@ -146,10 +292,9 @@ fn drop_covered_shards(found: &mut Discovered) {
         let c = canonical(&target.path);
         match covered.iter().find(|(shard, _)| *shard == c) {
             // An index listed as another's shard is still audited as an index.
-            Some((_, index)) if target.index().is_none() => found.skipped.push(Skipped {
-                path: target.path.display().to_string(),
-                reason: format!("shard of {index}"),
-            }),
+            Some((_, index)) if target.index().is_none() => found
+                .skipped
+                .push(skipped(&target.path, format!("shard of {index}"))),
             _ => kept.push(target),
         }
     }

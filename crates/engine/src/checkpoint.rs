@@ -24,6 +24,8 @@ pub enum Format {
     Torchscript,
     /// A `pytorch_model.bin.index.json` and its shards.
     PytorchIndex,
+    /// A plain pickle (`pickle.dump`, `.pkl`): one or more pickle streams and no storages.
+    Pickle,
 }
 
 impl Format {
@@ -36,6 +38,7 @@ impl Format {
             Format::PytorchLegacy => "pytorch-legacy",
             Format::Torchscript => "torchscript",
             Format::PytorchIndex => "pytorch-index",
+            Format::Pickle => "pickle",
         }
     }
 }

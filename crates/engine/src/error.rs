@@ -245,6 +245,41 @@ pub enum Error {
         detail: String,
     },
 
+    /// A Git LFS pointer: the text git keeps in place of a file it has not fetched.
+    #[error("{}: Git LFS pointer: run `git lfs pull` to fetch the file it stands for", .path.display())]
+    LfsPointer {
+        /// The pointer file.
+        path: PathBuf,
+    },
+
+    /// A `torch.distributed.checkpoint` directory, which no reader reads yet.
+    #[error("{}: torch.distributed.checkpoint directory (.metadata and {distcp} .distcp file{}): not readable yet", .path.display(), if *.distcp == 1 { "" } else { "s" })]
+    DistributedCheckpoint {
+        /// The directory.
+        path: PathBuf,
+        /// How many `.distcp` files it holds.
+        distcp: usize,
+    },
+
+    /// One `.distcp` file of a `torch.distributed.checkpoint`: items saved one after another,
+    /// which only the directory's `.metadata` locates.
+    #[error("{}: a .distcp file of a torch.distributed.checkpoint: not a checkpoint on its own and not readable yet (audit its directory)", .path.display())]
+    DistributedCheckpointPart {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A symbolic link that cannot be followed: its target is missing, or links loop.
+    #[error("{}: symlink to {} cannot be followed: {detail}", .path.display(), .target.display())]
+    BrokenLink {
+        /// The link, as given or found.
+        path: PathBuf,
+        /// What the link says, as written.
+        target: PathBuf,
+        /// Why it cannot be followed.
+        detail: String,
+    },
+
     /// Arithmetic on a size, stride or offset overflowed 64 bits.
     #[error("{what} overflows 64-bit arithmetic")]
     Overflow {
@@ -317,6 +352,12 @@ impl Error {
             | Error::IndexSyntax { .. }
             | Error::Pickle { .. }
             | Error::Archive { .. }
+            | Error::LfsPointer { .. }
+            | Error::DistributedCheckpoint { .. }
+            | Error::DistributedCheckpointPart { .. }
+            // A link in a checkpoint tree that leads nowhere is a finding about the tree (a
+            // loader following it gets nothing), not a mistyped path.
+            | Error::BrokenLink { .. }
             | Error::Overflow { .. }
             | Error::RankMismatch { .. }
             | Error::DataPtrInconsistent { .. } => ErrorKind::Corrupt,
@@ -416,6 +457,17 @@ mod tests {
             in_shard(Error::Empty { path: path() }),
             in_shard(in_shard(syntax())),
             Error::Overflow { what: "size" },
+            Error::LfsPointer { path: path() },
+            Error::DistributedCheckpoint {
+                path: path(),
+                distcp: 1,
+            },
+            Error::DistributedCheckpointPart { path: path() },
+            Error::BrokenLink {
+                path: path(),
+                target: path(),
+                detail: "target does not exist".into(),
+            },
         ];
         for e in corrupt {
             assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");

@@ -65,6 +65,9 @@ pub struct AuditArgs {
     /// GPU is present and notes that it skipped otherwise.
     #[arg(long, value_name = "DEVICE")]
     load_to: Option<String>,
+    /// Exit 0 with an empty report when no checkpoint is found, instead of 2.
+    #[arg(long)]
+    allow_empty: bool,
     /// Worker threads [default: one per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
@@ -113,6 +116,15 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let gpu = gpu_target(args.load_to.as_deref())?;
     let gpu_lock = Mutex::new(());
     let found = discover(&args.paths)?;
+    if found.checkpoints.is_empty() && !args.allow_empty {
+        // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder).
+        let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
+        anyhow::bail!(
+            "nothing to audit: no checkpoint found in {} ({} skipped; --allow-empty accepts this)",
+            paths.join(", "),
+            found.skipped.len()
+        );
+    }
     let scanned = Arc::new(AtomicU64::new(0));
     options.progress = Some(Arc::clone(&scanned));
     let progress = if args.metadata_only {

@@ -8,10 +8,13 @@
 //! Adding a format is one reader file (a `ReadFn`), one row in `reader`, and one [`Format`]
 //! variant — plus, when its first bytes look like nothing yet known, one [`Sniffed`] variant.
 
+pub mod distributed;
 mod flatten;
 mod index;
 mod json;
 mod parts;
+pub mod pickle_file;
+mod pickle_start;
 mod probe;
 pub mod safetensors;
 mod sharded;
@@ -58,7 +61,8 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
         Sniffed::Safetensors  => row(safetensors::read_into,  Format::SafetensorsIndex, "safetensors"),
         Sniffed::Zip          => row(torch_zip::read_into,    Format::PytorchIndex,     "a PyTorch zip archive"),
         Sniffed::LegacyPickle => row(torch_legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
-        Sniffed::JsonIndex | Sniffed::Unknown => None,
+        Sniffed::Pickle       => row(pickle_file::read_into,  Format::PytorchIndex,     "a plain pickle"),
+        Sniffed::JsonIndex | Sniffed::LfsPointer | Sniffed::Unknown => None,
     }
 }
 
@@ -93,7 +97,8 @@ pub(crate) fn read_file(read: ReadFn, buffer: &Arc<HostBuffer>) -> Result<Checkp
 
 /// The reader for a file that must be a single checkpoint (not an index), from its first bytes.
 fn single_file(path: &Path, prefix: &[u8]) -> Result<Reader> {
-    reader(sniff_nonempty(path, prefix)?).ok_or_else(|| unknown(path, prefix))
+    let sniffed = sniff_nonempty(path, prefix)?;
+    reader(sniffed).ok_or_else(|| probe::refusal(path, sniffed, prefix))
 }
 
 fn sniff_nonempty(path: &Path, prefix: &[u8]) -> Result<Sniffed> {

@@ -1,7 +1,7 @@
 //! Looking at a path once: what its first bytes say it is and, for an index, the index itself,
 //! so that whoever decides what to read (discovery, `open`) and the reading share one look.
 
-use super::{reader, sniff_nonempty, unknown, Reader, ShardIndex, Sniffed};
+use super::{distributed, reader, sniff_nonempty, unknown, Reader, ShardIndex, Sniffed};
 use crate::error::{Error, Result};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -26,8 +26,16 @@ pub(super) enum Found {
 
 /// Reads the first bytes of `path` and, when they are JSON, parses the file as an index.
 /// Fails only when the file cannot be read or is empty; content no reader takes is reported
-/// by [`read`](super::read).
+/// by [`read`](super::read), and so is a torch.distributed.checkpoint directory or one of its
+/// `.distcp` files, which nothing reads yet (their `sniffed` is `Unknown`).
 pub fn probe(path: &Path) -> Result<Probe> {
+    if let Some(error) = distributed::refusal(path) {
+        return Ok(Probe {
+            path: path.to_owned(),
+            sniffed: Sniffed::Unknown,
+            found: Found::Refused(error),
+        });
+    }
     let prefix = read_prefix(path)?;
     let sniffed = sniff_nonempty(path, &prefix)?;
     let found = match (reader(sniffed), sniffed) {
@@ -35,7 +43,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
         (None, Sniffed::JsonIndex) => {
             ShardIndex::read(path).map_or_else(Found::Refused, Found::Index)
         }
-        (None, _) => Found::Refused(unknown(path, &prefix)),
+        (None, _) => Found::Refused(refusal(path, sniffed, &prefix)),
     };
     Ok(Probe {
         path: path.to_owned(),
@@ -64,16 +72,49 @@ impl Probe {
     }
 }
 
+/// Why a file whose first bytes no reader takes is not read: a Git LFS pointer says what to
+/// do, anything else shows its first bytes.
+pub(super) fn refusal(path: &Path, sniffed: Sniffed, prefix: &[u8]) -> Error {
+    match sniffed {
+        Sniffed::LfsPointer => Error::LfsPointer {
+            path: path.to_owned(),
+        },
+        _ => unknown(path, prefix),
+    }
+}
+
 /// Up to [`SNIFF_LEN`](super::sniff::SNIFF_LEN) leading bytes, without mapping the file.
 pub(super) fn read_prefix(path: &Path) -> Result<Vec<u8>> {
     let io = |source| Error::Io {
         path: path.to_owned(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    let file = std::fs::File::open(path).map_err(|e| open_error(path, e))?;
     let mut prefix = Vec::with_capacity(super::sniff::SNIFF_LEN);
     file.take(super::sniff::SNIFF_LEN as u64)
         .read_to_end(&mut prefix)
         .map_err(io)?;
     Ok(prefix)
+}
+
+/// An error opening `path`; through a symlink whose target is missing or which loops, that
+/// link, with what it points to.
+fn open_error(path: &Path, source: std::io::Error) -> Error {
+    match std::fs::read_link(path) {
+        Ok(target) if source.kind() != std::io::ErrorKind::PermissionDenied => {
+            let detail = match source.kind() {
+                std::io::ErrorKind::NotFound => "its target does not exist".to_owned(),
+                _ => source.to_string(),
+            };
+            Error::BrokenLink {
+                path: path.to_owned(),
+                target,
+                detail,
+            }
+        }
+        _ => Error::Io {
+            path: path.to_owned(),
+            source,
+        },
+    }
 }

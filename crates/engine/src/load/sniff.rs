@@ -14,6 +14,10 @@ pub enum Sniffed {
     LegacyPickle,
     /// A JSON document: a sharded checkpoint's index.
     JsonIndex,
+    /// A Git LFS pointer: text standing for a file git has not fetched.
+    LfsPointer,
+    /// A plain pickle stream of any protocol (`pickle.dump`, `.pkl`).
+    Pickle,
     /// None of the above.
     Unknown,
 }
@@ -38,8 +42,20 @@ pub fn sniff(prefix: &[u8]) -> Sniffed {
     if text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
         return Sniffed::JsonIndex;
     }
+    if LFS_POINTER_VERSIONS.iter().any(|v| prefix.starts_with(v)) {
+        return Sniffed::LfsPointer;
+    }
+    if super::pickle_start::begins_pickle(prefix) {
+        return Sniffed::Pickle;
+    }
     Sniffed::Unknown
 }
+
+/// The first line of a Git LFS pointer (spec v1; `hawser` is its pre-release name).
+const LFS_POINTER_VERSIONS: [&[u8]; 2] = [
+    b"version https://git-lfs.github.com/spec/",
+    b"version https://hawser.github.com/spec/",
+];
 
 /// A plausible header length (below 2^40, so JSON text in those bytes never qualifies)
 /// followed by JSON: `{`, or whitespace the reader will then reject with a precise message.
@@ -84,6 +100,19 @@ mod tests {
             sniff(b"\x00\x00\x00\x00\x00\x00\x00\x00{"),
             Sniffed::Unknown
         );
-        assert_eq!(sniff(b"GIF89a...."), Sniffed::Unknown);
+        // A real GIF header; `GIF89a....` itself is a whole pickle (BINFLOAT, STOP).
+        assert_eq!(
+            sniff(b"GIF89a\x01\x00\x01\x00\x80\x00\x00"),
+            Sniffed::Unknown
+        );
+        assert_eq!(
+            sniff(b"version https://git-lfs.github.com/spec/v1\noid sha256:"),
+            Sniffed::LfsPointer
+        );
+        assert_eq!(
+            sniff(b"\x80\x04\x95\x10\0\0\0\0\0\0\0}\x94."),
+            Sniffed::Pickle
+        );
+        assert_eq!(sniff(b"(dp0\nVa\np1\nI5\ns."), Sniffed::Pickle);
     }
 }

@@ -1,0 +1,89 @@
+//! Plain pickle files (`pickle.dump`, `.pkl`, a distributed checkpoint's `.metadata`): every
+//! pickle stream in the file, back to back, run by the same non-executing machine and
+//! allowlist as PyTorch's pickles.
+//!
+//! What "tensors" means here: the tensors the objects reach, named as in a `torch.save` file.
+//! A plain pickle holds no storage data. `pickle.load` has no `persistent_load`, so CPython
+//! raises at a persistent id, and this reader refuses one too; `pickle.dump(tensor)` stores
+//! the storage as a nested legacy `torch.save` handed to `torch.storage._load_from_bytes`, a
+//! global outside the allowlist that no tensor is rebuilt from (the machine refuses the
+//! rebuild). So the tensors listed are those saved without storage (meta tensors); a pickle
+//! of numpy arrays or Python values lists none, and its globals are what the audit judges.
+
+use super::torch::{add_member, Member, StorageRecord, StorageSource};
+use super::Parts;
+use crate::error::{Error, Result};
+use crate::pickle::{unpickle, Budget, Loader};
+use crate::{DType, DataPtr, Format, HostBuffer};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The member name plain pickles report positions under; positions are file offsets.
+pub const MEMBER: &str = "<pickle>";
+
+/// Reads every stream of one plain pickle file into `parts`. `pickle.load` stops at the first
+/// STOP, but a caller that loads again runs the next stream, so all are read; bytes after a
+/// STOP that do not form a pickle are an error, not ignored.
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
+    let budget = Budget::default();
+    let path = buffer.source();
+    let mut pos = 0u64;
+    let mut index = 0usize;
+    while pos < buffer.len() {
+        let rest = usize::try_from(pos)
+            .ok()
+            .and_then(|p| buffer.bytes().get(p..))
+            .unwrap_or_default();
+        let unpickled = unpickle(rest, path, MEMBER, pos, Loader::Python, &budget)?;
+        if !unpickled.persistent.is_empty() {
+            return Err(Error::Pickle {
+                path: path.to_owned(),
+                member: MEMBER.to_owned(),
+                position: pos,
+                detail: format!(
+                    "the stream holds {} persistent ids, which plain `pickle.load` refuses \
+                     (it has no persistent_load): no storage data exists for them",
+                    unpickled.persistent.len()
+                ),
+            });
+        }
+        // A pickle ends with its STOP, inside `rest`: the next one starts within the file.
+        let len = unpickled.len.max(1);
+        let name_prefix = match index {
+            0 => String::new(),
+            i => format!("<pickle {i}>."),
+        };
+        let member = Member {
+            path,
+            name: MEMBER,
+            unpickled,
+            key_prefix: "",
+            name_prefix: &name_prefix,
+        };
+        add_member(member, &mut NoStorages { path }, &budget, parts)?;
+        pos += len;
+        index += 1;
+    }
+    Ok(Format::Pickle)
+}
+
+/// A plain pickle's storages: there are none (persistent ids were refused above).
+struct NoStorages<'a> {
+    path: &'a Path,
+}
+
+impl StorageSource for NoStorages<'_> {
+    fn data_ptr(
+        &mut self,
+        record: &StorageRecord,
+        _dtype: DType,
+        _nbytes: u64,
+    ) -> Result<Option<DataPtr>> {
+        Err(Error::Pickle {
+            path: self.path.to_owned(),
+            member: MEMBER.to_owned(),
+            position: 0,
+            detail: format!("storage '{}': a plain pickle holds no storages", record.key),
+        })
+    }
+}

@@ -1,0 +1,354 @@
+//! Whether a file's first bytes begin a pickle that CPython's `pickle.load` would run.
+//!
+//! Only protocol 2 and later start with PROTO; protocol 0 and 1 streams start with whatever
+//! they push first (`(`, `}`, `c`, `I`…), and CPython accepts a stream of any protocol without
+//! PROTO. So the prefix is walked opcode by opcode as CPython would run it, counting the values
+//! above the innermost mark, the marks, and the memo keys: text starting with a capital letter
+//! (`C`, `I`, `N`, `S`… are opcodes) fails within a few bytes, a pickle does not.
+
+/// Highest protocol CPython (3.8 and later) reads.
+const HIGHEST_PROTOCOL: u64 = 5;
+
+/// True when every opcode in `prefix` is one CPython knows, with well-formed operands, and
+/// none would fail on the stack, marks and memo built before it; and the walk reached STOP, or
+/// ran out of prefix after at least one whole opcode. A stream cut short counts: CPython runs
+/// everything before the cut.
+pub(crate) fn begins_pickle(prefix: &[u8]) -> bool {
+    let mut walk = Walk {
+        bytes: prefix,
+        pos: 0,
+        depth: 0,
+        marks: Vec::new(),
+        memo: Vec::new(),
+    };
+    let mut whole = 0usize;
+    loop {
+        match walk.step() {
+            Ok(()) => whole += 1,
+            Err(End::Stop) => return true,
+            Err(End::OutOfPrefix) => return whole > 0,
+            Err(End::Invalid) => return false,
+        }
+    }
+}
+
+/// Why the walk ended.
+enum End {
+    /// STOP with a value to return: a whole pickle.
+    Stop,
+    /// An opcode or operand runs past the prefix.
+    OutOfPrefix,
+    /// CPython would raise here.
+    Invalid,
+}
+
+type Step<T> = Result<T, End>;
+
+struct Walk<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    /// Values above the innermost mark: all an opcode may pop.
+    depth: usize,
+    /// Depths saved by MARK.
+    marks: Vec<usize>,
+    /// Memo keys set so far.
+    memo: Vec<u64>,
+}
+
+impl<'a> Walk<'a> {
+    fn take(&mut self, n: u64) -> Step<&'a [u8]> {
+        let bytes = self.bytes;
+        let end = usize::try_from(n)
+            .ok()
+            .and_then(|n| self.pos.checked_add(n))
+            .ok_or(End::OutOfPrefix)?;
+        let taken = bytes.get(self.pos..end).ok_or(End::OutOfPrefix)?;
+        self.pos = end;
+        Ok(taken)
+    }
+
+    /// A little-endian unsigned operand of `n` bytes (at most 8).
+    fn uint(&mut self, n: u64) -> Step<u64> {
+        let bytes = self.take(n)?;
+        Ok(bytes
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
+    }
+
+    /// A 4-byte signed length: negative is an error in CPython.
+    fn signed_len(&mut self) -> Step<u64> {
+        let n = self.uint(4)?;
+        if n >= 1 << 31 {
+            return Err(End::Invalid);
+        }
+        Ok(n)
+    }
+
+    /// A text operand up to its newline, without it.
+    fn line(&mut self) -> Step<&'a [u8]> {
+        let bytes = self.bytes;
+        let rest = bytes.get(self.pos..).unwrap_or_default();
+        let n = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or(End::OutOfPrefix)?;
+        self.pos += n + 1;
+        Ok(rest.get(..n).unwrap_or_default())
+    }
+
+    fn pop(&mut self, n: usize) -> Step<()> {
+        self.depth = self.depth.checked_sub(n).ok_or(End::Invalid)?;
+        Ok(())
+    }
+
+    /// Pops to the innermost mark; how many values were above it.
+    fn pop_mark(&mut self) -> Step<usize> {
+        let items = self.depth;
+        self.depth = self.marks.pop().ok_or(End::Invalid)?;
+        Ok(items)
+    }
+
+    fn put(&mut self, key: u64) -> Step<()> {
+        if self.depth == 0 {
+            return Err(End::Invalid);
+        }
+        if !self.memo.contains(&key) {
+            self.memo.push(key);
+        }
+        Ok(())
+    }
+
+    /// Runs one opcode's effect on the counts.
+    fn step(&mut self) -> Step<()> {
+        let op = self.uint(1)? as u8;
+        // Values each opcode pops (above the innermost mark) and pushes.
+        let (pops, pushes) = match op {
+            b'(' => {
+                self.marks.push(self.depth);
+                self.depth = 0;
+                (0, 0)
+            }
+            b'.' => {
+                self.pop(1)?;
+                return Err(End::Stop);
+            }
+            // POP: a value, or the innermost mark when none is above it.
+            b'0' if self.depth == 0 => {
+                self.pop_mark()?;
+                (0, 0)
+            }
+            b'0' => (1, 0),
+            b'1' => {
+                self.pop_mark()?;
+                (0, 0)
+            }
+            b'2' => (1, 2),
+            b'F' => text(float_text(self.line()?))?,
+            b'I' => text(int_text(self.line()?, false))?,
+            b'L' => text(int_text(self.line()?, true))?,
+            b'S' => text(quoted(self.line()?))?,
+            // UNICODE is raw-unicode-escape (any bytes); protocol 0 persistent ids are ASCII.
+            b'V' => self.line().map(|_| (0, 1))?,
+            b'P' => text(self.line()?.is_ascii())?,
+            b'g' | b'h' | b'j' => {
+                let key = self.memo_key(op)?;
+                if !self.memo.contains(&key) {
+                    return Err(End::Invalid);
+                }
+                (0, 1)
+            }
+            b'p' | b'q' | b'r' | 0x94 => {
+                let key = self.memo_key(op)?;
+                self.put(key)?;
+                (0, 0)
+            }
+            b'J' => self.take(4).map(|_| (0, 1))?,
+            b'K' => self.take(1).map(|_| (0, 1))?,
+            b'M' => self.take(2).map(|_| (0, 1))?,
+            b'G' => self.take(8).map(|_| (0, 1))?,
+            // Counted operands: LONG1, SHORT_BINSTRING, SHORT_BINBYTES, SHORT_BINUNICODE…
+            0x8a | b'U' | b'C' | 0x8c => self.counted(1)?,
+            b'X' | b'B' => self.counted(4)?,
+            0x8d | 0x8e | 0x96 => self.counted(8)?,
+            0x8b | b'T' => {
+                let n = self.signed_len()?;
+                self.take(n).map(|_| (0, 1))?
+            }
+            b'N' | 0x88 | 0x89 | b']' | b')' | b'}' | 0x8f => (0, 1),
+            b'c' | b'i' => {
+                let module = self.line()?;
+                let name = self.line()?;
+                if !(dotted_name(module) && dotted_name(name)) {
+                    return Err(End::Invalid);
+                }
+                if op == b'i' {
+                    self.pop_mark()?;
+                }
+                (0, 1)
+            }
+            // BINPERSID, TUPLE1, READONLY_BUFFER
+            b'Q' | 0x85 | 0x98 => (1, 1),
+            // APPEND, BUILD, STACK_GLOBAL, REDUCE, NEWOBJ, TUPLE2
+            b'a' | b'b' | 0x93 | b'R' | 0x81 | 0x86 => (2, 1),
+            // SETITEM, NEWOBJ_EX, TUPLE3
+            b's' | 0x92 | 0x87 => (3, 1),
+            // OBJ: the class and its arguments above a mark.
+            b'o' => match self.pop_mark()? {
+                0 => return Err(End::Invalid),
+                _ => (0, 1),
+            },
+            b'l' | b't' | 0x91 => {
+                self.pop_mark()?;
+                (0, 1)
+            }
+            b'd' => match self.pop_mark()? % 2 {
+                0 => (0, 1),
+                _ => return Err(End::Invalid),
+            },
+            // APPENDS, SETITEMS, ADDITEMS: into the container below the mark.
+            b'e' | b'u' | 0x90 => {
+                let items = self.pop_mark()?;
+                if op == b'u' && items % 2 != 0 {
+                    return Err(End::Invalid);
+                }
+                (1, 1)
+            }
+            0x95 => self.take(8).map(|_| (0, 0))?,
+            0x80 if self.uint(1)? <= HIGHEST_PROTOCOL => (0, 0),
+            // Unknown opcodes; PROTO above 5; EXT1/2/4, whose registry is empty unless a
+            // program fills it; NEXT_BUFFER, which `pickle.load` has no buffers for.
+            _ => return Err(End::Invalid),
+        };
+        self.pop(pops)?;
+        self.depth += pushes;
+        Ok(())
+    }
+
+    /// The memo key a GET or PUT opcode names: text, one or four bytes; MEMOIZE's is the
+    /// number of keys so far.
+    fn memo_key(&mut self, op: u8) -> Step<u64> {
+        match op {
+            b'g' | b'p' => decimal(self.line()?),
+            b'h' | b'q' => self.uint(1),
+            b'j' | b'r' => self.uint(4),
+            _ => Ok(self.memo.len() as u64),
+        }
+    }
+
+    /// An operand whose `width`-byte length precedes it; the opcode pushes it.
+    fn counted(&mut self, width: u64) -> Step<(usize, usize)> {
+        let n = self.uint(width)?;
+        self.take(n)?;
+        Ok((0, 1))
+    }
+}
+
+/// A text opcode whose operand is valid pushes one value.
+fn text(valid: bool) -> Step<(usize, usize)> {
+    if valid {
+        Ok((0, 1))
+    } else {
+        Err(End::Invalid)
+    }
+}
+
+/// What Python's `int(text, 0)` takes, roughly: sign, digits, base prefixes, underscores;
+/// `L` ends a protocol-0 long.
+fn int_text(line: &[u8], long: bool) -> bool {
+    let t = line.trim_ascii();
+    let t = if long {
+        t.strip_suffix(b"L").unwrap_or(t)
+    } else {
+        t
+    };
+    let t = t
+        .strip_prefix(b"-")
+        .or_else(|| t.strip_prefix(b"+"))
+        .unwrap_or(t);
+    t.first().is_some_and(u8::is_ascii_digit)
+        && t.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+}
+
+/// What Python's `float(text)` takes, roughly.
+fn float_text(line: &[u8]) -> bool {
+    let t = line.trim_ascii();
+    !t.is_empty()
+        && t.iter()
+            .all(|b| b"0123456789+-._eEinfatyINFATY".contains(b))
+}
+
+/// STRING's operand must be quoted.
+fn quoted(line: &[u8]) -> bool {
+    matches!((line.first(), line.last()), (Some(&a), Some(&b)) if line.len() >= 2 && a == b && (a == b'\'' || a == b'"'))
+}
+
+/// A memo key in decimal.
+fn decimal(line: &[u8]) -> Step<u64> {
+    std::str::from_utf8(line.trim_ascii())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or(End::Invalid)
+}
+
+/// A module or attribute name as GLOBAL and INST carry it: dotted identifiers in UTF-8.
+fn dotted_name(line: &[u8]) -> bool {
+    std::str::from_utf8(line).is_ok_and(|s| {
+        s.split('.').all(|part| {
+            part.chars()
+                .next()
+                .is_some_and(|c| c.is_alphabetic() || c == '_')
+                && part.chars().all(|c| c.is_alphanumeric() || c == '_')
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::begins_pickle;
+
+    #[test]
+    fn pickles_of_every_protocol_begin_a_pickle() {
+        // pickle.dumps({'a': 1}, protocol=p) for p in 0..=5, as CPython 3.11 writes them.
+        let streams: [&[u8]; 6] = [
+            b"(dp0\nVa\np1\nI1\ns.",
+            b"}q\x00X\x01\x00\x00\x00aq\x01K\x01s.",
+            b"\x80\x02}q\x00X\x01\x00\x00\x00aq\x01K\x01s.",
+            b"\x80\x03}q\x00X\x01\x00\x00\x00aq\x01K\x01s.",
+            b"\x80\x04\x95\n\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94K\x01s.",
+            b"\x80\x05\x95\n\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94K\x01s.",
+        ];
+        for s in streams {
+            assert!(begins_pickle(s), "{s:?}");
+        }
+        // Protocol 0 with a global first (os.system via __reduce__), cut short: still a pickle.
+        assert!(begins_pickle(
+            b"cposix\nsystem\np0\n(Vecho hi\np1\ntp2\nRp3"
+        ));
+        // A long first operand running past the prefix: one whole opcode (PROTO) suffices.
+        assert!(begins_pickle(b"\x80\x03B\x00\x00\x10\x00abc"));
+    }
+
+    #[test]
+    fn text_and_other_formats_do_not() {
+        let others: [&[u8]; 14] = [
+            b"",
+            b"Copyright (c) 2024 the authors, with a long first line",
+            b"Note: this model",
+            b"Introduction\n",
+            b"Some text\n",
+            b"Makefile",
+            b"(a)",
+            b"cat\ndog\nthis",
+            b"349992493fdda912fdab4a9aad21726b595a55ff",
+            b"\x89PNG\r\n\x1a\n\x00\x00",
+            b"GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+            b"\x93NUMPY\x01\x00v\x00{'descr'",
+            b"\x80\x06}.",
+            b"(dp0\nVa\nI1\nd.",
+        ];
+        for s in others {
+            assert!(!begins_pickle(s), "{s:?}");
+        }
+    }
+}
