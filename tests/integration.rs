@@ -8,4 +8,5 @@ mod audit;
 mod bad_input;
 mod inspect;
 mod pytorch;
+mod renderers;
 mod robustness;
