@@ -12,4 +12,5 @@ mod bad_input;
 mod discovery;
 mod inspect;
 mod pytorch;
+mod renderers;
 mod robustness;

@@ -11,11 +11,14 @@ pub fn root() -> PathBuf {
         .expect("repository root")
 }
 
-/// Runs the tensorplay binary from the repository root.
+/// Runs the tensorplay binary from the repository root, outside GitHub Actions even when the
+/// tests run there (inside, the human output would gain annotations).
 pub fn tensorplay(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tensorplay"))
         .args(args)
         .current_dir(root())
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITHUB_STEP_SUMMARY")
         .output()
         .expect("tensorplay runs")
 }

@@ -23,7 +23,8 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
-    fn of(path: &str, finding: &Finding) -> Fingerprint {
+    /// The identity of `finding` in the file at `path`.
+    pub fn of(path: &str, finding: &Finding) -> Fingerprint {
         let mut tensors = finding.tensors.clone();
         tensors.sort();
         Fingerprint {

@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Audit checkpoints and fail on violations: exit 0 passed, 1 findings, 2 could not judge.
-    Audit(audit::AuditArgs),
+    Audit(Box<audit::AuditArgs>),
     /// Show the four layers of a checkpoint: tensors, their layouts, storages and data pointers.
     Inspect(inspect::InspectArgs),
     /// List storages that several tensors view, with each tensor's byte range and how they relate.

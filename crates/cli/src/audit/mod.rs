@@ -27,15 +27,25 @@ pub struct AuditArgs {
     /// Checkpoint files, sharded indexes, or directories to walk.
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
-    /// CI mode: no colours, no progress, the JSON report on stdout.
+    /// The JSON report on stdout, no colours, no progress (kept for scripts; CI templates
+    /// write reports with --json/--junit/--sarif and keep the human log).
     #[arg(long)]
     ci_mode: bool,
+    /// What stdout shows [default: github inside GitHub Actions, else human].
+    #[arg(long, value_enum, conflicts_with = "ci_mode")]
+    format: Option<render::stdout::Format>,
     /// Also write the JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Write a JUnit XML report to FILE (Jenkins, GitLab).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Write a SARIF 2.1.0 report to FILE (GitHub code scanning).
+    #[arg(long, value_name = "FILE")]
+    sarif: Option<PathBuf>,
+    /// Write a GitLab Code Quality report to FILE.
+    #[arg(long, value_name = "FILE")]
+    gitlab_codequality: Option<PathBuf>,
     /// Configuration file [default: ./tensorplay.toml if present].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -173,13 +183,19 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     if let Some(path) = &args.junit {
         write_file(path, &render::junit::render(&report)?)?;
     }
-    let stdout_text = if args.ci_mode {
-        render::json::render(&report)?
-    } else {
-        let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        render::human::render(&report, render::human::Style { color })?
-    };
-    crate::exit::print(&stdout_text)?;
+    if let Some(path) = &args.sarif {
+        write_file(path, &render::sarif::render(&report)?)?;
+    }
+    if let Some(path) = &args.gitlab_codequality {
+        write_file(path, &render::gitlab::render(&report)?)?;
+    }
+    let format = render::stdout::Format::choose(args.format, args.ci_mode);
+    if format == render::stdout::Format::Github {
+        render::github::append_step_summary(&report);
+    }
+    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let style = render::human::Style { color };
+    crate::exit::print(&render::stdout::render(&report, format, style)?)?;
 
     if !unreadable.is_empty() {
         for message in &unreadable {

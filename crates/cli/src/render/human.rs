@@ -2,7 +2,7 @@
 //! a summary line. Colour only when asked (a terminal, and `NO_COLOR` unset).
 
 use std::fmt::Write;
-use tensorplay_audit::report::{FailOn, Report};
+use tensorplay_audit::report::Report;
 use tensorplay_audit::Severity;
 
 /// Beyond this many, skipped files are counted rather than listed.
@@ -113,11 +113,7 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
     } else {
         style.paint("1;31", "FAILED")
     };
-    let level = match sum.fail_on {
-        FailOn::Error => "fail-on error",
-        FailOn::Warning => "fail-on warning",
-        FailOn::Never => "fail-on never",
-    };
+    let level = format!("fail-on {}", super::fail_on_name(sum.fail_on));
     writeln!(
         out,
         "{} files, {} tensors, {} storages, {} bytes: {} errors, {} warnings, {} infos, {}{} skipped — {verdict} ({level})",

@@ -1,0 +1,171 @@
+//! GitHub Actions: one workflow command per finding (`::error file=…,title=…::…`), which the
+//! runner turns into an annotation on the file, and a Markdown summary for the job page.
+
+use super::fail_on_name;
+use std::fmt::Write;
+use tensorplay_audit::report::Report;
+use tensorplay_audit::{Finding, Severity};
+
+/// Beyond this many findings, the summary table counts the rest (a step summary holds 1 MiB).
+const MAX_SUMMARY_ROWS: usize = 200;
+
+/// The annotation commands, one line each. Suppressed findings get none: the baseline knows
+/// them, and GitHub shows only the first few annotations of a step.
+pub fn annotations(report: &Report) -> String {
+    let mut out = String::new();
+    for file in &report.files {
+        for f in &file.findings {
+            let command = match f.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+                Severity::Info => "notice",
+            };
+            let mut text = f.message.clone();
+            if !f.tensors.is_empty() {
+                text.push_str("\ntensors: ");
+                text.push_str(&f.tensors.join(", "));
+            }
+            text.push_str("\nfix: ");
+            text.push_str(&f.fix);
+            out.push_str(&format!(
+                "::{command} file={},title={}::{}\n",
+                property(&file.path),
+                property(&format!("{} {}", f.code, f.code.name())),
+                data(&text)
+            ));
+        }
+    }
+    out
+}
+
+/// The job summary: the verdict, the counts, a row per finding.
+pub fn summary(report: &Report) -> String {
+    let sum = &report.summary;
+    let mut out = String::new();
+    let verdict = if sum.passed { "passed" } else { "FAILED" };
+    let _ = writeln!(
+        out,
+        "### tensorplay audit: {verdict} (fail-on {})\n",
+        fail_on_name(sum.fail_on)
+    );
+    out.push_str(
+        "| files | tensors | storages | bytes | errors | warnings | infos | suppressed | skipped |\n",
+    );
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        sum.files,
+        sum.tensors,
+        sum.storages,
+        sum.bytes,
+        sum.errors,
+        sum.warnings,
+        sum.infos,
+        sum.suppressed,
+        report.skipped.len()
+    );
+    let rows: Vec<(&str, &Finding, bool)> = report
+        .files
+        .iter()
+        .flat_map(|file| {
+            let found = file.findings.iter().map(|f| (file.path.as_str(), f, false));
+            let known = file
+                .suppressed
+                .iter()
+                .map(|f| (file.path.as_str(), f, true));
+            found.chain(known)
+        })
+        .collect();
+    if rows.is_empty() {
+        return out;
+    }
+    out.push_str("| severity | rule | file | tensors | message | fix |\n");
+    out.push_str("|---|---|---|---|---|---|\n");
+    for (path, f, suppressed) in rows.iter().take(MAX_SUMMARY_ROWS) {
+        let severity = if *suppressed {
+            format!("{} (suppressed)", f.severity)
+        } else {
+            f.severity.to_string()
+        };
+        let _ = writeln!(
+            out,
+            "| {severity} | {} {} | {} | {} | {} | {} |",
+            f.code,
+            f.code.name(),
+            cell(path),
+            cell(&f.tensors.join(", ")),
+            cell(&f.message),
+            cell(&f.fix)
+        );
+    }
+    if rows.len() > MAX_SUMMARY_ROWS {
+        let _ = writeln!(
+            out,
+            "\n{} more findings are in the reports.",
+            rows.len() - MAX_SUMMARY_ROWS
+        );
+    }
+    out
+}
+
+/// Appends [`summary`] to `$GITHUB_STEP_SUMMARY` when the runner set it. A summary that
+/// cannot be written is a warning: it must not turn a verdict into "could not judge".
+pub fn append_step_summary(report: &Report) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(summary(report).as_bytes()));
+    if let Err(e) = written {
+        eprintln!(
+            "warning: cannot append to GITHUB_STEP_SUMMARY ({}): {e}",
+            std::path::Path::new(&path).display()
+        );
+    }
+}
+
+/// A workflow command's message: `%`, CR and LF escaped.
+fn data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// A workflow command's property value: as [`data`], and `:` and `,` too.
+fn property(text: &str) -> String {
+    data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// Markdown table cell text: pipes and line breaks would end the cell, and markup in a
+/// tensor name (from an untrusted checkpoint) is shown, not rendered.
+fn cell(text: &str) -> String {
+    if text.is_empty() {
+        return String::new();
+    }
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('|', "\\|")
+        .replace(['\r', '\n'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workflow_command_escapes() {
+        assert_eq!(data("50% done\r\nnext: a,b"), "50%25 done%0D%0Anext: a,b");
+        assert_eq!(property("dir,x/a:b%.pt\n"), "dir%2Cx/a%3Ab%25.pt%0A");
+    }
+
+    #[test]
+    fn table_cells_stay_in_their_cell() {
+        assert_eq!(cell("a|b\n<script>"), "a\\|b &lt;script&gt;");
+    }
+}

@@ -1,0 +1,171 @@
+//! SARIF 2.1.0 for GitHub code scanning and other SARIF viewers: one run, every rule in
+//! `tool.driver.rules`, one result per finding (suppressed ones marked so), each located at
+//! its checkpoint file with the tensors as logical locations.
+
+use super::fingerprint;
+use serde_json::{json, Map, Value};
+use tensorplay_audit::registry::RULES;
+use tensorplay_audit::report::Report;
+use tensorplay_audit::{Finding, Severity};
+
+const SCHEMA: &str =
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json";
+
+/// Relative paths are relative to the checkout; viewers resolve this base there.
+const SRCROOT: &str = "%SRCROOT%";
+
+pub fn render(report: &Report) -> anyhow::Result<String> {
+    let rules: Vec<Value> = RULES
+        .iter()
+        .map(|rule| {
+            json!({
+                "id": rule.code().as_str(),
+                "name": rule.name(),
+                "shortDescription": { "text": rule.summary() },
+                "fullDescription": { "text": rule.doc() },
+                "help": { "text": rule.doc() },
+                "defaultConfiguration": { "level": level(rule.default_severity()) },
+            })
+        })
+        .collect();
+    let mut driver = Map::new();
+    driver.insert("name".into(), json!(report.tool.name));
+    driver.insert("version".into(), json!(report.tool.version));
+    let homepage = env!("CARGO_PKG_HOMEPAGE");
+    if !homepage.is_empty() {
+        driver.insert("informationUri".into(), json!(homepage));
+    }
+    driver.insert("rules".into(), Value::Array(rules));
+
+    let mut results = Vec::new();
+    for file in &report.files {
+        for finding in &file.findings {
+            results.push(result(&file.path, finding, false));
+        }
+        for finding in &file.suppressed {
+            results.push(result(&file.path, finding, true));
+        }
+    }
+    let log = json!({
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": { "driver": driver },
+            "results": results,
+        }],
+    });
+    let mut text = serde_json::to_string_pretty(&log)?;
+    text.push('\n');
+    Ok(text)
+}
+
+fn result(path: &str, finding: &Finding, suppressed: bool) -> Value {
+    let mut location = json!({
+        "physicalLocation": {
+            "artifactLocation": artifact_location(path),
+            // Viewers place results on lines; a checkpoint has none, so line 1 stands for
+            // the file.
+            "region": { "startLine": 1 },
+        },
+    });
+    let mut tensors: Vec<&String> = Vec::new();
+    for t in &finding.tensors {
+        if !tensors.contains(&t) {
+            tensors.push(t);
+        }
+    }
+    if !tensors.is_empty() {
+        location["logicalLocations"] = tensors
+            .iter()
+            .map(|t| json!({ "name": t, "kind": "member" }))
+            .collect();
+    }
+    let mut properties = json!({ "tensors": finding.tensors });
+    if let Some(storage) = finding.storage {
+        properties["storage"] = json!(storage);
+    }
+    let mut result = json!({
+        "ruleId": finding.code.as_str(),
+        "ruleIndex": RULES.iter().position(|r| r.code() == finding.code),
+        "level": level(finding.severity),
+        "message": { "text": format!("{}\nFix: {}", finding.message, finding.fix) },
+        "locations": [location],
+        "partialFingerprints": {
+            (fingerprint::SARIF_KEY): fingerprint::identity(path, finding),
+        },
+        "properties": properties,
+    });
+    if suppressed {
+        result["suppressions"] = json!([{
+            "kind": "external",
+            "justification": "recorded in the tensorplay baseline",
+        }]);
+    }
+    result
+}
+
+fn level(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+        Severity::Info => "note",
+    }
+}
+
+/// A path as a URI reference: relative ones against `%SRCROOT%`, absolute ones as `file:`.
+fn artifact_location(path: &str) -> Value {
+    let path = path.replace('\\', "/");
+    let bytes = path.as_bytes();
+    let drive = bytes.first().is_some_and(u8::is_ascii_alphabetic)
+        && bytes.get(1) == Some(&b':')
+        && bytes.get(2) == Some(&b'/');
+    if path.starts_with('/') {
+        json!({ "uri": format!("file://{}", encode(&path, false)) })
+    } else if drive {
+        json!({ "uri": format!("file:///{}", encode(&path, true)) })
+    } else {
+        json!({ "uri": encode(&path, false), "uriBaseId": SRCROOT })
+    }
+}
+
+/// Percent-encodes all but unreserved characters and `/` (and a drive letter's `:`).
+fn encode(path: &str, drive: bool) -> String {
+    let mut out = String::with_capacity(path.len());
+    for (i, b) in path.bytes().enumerate() {
+        let keep = b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/')
+            || (drive && i == 1);
+        if keep {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::artifact_location;
+    use serde_json::json;
+
+    #[test]
+    fn paths_become_uri_references() {
+        assert_eq!(
+            artifact_location("models/a b#1.pt"),
+            json!({ "uri": "models/a%20b%231.pt", "uriBaseId": "%SRCROOT%" })
+        );
+        assert_eq!(
+            artifact_location("/ckpt/m.pt"),
+            json!({ "uri": "file:///ckpt/m.pt" })
+        );
+        assert_eq!(
+            artifact_location("C:\\ckpt\\m.pt"),
+            json!({ "uri": "file:///C:/ckpt/m.pt" })
+        );
+        assert_eq!(
+            artifact_location("x:y.pt"),
+            json!({ "uri": "x%3Ay.pt", "uriBaseId": "%SRCROOT%" })
+        );
+    }
+}
