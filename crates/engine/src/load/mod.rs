@@ -18,6 +18,7 @@ mod sharded;
 pub mod sniff;
 mod torch;
 pub mod torch_legacy;
+mod torch_tar;
 pub mod torch_zip;
 
 pub use flatten::ROOT_NAME;
@@ -57,6 +58,7 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
         Sniffed::Safetensors  => row(safetensors::read_into,  Format::SafetensorsIndex, "safetensors"),
         Sniffed::Zip          => row(torch_zip::read_into,    Format::PytorchIndex,     "a PyTorch zip archive"),
         Sniffed::LegacyPickle => row(torch_legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
+        Sniffed::Tar          => row(torch_tar::read_into,    Format::PytorchIndex,     "an old PyTorch tar archive"),
         Sniffed::JsonIndex | Sniffed::Unknown => None,
     }
 }
