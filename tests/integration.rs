@@ -7,5 +7,6 @@ mod common;
 mod audit;
 mod bad_input;
 mod inspect;
+mod legacy_streams;
 mod pytorch;
 mod robustness;
