@@ -11,6 +11,7 @@ mod bad_input;
 #[cfg(unix)]
 mod discovery;
 mod inspect;
+mod legacy_streams;
 mod pytorch;
 mod renderers;
 mod robustness;

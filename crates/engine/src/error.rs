@@ -1,6 +1,7 @@
 //! The engine's one error type. Every variant that comes from a file names the file
 //! and the part of it that is wrong, so the CLI can print it on one line as it is.
 
+use crate::pickle::UnsafeGlobal;
 use std::path::PathBuf;
 
 /// Everything that can go wrong while reading a checkpoint or building its model.
@@ -280,6 +281,16 @@ pub enum Error {
         detail: String,
     },
 
+    /// A file was refused after some of its pickles had been read, and those reference
+    /// globals outside the allowlist: a loader that got further than tensorplay would run them.
+    #[error("{source}; its pickles also reference unsafe globals: {}", globals_text(.globals))]
+    RefusedWithUnsafeGlobals {
+        /// Why the file was refused.
+        source: Box<Error>,
+        /// The globals, in file order.
+        globals: Vec<UnsafeGlobal>,
+    },
+
     /// Arithmetic on a size, stride or offset overflowed 64 bits.
     #[error("{what} overflows 64-bit arithmetic")]
     Overflow {
@@ -358,11 +369,53 @@ impl Error {
             // A link in a checkpoint tree that leads nowhere is a finding about the tree (a
             // loader following it gets nothing), not a mistyped path.
             | Error::BrokenLink { .. }
+            | Error::RefusedWithUnsafeGlobals { .. }
             | Error::Overflow { .. }
             | Error::RankMismatch { .. }
             | Error::DataPtrInconsistent { .. } => ErrorKind::Corrupt,
         }
     }
+}
+
+impl Error {
+    /// This error, naming `globals` too when there are any.
+    pub(crate) fn with_unsafe_globals(self, mut globals: Vec<UnsafeGlobal>) -> Error {
+        match self {
+            _ if globals.is_empty() => self,
+            // One list, in file order, however many layers of reading added to it.
+            Error::RefusedWithUnsafeGlobals {
+                source,
+                globals: later,
+            } => {
+                globals.extend(later);
+                Error::RefusedWithUnsafeGlobals { source, globals }
+            }
+            error => Error::RefusedWithUnsafeGlobals {
+                source: Box::new(error),
+                globals,
+            },
+        }
+    }
+}
+
+/// How many unsafe globals a refusal names before it only counts the rest.
+const GLOBALS_NAMED: usize = 20;
+
+fn globals_text(globals: &[UnsafeGlobal]) -> String {
+    let mut named: Vec<String> = globals
+        .iter()
+        .take(GLOBALS_NAMED)
+        .map(|g| {
+            format!(
+                "{}.{} ({} at byte {})",
+                g.module, g.name, g.member, g.position
+            )
+        })
+        .collect();
+    if let Some(more) = globals.len().checked_sub(GLOBALS_NAMED).filter(|&n| n > 0) {
+        named.push(format!("and {more} more"));
+    }
+    named.join(", ")
 }
 
 fn data_length_problem(data_end: u64, file_len: u64) -> &'static str {
@@ -403,6 +456,32 @@ mod tests {
             path: path(),
             detail: "invalid JSON".into(),
         }
+    }
+
+    #[test]
+    fn a_refusal_names_the_unsafe_globals_read_before_it() {
+        let global = |position| UnsafeGlobal {
+            module: "posix".into(),
+            name: "system".into(),
+            member: "legacy pickle 3 (sys_info)".into(),
+            position,
+        };
+        assert!(matches!(
+            syntax().with_unsafe_globals(Vec::new()),
+            Error::IndexSyntax { .. }
+        ));
+        let e = syntax().with_unsafe_globals(vec![global(21)]);
+        assert_eq!(e.kind(), ErrorKind::Corrupt);
+        assert_eq!(
+            e.to_string(),
+            "m.index.json: index: invalid JSON; its pickles also reference unsafe globals: \
+             posix.system (legacy pickle 3 (sys_info) at byte 21)"
+        );
+        let many = syntax().with_unsafe_globals((0..25).map(global).collect());
+        assert!(
+            many.to_string().ends_with("at byte 19), and 5 more"),
+            "{many}"
+        );
     }
 
     #[test]

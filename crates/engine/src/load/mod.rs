@@ -21,6 +21,7 @@ mod sharded;
 pub mod sniff;
 mod torch;
 pub mod torch_legacy;
+mod torch_tar;
 pub mod torch_zip;
 pub mod torchscript;
 
@@ -62,6 +63,7 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
         Sniffed::Zip          => row(torch_zip::read_into,    Format::PytorchIndex,     "a PyTorch zip archive"),
         Sniffed::LegacyPickle => row(torch_legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
         Sniffed::Pickle       => row(pickle_file::read_into,  Format::PytorchIndex,     "a plain pickle"),
+        Sniffed::Tar          => row(torch_tar::read_into,    Format::PytorchIndex,     "an old PyTorch tar archive"),
         Sniffed::JsonIndex | Sniffed::LfsPointer | Sniffed::Unknown => None,
     }
 }

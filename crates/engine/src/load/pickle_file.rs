@@ -29,14 +29,18 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     let path = buffer.source();
     let mut pos = 0u64;
     let mut index = 0usize;
+    // Globals of the streams read so far: named in any refusal that follows.
+    let mut seen = Vec::new();
     while pos < buffer.len() {
         let rest = usize::try_from(pos)
             .ok()
             .and_then(|p| buffer.bytes().get(p..))
             .unwrap_or_default();
-        let unpickled = unpickle(rest, path, MEMBER, pos, Loader::Python, &budget)?;
+        let unpickled = unpickle(rest, path, MEMBER, pos, Loader::Python, &budget)
+            .map_err(|e| e.with_unsafe_globals(seen.clone()))?;
+        seen.extend(unpickled.unsafe_globals.iter().cloned());
         if !unpickled.persistent.is_empty() {
-            return Err(Error::Pickle {
+            let refused = Error::Pickle {
                 path: path.to_owned(),
                 member: MEMBER.to_owned(),
                 position: pos,
@@ -45,7 +49,8 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
                      (it has no persistent_load): no storage data exists for them",
                     unpickled.persistent.len()
                 ),
-            });
+            };
+            return Err(refused.with_unsafe_globals(seen));
         }
         // A pickle ends with its STOP, inside `rest`: the next one starts within the file.
         let len = unpickled.len.max(1);
@@ -60,7 +65,8 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             key_prefix: "",
             name_prefix: &name_prefix,
         };
-        add_member(member, &mut NoStorages { path }, &budget, parts)?;
+        add_member(member, &mut NoStorages { path }, &budget, parts)
+            .map_err(|e| e.with_unsafe_globals(seen.clone()))?;
         pos += len;
         index += 1;
     }

@@ -1,7 +1,7 @@
 //! Content sniffing: which reader a file needs, from its first bytes alone.
 
-/// How many leading bytes [`sniff`] looks at.
-pub const SNIFF_LEN: usize = 64;
+/// How many leading bytes [`sniff`] looks at: a tar header block.
+pub const SNIFF_LEN: usize = 512;
 
 /// What the first bytes of a file say it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,6 +12,8 @@ pub enum Sniffed {
     Zip,
     /// A legacy `torch.save` stream: a pickle of PyTorch's magic number first.
     LegacyPickle,
+    /// A tar archive, as `torch.save` wrote before torch 0.4.
+    Tar,
     /// A JSON document: a sharded checkpoint's index.
     JsonIndex,
     /// A Git LFS pointer: text standing for a file git has not fetched.
@@ -29,6 +31,11 @@ const LEGACY_MAGIC: [u8; 12] = [
 
 /// Classifies a file from its first bytes (up to [`SNIFF_LEN`]).
 pub fn sniff(prefix: &[u8]) -> Sniffed {
+    // torch.load reads a zip when the file starts with a local header, then tries tarfile
+    // on anything else, and only then the legacy stream.
+    if !prefix.starts_with(b"PK\x03\x04") && super::torch_tar::opens(prefix) {
+        return Sniffed::Tar;
+    }
     if prefix.starts_with(b"PK\x03\x04") || prefix.starts_with(b"PK\x05\x06") {
         return Sniffed::Zip;
     }

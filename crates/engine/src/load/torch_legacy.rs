@@ -1,18 +1,30 @@
 //! Legacy `torch.save` files (`_use_new_zipfile_serialization=False`): five pickles in a row
 //! — magic number, protocol, sys_info, the object, the sorted storage keys — then each
-//! storage as an 8-byte little-endian element count followed by its bytes.
+//! storage as an 8-byte little-endian element count followed by its bytes. `torch.load`
+//! unpickles all five with one unpickler, so a global in any of them runs: each pickle's
+//! unsafe globals are reported under its own name, and a file refused part-way still names
+//! those of every pickle that parses.
 
 use super::torch::{add_member, storage_record, Member, StorageRecord, StorageSource};
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled};
+use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-/// The member name legacy files report positions under; positions are file offsets.
-pub const MEMBER: &str = "<legacy>";
+/// The five pickles, named after what `_legacy_save` dumps; positions are file offsets.
+pub const PICKLES: [&str; 5] = [
+    "legacy pickle 1 (magic_number)",
+    "legacy pickle 2 (protocol_version)",
+    "legacy pickle 3 (sys_info)",
+    "legacy pickle 4 (obj)",
+    "legacy pickle 5 (storage_keys)",
+];
+
+/// Where errors about the raw storages after the pickles point.
+const STORAGES: &str = "legacy storages";
 
 /// `0x1950a86a20f9469cfc6c`, little-endian, as `LONG1` carries it.
 const MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
@@ -21,19 +33,99 @@ const PROTOCOL_VERSION: i64 = 1001;
 /// Reads one legacy file into `parts`.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
     let budget = Budget::default();
+    let pickles = Pickles::read(buffer, &budget);
+    let globals = pickles.unsafe_globals();
+    match read_stream(buffer, &budget, pickles, parts) {
+        Ok(()) => {
+            parts.unsafe_globals.extend(globals);
+            Ok(Format::PytorchLegacy)
+        }
+        Err(e) => Err(e.with_unsafe_globals(globals)),
+    }
+}
+
+/// A pickle of the stream and where it starts.
+type Parsed = (u64, Unpickled);
+
+/// The pickles at the start of a file, read as a legacy stream: each that parses, in order,
+/// then why the next did not (at most five in all).
+pub(crate) struct Pickles {
+    read: Vec<Result<Parsed>>,
+    /// Where the last pickle that parsed ends.
+    end: u64,
+}
+
+impl Pickles {
+    /// Runs the stream's pickles from the start of the file, stopping at the first that fails.
+    pub(crate) fn read(buffer: &HostBuffer, budget: &Budget) -> Self {
+        let mut read = Vec::with_capacity(PICKLES.len());
+        let mut pos = 0u64;
+        for name in PICKLES {
+            let rest = usize::try_from(pos)
+                .ok()
+                .and_then(|p| buffer.bytes().get(p..))
+                .unwrap_or_default();
+            match unpickle(rest, buffer.source(), name, pos, Loader::Python, budget) {
+                Ok(u) => {
+                    let at = pos;
+                    // The pickle lies inside `rest`, so this stays within the file's length.
+                    pos += u.len;
+                    read.push(Ok((at, u)));
+                }
+                Err(e) => {
+                    read.push(Err(e));
+                    break;
+                }
+            }
+        }
+        Pickles { read, end: pos }
+    }
+
+    /// The unsafe globals of every pickle that parsed, in file order.
+    pub(crate) fn unsafe_globals(&self) -> Vec<UnsafeGlobal> {
+        self.read
+            .iter()
+            .flatten()
+            .flat_map(|(_, u)| u.unsafe_globals.iter().cloned())
+            .collect()
+    }
+}
+
+/// Checks the pickles as `_legacy_load` does, then reads the storages they describe.
+fn read_stream(
+    buffer: &Arc<HostBuffer>,
+    budget: &Budget,
+    pickles: Pickles,
+    parts: &mut Parts,
+) -> Result<()> {
     let mut stream = Stream {
         buffer,
-        budget: &budget,
-        pos: 0,
+        pos: pickles.end,
     };
-    stream.preamble()?;
-    let main_at = stream.pos;
-    let main = stream.next()?;
-    let keys = stream.storage_keys()?;
+    let mut read = pickles.read.into_iter();
+    let mut next = |name: &str| {
+        read.next()
+            .unwrap_or_else(|| Err(stream.err(name, stream.pos, "missing")))
+    };
+    let (_, magic) = next(PICKLES[0])?;
+    if magic.heap.get(magic.root) != &Node::BigInt(MAGIC.to_vec()) {
+        return Err(stream.err(PICKLES[0], 0, "magic number is not PyTorch's"));
+    }
+    let (at, protocol) = next(PICKLES[1])?;
+    if protocol.heap.int(protocol.root) != Some(PROTOCOL_VERSION) {
+        return Err(stream.err(PICKLES[1], at, "legacy protocol version is not 1001"));
+    }
+    // sys_info records the writer's endianness, but legacy storages are always little-endian.
+    next(PICKLES[2])?;
+    let (main_at, mut main) = next(PICKLES[3])?;
+    let (keys_at, keys) = next(PICKLES[4])?;
+    let keys = storage_keys(&stream, keys_at, &keys)?;
     let storages = stream.storages(&keys, &storage_dtypes(&main))?;
+    // Reported with the other pickles' globals, in file order.
+    main.unsafe_globals.clear();
     let member = Member {
         path: buffer.source(),
-        name: MEMBER,
+        name: PICKLES[3],
         unpickled: main,
         key_prefix: "",
         name_prefix: "",
@@ -43,68 +135,36 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
         storages,
         at: main_at,
     };
-    add_member(member, &mut source, &budget, parts)?;
-    Ok(Format::PytorchLegacy)
+    add_member(member, &mut source, budget, parts)
 }
 
-/// The file read front to back; `pos` is where the next part begins.
+/// The last pickle: the storage keys, in the order their bytes follow.
+fn storage_keys(stream: &Stream<'_>, at: u64, keys: &Unpickled) -> Result<Vec<String>> {
+    keys.heap
+        .seq(keys.root)
+        .and_then(|items| {
+            items
+                .iter()
+                .map(|&k| keys.heap.str(k).map(str::to_owned))
+                .collect()
+        })
+        .ok_or_else(|| stream.err(PICKLES[4], at, "storage key list is not a list of strings"))
+}
+
+/// The storages after the pickles, read front to back; `pos` is where the next one begins.
 struct Stream<'a> {
     buffer: &'a Arc<HostBuffer>,
-    budget: &'a Budget,
     pos: u64,
 }
 
 impl Stream<'_> {
-    fn err(&self, position: u64, detail: &str) -> Error {
+    fn err(&self, part: &str, position: u64, detail: &str) -> Error {
         Error::Pickle {
             path: self.buffer.source().to_owned(),
-            member: MEMBER.to_owned(),
+            member: part.to_owned(),
             position,
             detail: detail.to_owned(),
         }
-    }
-
-    /// Runs the pickle at `pos` and moves past it.
-    fn next(&mut self) -> Result<Unpickled> {
-        let rest = usize::try_from(self.pos)
-            .ok()
-            .and_then(|p| self.buffer.bytes().get(p..))
-            .unwrap_or_default();
-        let path = self.buffer.source();
-        let u = unpickle(rest, path, MEMBER, self.pos, Loader::Python, self.budget)?;
-        // The pickle lies inside `rest`, so this stays within the file's length.
-        self.pos += u.len;
-        Ok(u)
-    }
-
-    /// Magic number, protocol version, and sys_info, which records the writer's endianness
-    /// although legacy storages are always little-endian.
-    fn preamble(&mut self) -> Result<()> {
-        let magic = self.next()?;
-        if magic.heap.get(magic.root) != &Node::BigInt(MAGIC.to_vec()) {
-            return Err(self.err(0, "magic number is not PyTorch's"));
-        }
-        let at = self.pos;
-        let protocol = self.next()?;
-        if protocol.heap.int(protocol.root) != Some(PROTOCOL_VERSION) {
-            return Err(self.err(at, "legacy protocol version is not 1001"));
-        }
-        self.next().map(drop)
-    }
-
-    /// The last pickle: the storage keys, in the order their bytes follow.
-    fn storage_keys(&mut self) -> Result<Vec<String>> {
-        let at = self.pos;
-        let keys = self.next()?;
-        keys.heap
-            .seq(keys.root)
-            .and_then(|items| {
-                items
-                    .iter()
-                    .map(|&k| keys.heap.str(k).map(str::to_owned))
-                    .collect()
-            })
-            .ok_or_else(|| self.err(at, "storage key list is not a list of strings"))
     }
 
     /// Every storage, in key order; the storages must end the file.
@@ -118,6 +178,7 @@ impl Stream<'_> {
         let len = self.buffer.len();
         if self.pos != len {
             return Err(self.err(
+                STORAGES,
                 self.pos,
                 &format!("{} bytes after the last storage", len - self.pos),
             ));
@@ -133,6 +194,7 @@ impl Stream<'_> {
             .and_then(|p| self.buffer.bytes().get(p..p.checked_add(8)?))
             .ok_or_else(|| {
                 self.err(
+                    STORAGES,
                     at,
                     &format!("storage '{key}': element count runs past the end of the file"),
                 )
@@ -142,14 +204,19 @@ impl Stream<'_> {
         let count = u64::from_le_bytes(le);
         let dtype = dtypes.get(key).ok_or_else(|| {
             self.err(
+                STORAGES,
                 at,
                 &format!("storage '{key}' is listed but no tensor names its type"),
             )
         })?;
         let size = dtype.element_size().unwrap_or(1);
-        let nbytes = count
-            .checked_mul(size)
-            .ok_or_else(|| self.err(at, &format!("storage '{key}': {count} elements overflow")))?;
+        let nbytes = count.checked_mul(size).ok_or_else(|| {
+            self.err(
+                STORAGES,
+                at,
+                &format!("storage '{key}': {count} elements overflow"),
+            )
+        })?;
         // The 8 count bytes were just read, so they end inside the file.
         let start = at + 8;
         let end = start
@@ -157,6 +224,7 @@ impl Stream<'_> {
             .filter(|&end| end <= self.buffer.len())
             .ok_or_else(|| {
                 self.err(
+                    STORAGES,
                     at,
                     &format!(
                         "storage '{key}': {nbytes} bytes run past the end of the file (truncated?)"
@@ -204,7 +272,7 @@ impl StorageSource for Ranges<'_> {
     ) -> Result<Option<DataPtr>> {
         let fail = |detail: String| Error::Pickle {
             path: self.buffer.source().to_owned(),
-            member: MEMBER.to_owned(),
+            member: PICKLES[3].to_owned(),
             position: self.at,
             detail,
         };

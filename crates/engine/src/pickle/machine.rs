@@ -57,7 +57,10 @@ pub fn unpickle(
         persistent: Vec::new(),
         torchscript_classes: false,
     };
-    let root = m.run()?;
+    // A pickle refused part-way has still named its globals: a loader that got that far ran them.
+    let root = m
+        .run()
+        .map_err(|e| e.with_unsafe_globals(std::mem::take(&mut m.unsafe_globals)))?;
     Ok(Unpickled {
         heap: m.heap,
         root,
