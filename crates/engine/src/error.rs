@@ -236,6 +236,17 @@ pub enum Error {
         detail: String,
     },
 
+    /// A zip archive that readers can read differently (two entries of one name, a central
+    /// directory that is not where the end record says, an end record in a comment, ...):
+    /// refused rather than guessed.
+    #[error("{}: ambiguous archive: {reason}", .path.display())]
+    AmbiguousArchive {
+        /// The file.
+        path: PathBuf,
+        /// What readers could disagree on, naming the member or the offset.
+        reason: String,
+    },
+
     /// Arithmetic on a size, stride or offset overflowed 64 bits.
     #[error("{what} overflows 64-bit arithmetic")]
     Overflow {
@@ -307,6 +318,7 @@ impl Error {
             | Error::IndexSyntax { .. }
             | Error::Pickle { .. }
             | Error::Archive { .. }
+            | Error::AmbiguousArchive { .. }
             | Error::Overflow { .. }
             | Error::RankMismatch { .. }
             | Error::DataPtrInconsistent { .. } => ErrorKind::Corrupt,
@@ -406,6 +418,10 @@ mod tests {
             in_shard(Error::Empty { path: path() }),
             in_shard(in_shard(syntax())),
             Error::Overflow { what: "size" },
+            Error::AmbiguousArchive {
+                path: path(),
+                reason: "two entries are named 'a/data.pkl'".into(),
+            },
         ];
         for e in corrupt {
             assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");

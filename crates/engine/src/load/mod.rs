@@ -19,6 +19,7 @@ pub mod sniff;
 mod torch;
 pub mod torch_legacy;
 pub mod torch_zip;
+mod zip;
 
 pub use flatten::ROOT_NAME;
 pub(crate) use parts::Parts;
