@@ -9,3 +9,4 @@ mod bad_input;
 mod inspect;
 mod pytorch;
 mod robustness;
+mod zip_layouts;
