@@ -49,7 +49,7 @@ const LAYOUTS: &[(&str, Verdict, &[&str])] = &[
     ),
     (
         "cd_offset_elsewhere.pt",
-        Refuses("ambiguous archive: the end record puts the central directory at offset 1656 (463 bytes), but it would end where the end records begin, at offset 2582"),
+        Refuses("ambiguous archive: the end record puts the central directory at offset 1656 (463 bytes, ending at 2119), but the end records begin at offset 2582"),
         &["TP502"],
     ),
     (

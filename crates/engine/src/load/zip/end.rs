@@ -84,9 +84,11 @@ pub(super) fn locate(file: &File<'_>) -> Result<End> {
     }
     if cd_end != Some(records_start) {
         return Err(file.ambiguous(format!(
-            "the end record puts the central directory at offset {} ({} bytes), but it would \
-             end where the end records begin, at offset {records_start}",
-            declared.cd_offset, declared.cd_size
+            "the end record puts the central directory at offset {} ({} bytes, ending at {}), \
+             but the end records begin at offset {records_start}",
+            declared.cd_offset,
+            declared.cd_size,
+            declared.cd_offset + declared.cd_size
         )));
     }
     Ok(End {

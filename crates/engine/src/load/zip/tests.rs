@@ -325,8 +325,8 @@ fn the_central_directory_must_be_where_the_end_records_say() {
     put(&mut bytes, built.eocd + 16, &48u32.to_le_bytes());
     refused(
         &bytes,
-        "ambiguous archive: the end record puts the central directory at offset 48 (110 bytes), \
-         but it would end where the end records begin, at offset 232",
+        "ambiguous archive: the end record puts the central directory at offset 48 (110 bytes, \
+         ending at 158), but the end records begin at offset 232",
     );
 
     let mut bytes = built.bytes.clone();
