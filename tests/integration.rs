@@ -15,3 +15,4 @@ mod legacy_streams;
 mod pytorch;
 mod renderers;
 mod robustness;
+mod zip_layouts;

@@ -291,6 +291,17 @@ pub enum Error {
         globals: Vec<UnsafeGlobal>,
     },
 
+    /// A zip archive that readers can read differently (two entries of one name, a central
+    /// directory that is not where the end record says, an end record in a comment, ...):
+    /// refused rather than guessed.
+    #[error("{}: ambiguous archive: {reason}", .path.display())]
+    AmbiguousArchive {
+        /// The file.
+        path: PathBuf,
+        /// What readers could disagree on, naming the member or the offset.
+        reason: String,
+    },
+
     /// Arithmetic on a size, stride or offset overflowed 64 bits.
     #[error("{what} overflows 64-bit arithmetic")]
     Overflow {
@@ -370,6 +381,7 @@ impl Error {
             // loader following it gets nothing), not a mistyped path.
             | Error::BrokenLink { .. }
             | Error::RefusedWithUnsafeGlobals { .. }
+            | Error::AmbiguousArchive { .. }
             | Error::Overflow { .. }
             | Error::RankMismatch { .. }
             | Error::DataPtrInconsistent { .. } => ErrorKind::Corrupt,
@@ -546,6 +558,10 @@ mod tests {
                 path: path(),
                 target: path(),
                 detail: "target does not exist".into(),
+            },
+            Error::AmbiguousArchive {
+                path: path(),
+                reason: "two entries are named 'a/data.pkl'".into(),
             },
         ];
         for e in corrupt {

@@ -24,6 +24,7 @@ pub mod torch_legacy;
 mod torch_tar;
 pub mod torch_zip;
 pub mod torchscript;
+mod zip;
 
 pub use flatten::ROOT_NAME;
 pub(crate) use parts::Parts;

@@ -1,37 +1,33 @@
 //! `torch.save` zip archives (PyTorch ≥ 1.6) and `torch.jit.save` TorchScript archives.
 //!
-//! The zip crate reads the central directory; stored records (every storage `torch.save`
-//! writes) are then borrowed straight from the mapped file, and compressed ones are inflated
-//! into bounded heap buffers.
+//! [`Zip`] opens the archive as PyTorch's own reader does and refuses one any other reader
+//! could read differently; stored records (every storage `torch.save` writes) are then
+//! borrowed straight from the mapped file, and compressed ones are inflated into bounded heap
+//! buffers. Besides the pickles `torch.load` runs, every other pickle in the archive has its
+//! globals audited: another loader may run it.
 
 use super::torch::{add_member, byteswap, Member, StorageRecord, StorageSource};
 use super::torchscript::read_code;
+use super::zip::{Entry, Zip};
 use super::Parts;
 use crate::error::{Error, Result};
 use crate::pickle::{unpickle, Budget, Loader};
 use crate::{DType, DataPtr, Format, HostBuffer};
-use std::collections::HashMap;
-use std::io::{Cursor, Read};
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
-struct Entry {
-    stored: bool,
-    data_start: u64,
-    compressed_size: u64,
-    size: u64,
-    index: usize,
-}
-
 struct Archive<'a> {
     buffer: &'a Arc<HostBuffer>,
+    zip: Zip<'a>,
     prefix: String,
-    entries: HashMap<String, Entry>,
-    zip: zip::ZipArchive<Cursor<&'a [u8]>>,
     big_endian: bool,
+    /// Entries already read as a pickle or a storage record, by full name.
+    read: HashSet<String>,
 }
 
-impl Archive<'_> {
+impl<'a> Archive<'a> {
     fn path(&self) -> &Path {
         self.buffer.source()
     }
@@ -48,101 +44,48 @@ impl Archive<'_> {
         format!("{}/{name}", self.prefix)
     }
 
-    /// A member's bytes: borrowed when stored, inflated (bounded by its declared size) otherwise.
-    fn read(&mut self, name: &str) -> Result<Option<Vec<u8>>> {
-        let full = self.full_name(name);
-        let Some(entry) = self.entries.get(&full) else {
-            return Ok(None);
-        };
-        if entry.stored {
-            return Ok(Some(self.stored_slice(&full)?.to_vec()));
-        }
-        let (index, size) = (entry.index, entry.size);
-        let path = self.buffer.source();
-        let fail = |detail: String| Error::Archive {
-            path: path.to_owned(),
-            part: full.clone(),
-            detail,
-        };
-        let mut file = self.zip.by_index(index).map_err(|e| fail(e.to_string()))?;
-        let mut out = Vec::new();
-        // The declared size bounds the allocation; a member inflating past it is refused.
-        (&mut file)
-            .take(size.saturating_add(1))
-            .read_to_end(&mut out)
-            .map_err(|e| fail(format!("cannot inflate: {e}")))?;
-        if out.len() as u64 != size {
-            return Err(fail(format!(
-                "inflates to {} bytes, not the declared {size}",
-                out.len()
-            )));
-        }
-        Ok(Some(out))
+    /// The entry PyTorch's reader finds for a record name (under the archive's folder).
+    fn entry(&self, name: &str) -> Option<Entry> {
+        self.zip.find(&self.full_name(name)).cloned()
     }
 
-    fn stored_slice(&self, full: &str) -> Result<&[u8]> {
-        let entry = self
-            .entries
-            .get(full)
-            .ok_or_else(|| self.err(full, "missing"))?;
-        let end = entry.data_start.checked_add(entry.compressed_size);
-        end.and_then(|end| {
-            let start = usize::try_from(entry.data_start).ok()?;
-            self.buffer.bytes().get(start..usize::try_from(end).ok()?)
-        })
-        .ok_or_else(|| self.err(full, "data runs past the end of the file"))
+    /// A record's bytes, or `None` when the archive has no such record.
+    fn read(&mut self, name: &str) -> Result<Option<Cow<'a, [u8]>>> {
+        let Some(entry) = self.entry(name) else {
+            return Ok(None);
+        };
+        self.read.insert(entry.name.clone());
+        self.zip.read(&entry).map(Some)
     }
 }
 
 fn open_archive(buffer: &Arc<HostBuffer>) -> Result<Archive<'_>> {
-    let path = buffer.source();
+    let zip = Zip::open(buffer.source(), buffer.bytes())?;
     let zip_err = |detail: String| Error::Archive {
-        path: path.to_owned(),
+        path: buffer.source().to_owned(),
         part: "zip".into(),
         detail,
     };
-    let mut zip = zip::ZipArchive::new(Cursor::new(buffer.bytes()))
-        .map_err(|e| zip_err(format!("unreadable archive, truncated or damaged ({e})")))?;
-    let mut entries = HashMap::with_capacity(zip.len());
-    let mut prefix = None;
-    for index in 0..zip.len() {
-        let file = zip
-            .by_index_raw(index)
-            .map_err(|e| zip_err(format!("entry {index}: {e}")))?;
-        let name = file
-            .name()
-            .map_err(|e| zip_err(format!("entry {index}: {e}")))?
-            .into_owned();
-        if prefix.is_none() {
-            // PyTorch resolves every record under the first entry's top folder.
-            let top = name.split_once('/').map(|(top, _)| top.to_owned());
-            prefix =
-                Some(top.ok_or_else(|| {
-                    zip_err(format!("first entry '{name}' is not inside a folder"))
-                })?);
-        }
-        let data_start = file
-            .data_start()
-            .ok_or_else(|| zip_err(format!("{name}: no data offset")))?;
-        let entry = Entry {
-            stored: file.compression() == zip::CompressionMethod::Stored,
-            data_start,
-            compressed_size: file.compressed_size(),
-            size: file.size(),
-            index,
-        };
-        drop(file);
-        if entries.insert(name.clone(), entry).is_some() {
-            return Err(zip_err(format!("entry '{name}' appears twice")));
-        }
+    // PyTorch resolves every record under the first central entry's top folder, and refuses
+    // an archive with any entry outside it (`getAllRecords`, which every torch.load calls).
+    let first = zip.entries().first().map_or("", |e| e.name.as_str());
+    let prefix = first
+        .split_once('/')
+        .map(|(top, _)| top.to_owned())
+        .ok_or_else(|| zip_err(format!("first entry '{first}' is not inside a folder")))?;
+    let folder = format!("{prefix}/");
+    if let Some(outside) = zip.entries().iter().find(|e| !e.name.starts_with(&folder)) {
+        return Err(zip_err(format!(
+            "entry '{}' is outside the archive's folder '{folder}'",
+            outside.name
+        )));
     }
-    let prefix = prefix.ok_or_else(|| zip_err("the archive is empty".into()))?;
     Ok(Archive {
         buffer,
-        prefix,
-        entries,
         zip,
+        prefix,
         big_endian: false,
+        read: HashSet::new(),
     })
 }
 
@@ -161,9 +104,9 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             ));
         }
     };
-    let torchscript = archive
-        .entries
-        .contains_key(&archive.full_name("constants.pkl"));
+    // torch.load's test (`_is_torchscript_zip`) compares record names exactly.
+    let constants = archive.full_name("constants.pkl");
+    let torchscript = archive.zip.entries().iter().any(|e| e.name == constants);
     // `torch.load` hands such an archive to `torch.jit.load`, whose unpickler resolves names.
     let loader = if torchscript {
         Loader::TorchScript
@@ -187,13 +130,19 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             "constants.",
             loader,
         )?;
-        let names: Vec<String> = archive.entries.keys().cloned().collect();
+        let names: Vec<String> = archive
+            .zip
+            .entries()
+            .iter()
+            .map(|e| e.name.clone())
+            .collect();
         let prefix = archive.prefix.clone();
         let code = read_code(&prefix, names.iter().map(String::as_str), |name| {
-            archive.read(name)
+            Ok(archive.read(name)?.map(Cow::into_owned))
         })?;
         parts.torchscript = Some(code);
     }
+    audit_other_pickles(&archive, loader, parts)?;
     Ok(if torchscript {
         Format::Torchscript
     } else {
@@ -229,6 +178,32 @@ fn add_pickle(
     Ok(true)
 }
 
+/// Pickles `torch.load` does not run can still be run by whatever else opens the archive
+/// (a script that unpickles `extra.pkl`, torch.package). Every member named `*.pkl` must
+/// parse, and any other member that begins like a pickle (`PROTO` 2 to 5) and parses as one,
+/// has its globals recorded like `data.pkl`'s, judged by the loader that reads the archive.
+fn audit_other_pickles(archive: &Archive<'_>, loader: Loader, parts: &mut Parts) -> Result<()> {
+    let path = archive.path();
+    for entry in archive.zip.entries() {
+        if archive.read.contains(&entry.name) {
+            continue;
+        }
+        let named = entry.name.to_ascii_lowercase().ends_with(".pkl");
+        if !named && !matches!(*archive.zip.peek(entry, 2)?, [0x80, 2..=5]) {
+            continue;
+        }
+        let bytes = archive.zip.read(entry)?;
+        // A TorchScript archive's other pickles (`*.debug_pkl`) are torch.jit.load's to read.
+        match unpickle(&bytes, path, &entry.name, 0, loader, &Budget::default()) {
+            Ok(unpickled) => parts.unsafe_globals.extend(unpickled.unsafe_globals),
+            Err(e) if named => return Err(e),
+            // Begins like a pickle but is none: nothing would unpickle it either.
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Storage records of one archive folder (`data/<key>`; TorchScript constants keep their
 /// `constants/` in the key).
 struct Records<'a, 'b> {
@@ -249,7 +224,7 @@ impl StorageSource for Records<'_, '_> {
             format!("{}/{}", self.folder, record.key)
         };
         let full = self.archive.full_name(&name);
-        let Some(entry) = self.archive.entries.get(&full) else {
+        let Some(entry) = self.archive.entry(&name) else {
             if record.location == "meta" {
                 return Ok(None);
             }
@@ -264,15 +239,15 @@ impl StorageSource for Records<'_, '_> {
                 ),
             ));
         }
-        if entry.stored && !self.archive.big_endian {
-            let start = entry.data_start;
-            self.archive.stored_slice(&full)?;
+        if entry.is_stored() && !self.archive.big_endian {
+            self.archive.read.insert(entry.name.clone());
+            let start = entry.data_start();
             let end = start.checked_add(nbytes).ok_or(Error::Overflow {
                 what: "storage record end",
             })?;
             return DataPtr::host(Arc::clone(self.archive.buffer), start..end).map(Some);
         }
-        let mut bytes = self.archive.read(&name)?.unwrap_or_default();
+        let mut bytes = self.archive.read(&name)?.unwrap_or_default().into_owned();
         if self.archive.big_endian {
             byteswap(&mut bytes, dtype);
         }

@@ -1,0 +1,159 @@
+//! A zip reader that resolves entries exactly as PyTorch's `PyTorchStreamReader`
+//! (`caffe2/serialize/inline_container.cc`, on miniz 3.0.2) does, and refuses every archive
+//! another reader could resolve differently.
+//!
+//! miniz takes the last end-record signature in the file, reads the central directory at the
+//! offset the (zip64) end record gives, finds names by a case-insensitive binary search, and
+//! takes sizes from the central directory and the data's start from the local header's name
+//! and extra lengths, never reading the local name. Python's `zipfile` and the `zip` crate
+//! differ on each point. So an archive is read only when nothing is left to choose: one end
+//! record, the central directory right before it, every name unique ignoring ASCII case, every
+//! local header agreeing with its central entry, and entries, central directory and end
+//! records tiling the file from byte 0 to the last with nothing in between.
+
+mod central;
+mod end;
+mod fields;
+mod inflate;
+mod local;
+#[cfg(test)]
+mod tests;
+
+use crate::error::{Error, Result};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+
+pub(crate) use central::Entry;
+
+/// A validated archive over the file's bytes.
+pub(crate) struct Zip<'a> {
+    file: File<'a>,
+    entries: Vec<Entry>,
+    /// Entry index by ASCII-lowercased name: miniz's lookups ignore case.
+    by_name: HashMap<String, usize>,
+}
+
+impl<'a> Zip<'a> {
+    /// Reads and checks the end records, the central directory and every local header.
+    pub fn open(path: &'a Path, bytes: &'a [u8]) -> Result<Self> {
+        let file = File { path, bytes };
+        let end = end::locate(&file)?;
+        let mut entries = central::read(&file, &end)?;
+        let by_name = unique_names(&file, &entries)?;
+        local::check(&file, &mut entries, end.cd_offset)?;
+        Ok(Zip {
+            file,
+            entries,
+            by_name,
+        })
+    }
+
+    /// Entries in central-directory order (the order miniz numbers them).
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The entry PyTorch's reader finds for `name`: the one whose name equals it ignoring
+    /// ASCII case (names are unique that way, so the binary search has one answer).
+    pub fn find(&self, name: &str) -> Option<&Entry> {
+        self.by_name
+            .get(&name.to_ascii_lowercase())
+            .and_then(|&i| self.entries.get(i))
+    }
+
+    /// An entry's bytes: borrowed when stored, inflated (exactly its declared size) otherwise.
+    pub fn read(&self, entry: &Entry) -> Result<Cow<'a, [u8]>> {
+        let compressed = self.compressed(entry)?;
+        match entry.method {
+            central::STORED => Ok(Cow::Borrowed(compressed)),
+            central::DEFLATED => inflate::all(compressed, entry.size)
+                .map(Cow::Owned)
+                .map_err(|detail| self.file.damaged(&entry.name, detail)),
+            other => Err(self.file.damaged(
+                &entry.name,
+                format!("compression method {other} is not supported"),
+            )),
+        }
+    }
+
+    /// Up to `n` leading bytes of an entry, inflating no more than that.
+    pub fn peek(&self, entry: &Entry, n: usize) -> Result<Cow<'a, [u8]>> {
+        let compressed = self.compressed(entry)?;
+        match entry.method {
+            central::STORED => Ok(Cow::Borrowed(compressed.get(..n).unwrap_or(compressed))),
+            _ => Ok(Cow::Owned(inflate::prefix(compressed, n))),
+        }
+    }
+
+    /// The bytes as stored in the file, once the entry is known to be readable.
+    fn compressed(&self, entry: &Entry) -> Result<&'a [u8]> {
+        let file = self.file;
+        if entry.flags & central::UNREADABLE_FLAGS != 0 {
+            return Err(file.damaged(&entry.name, "encrypted entries are not supported"));
+        }
+        file.slice(entry.data_start, entry.compressed)
+            .ok_or_else(|| file.damaged(&entry.name, "data runs past the end of the file"))
+    }
+}
+
+/// Refuses two names that are one to miniz (equal ignoring ASCII case); returns the lookup.
+fn unique_names(file: &File<'_>, entries: &[Entry]) -> Result<HashMap<String, usize>> {
+    let mut by_name: HashMap<String, usize> = HashMap::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        if let Some(&first) = by_name.get(&entry.name.to_ascii_lowercase()) {
+            let other = entries.get(first).map_or("", |e| e.name.as_str());
+            return Err(file.ambiguous(if other == entry.name {
+                format!(
+                    "two entries are named '{}' (central directory entries {first} and {i})",
+                    entry.name
+                )
+            } else {
+                format!(
+                    "entries '{other}' and '{}' differ only in case, and PyTorch's reader \
+                     matches names ignoring case (central directory entries {first} and {i})",
+                    entry.name
+                )
+            }));
+        }
+        by_name.insert(entry.name.to_ascii_lowercase(), i);
+    }
+    Ok(by_name)
+}
+
+/// The file being read, and the two ways it can be refused.
+#[derive(Clone, Copy)]
+struct File<'a> {
+    path: &'a Path,
+    bytes: &'a [u8],
+}
+
+impl<'a> File<'a> {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// `len` bytes at `at`, or `None` when they run past the end.
+    fn slice(&self, at: u64, len: u64) -> Option<&'a [u8]> {
+        let start = usize::try_from(at).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        self.bytes.get(start..end)
+    }
+
+    /// Malformed: no reader would make sense of it.
+    fn damaged(&self, part: &str, detail: impl Into<String>) -> Error {
+        Error::Archive {
+            path: self.path.to_owned(),
+            part: part.to_owned(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Well-formed enough that readers disagree on what it holds.
+    fn ambiguous(&self, reason: impl Into<String>) -> Error {
+        Error::AmbiguousArchive {
+            path: self.path.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
