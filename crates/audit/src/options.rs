@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use crate::{registry, Code};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use tensorplay_engine::load::{ReadLimits, DEFAULT_MAX_MEMORY};
 
 /// Command-line choices that shape a run.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +19,8 @@ pub struct Options {
     pub gpu_budget: Option<u64>,
     /// Bytes scanned so far, for a progress display.
     pub progress: Option<Arc<AtomicU64>>,
+    /// Memory one file's read may hold (`--max-memory`); `None` is the engine's default.
+    pub max_memory: Option<u64>,
 }
 
 impl Options {
@@ -39,7 +42,17 @@ impl Options {
             metadata_only,
             gpu_budget: None,
             progress: None,
+            max_memory: None,
         })
+    }
+
+    /// What a file's read may take. Metadata-only leaves compressed storages unread, unless
+    /// the checkpoint is also loaded onto a GPU, which needs every byte.
+    pub fn read_limits(&self, loads_to_gpu: bool) -> ReadLimits {
+        ReadLimits {
+            max_memory: self.max_memory.unwrap_or(DEFAULT_MAX_MEMORY),
+            storage_bytes: !self.metadata_only || loads_to_gpu,
+        }
     }
 
     /// Whether `--select`/`--ignore` let this rule run.

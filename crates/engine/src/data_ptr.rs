@@ -26,6 +26,16 @@ pub enum Owner {
     },
     /// Nothing: the storage has no bytes (meta tensors).
     None,
+    /// Bytes left compressed and unread (`--metadata-only`): the record's `compressed` range
+    /// of a buffer, which inflates to `len` bytes.
+    Deferred {
+        /// The buffer holding the compressed record.
+        buffer: Arc<HostBuffer>,
+        /// The compressed bytes inside it.
+        compressed: Range<u64>,
+        /// The size the record declares once inflated.
+        len: u64,
+    },
 }
 
 impl DataPtr {
@@ -68,6 +78,20 @@ impl DataPtr {
         }
     }
 
+    /// A storage whose bytes are compressed at `compressed` of `buffer` and are not read:
+    /// [`bytes`](Self::bytes) has none, [`len`](Self::len) is the declared `len`.
+    pub fn deferred(buffer: Arc<HostBuffer>, compressed: Range<u64>, len: u64) -> Self {
+        DataPtr {
+            address: 0,
+            device: Device::Cpu,
+            owner: Owner::Deferred {
+                buffer,
+                compressed,
+                len,
+            },
+        }
+    }
+
     /// A DataPtr that owns nothing, for storages without bytes, on `device`.
     pub fn none(device: Device) -> Self {
         DataPtr {
@@ -100,7 +124,7 @@ impl DataPtr {
                 let end = usize::try_from(range.end).ok()?;
                 buffer.bytes().get(start..end)
             }
-            Owner::None => None,
+            Owner::None | Owner::Deferred { .. } => None,
         }
     }
 
@@ -108,6 +132,7 @@ impl DataPtr {
     pub fn len(&self) -> u64 {
         match &self.owner {
             Owner::Host { range, .. } => range.end - range.start,
+            Owner::Deferred { len, .. } => *len,
             Owner::None => 0,
         }
     }

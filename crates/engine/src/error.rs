@@ -302,6 +302,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// Reading the file would hold more memory than the run allows (`--max-memory`): an
+    /// inflate bomb, a pickle that builds far more than it weighs, or simply a file too big.
+    #[error("{}: exceeds the memory budget ({needed} > {limit}): {what}", .path.display())]
+    MemoryBudget {
+        /// The file.
+        path: PathBuf,
+        /// Bytes the read would hold at once.
+        needed: u64,
+        /// The budget, in bytes.
+        limit: u64,
+        /// What would take them, naming the member or stream.
+        what: String,
+    },
+
     /// Arithmetic on a size, stride or offset overflowed 64 bits.
     #[error("{what} overflows 64-bit arithmetic")]
     Overflow {
@@ -382,6 +396,8 @@ impl Error {
             | Error::BrokenLink { .. }
             | Error::RefusedWithUnsafeGlobals { .. }
             | Error::AmbiguousArchive { .. }
+            // Refused unread: fail closed, as for any file that cannot be checked.
+            | Error::MemoryBudget { .. }
             | Error::Overflow { .. }
             | Error::RankMismatch { .. }
             | Error::DataPtrInconsistent { .. } => ErrorKind::Corrupt,

@@ -70,6 +70,10 @@ pub struct AuditArgs {
     /// GPU memory the simulated load must fit (TP303), e.g. 24GiB.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     gpu_budget: Option<u64>,
+    /// Memory reading one file may take (inflated records, heap storages, pickle values);
+    /// a file needing more fails TP502 [default: 1GiB].
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    max_memory: Option<u64>,
     /// Also load every checkpoint onto this GPU (`cuda:N`) through pinned staging and the
     /// caching allocator, and check every DataPtr (TP203); `auto` loads onto cuda:0 when a
     /// GPU is present and notes that it skipped otherwise.
@@ -113,7 +117,7 @@ fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
 pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let config = load_config(args.config.as_deref())?;
     let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
-    options.gpu_budget = args.gpu_budget;
+    (options.gpu_budget, options.max_memory) = (args.gpu_budget, args.max_memory);
     let baseline = args.baseline.as_deref().map(Baseline::load).transpose()?;
     let fail_on = FailOn::from(args.fail_on);
     if let Some(jobs) = args.jobs {
@@ -219,7 +223,8 @@ fn audit_one(
     gpu: Option<usize>,
     gpu_lock: &Mutex<()>,
 ) -> Result<FileReport, String> {
-    let ckpt = match target.into_probe().and_then(load::read) {
+    let limits = options.read_limits(gpu.is_some());
+    let ckpt = match target.into_probe().and_then(|p| load::read_with(p, limits)) {
         Ok(ckpt) => ckpt,
         Err(e) => return read_failure(shown, &e).ok_or_else(|| e.to_string()),
     };

@@ -127,6 +127,14 @@ fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<
             offset: Some(range.start),
             device: ptr.device().to_string(),
         },
+        Owner::Deferred {
+            buffer, compressed, ..
+        } => DataPtrJson {
+            backend: "deflated",
+            file: Some(buffer.source().display().to_string()),
+            offset: Some(compressed.start),
+            device: ptr.device().to_string(),
+        },
         Owner::None => DataPtrJson {
             backend: "none",
             file: None,

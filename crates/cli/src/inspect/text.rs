@@ -87,6 +87,13 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
                 range.start
             ),
             Owner::None => "none".to_owned(),
+            Owner::Deferred {
+                buffer, compressed, ..
+            } => format!(
+                "deflated ({} @ {})",
+                buffer.source().display(),
+                compressed.start
+            ),
         };
         storages.row(vec![
             s.id().to_string(),

@@ -3,6 +3,7 @@
 //! all its weights).
 
 use super::{AllocatorConfig, Block, CachingAllocator, SegmentInfo, Simulated, Stats};
+use crate::data_ptr::Owner;
 use crate::Checkpoint;
 
 /// The outcome of a simulated load.
@@ -53,7 +54,9 @@ pub fn simulate_load(
     let mut oom = None;
     let mut placements = Vec::new();
     for storage in &ckpt.storages {
-        if storage.data_ptr().bytes().is_none() || storage.nbytes() == 0 {
+        // Bytes left compressed (`--metadata-only`) are still loaded by torch: only a storage
+        // without bytes (meta) takes no memory.
+        if matches!(storage.data_ptr().owner(), Owner::None) || storage.nbytes() == 0 {
             continue;
         }
         // The simulated backend cannot fail otherwise: an error is out-of-memory.

@@ -12,6 +12,7 @@ pub mod distributed;
 mod flatten;
 mod index;
 mod json;
+mod limits;
 mod parts;
 pub mod pickle_file;
 mod pickle_start;
@@ -30,11 +31,13 @@ pub use flatten::ROOT_NAME;
 pub(crate) use parts::Parts;
 
 pub use index::ShardIndex;
+pub use limits::{ReadLimits, DEFAULT_MAX_MEMORY};
 pub use probe::{probe, Probe};
 pub use sniff::{sniff, Sniffed};
 
 use crate::error::{Error, Result};
 use crate::{Checkpoint, Format, HostBuffer};
+use limits::Meter;
 use probe::Found;
 use std::path::Path;
 use std::sync::Arc;
@@ -74,11 +77,19 @@ pub fn open(path: &Path) -> Result<Checkpoint> {
     read(probe(path)?)
 }
 
-/// Reads what [`probe`] found: a single file with its reader, or an index with its shards.
+/// Reads what [`probe`] found, within the default [`ReadLimits`].
 pub fn read(probe: Probe) -> Result<Checkpoint> {
+    read_with(probe, ReadLimits::default())
+}
+
+/// Reads what [`probe`] found: a single file with its reader, or an index with its shards
+/// (one budget for the whole set).
+pub fn read_with(probe: Probe, limits: ReadLimits) -> Result<Checkpoint> {
     match probe.found {
-        Found::File(reader) => read_file(reader.read, &HostBuffer::map_file(&probe.path)?),
-        Found::Index(index) => sharded::read(&probe.path, &index),
+        Found::File(reader) => {
+            read_file_with(reader.read, &HostBuffer::map_file(&probe.path)?, limits)
+        }
+        Found::Index(index) => sharded::read(&probe.path, &index, limits),
         Found::Refused(error) => Err(error),
     }
 }
@@ -91,9 +102,20 @@ pub fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
     read_file(single_file(buffer.source(), prefix)?.read, &buffer)
 }
 
-/// Runs one reader over one whole file.
+/// Runs one reader over one whole file, within the default limits.
 pub(crate) fn read_file(read: ReadFn, buffer: &Arc<HostBuffer>) -> Result<Checkpoint> {
-    let mut parts = Parts::default();
+    read_file_with(read, buffer, ReadLimits::default())
+}
+
+fn read_file_with(
+    read: ReadFn,
+    buffer: &Arc<HostBuffer>,
+    limits: ReadLimits,
+) -> Result<Checkpoint> {
+    let mut parts = Parts {
+        meter: Meter::new(limits),
+        ..Parts::default()
+    };
     let format = read(buffer, &mut parts)?;
     Ok(parts.finish(buffer.source(), format))
 }

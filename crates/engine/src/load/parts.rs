@@ -1,5 +1,6 @@
 //! What readers accumulate: a checkpoint under construction, shared by the readers of sharded sets.
 
+use super::limits::Meter;
 use super::torchscript::TorchScriptCode;
 use crate::pickle::UnsafeGlobal;
 use crate::{Checkpoint, Format, Storage, Tensor};
@@ -15,6 +16,8 @@ pub(crate) struct Parts {
     pub unsafe_globals: Vec<UnsafeGlobal>,
     pub metadata: BTreeMap<String, String>,
     pub torchscript: Option<TorchScriptCode>,
+    /// The read's memory account.
+    pub meter: Meter,
 }
 
 impl Parts {

@@ -13,7 +13,7 @@
 use super::torch::{add_member, Member, StorageRecord, StorageSource};
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Budget, Loader};
+use crate::pickle::{unpickle, Loader};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::path::Path;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub const MEMBER: &str = "<pickle>";
 /// STOP, but a caller that loads again runs the next stream, so all are read; bytes after a
 /// STOP that do not form a pickle are an error, not ignored.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let budget = Budget::default();
+    let budget = parts.meter.pickle_budget();
     let path = buffer.source();
     let mut pos = 0u64;
     let mut index = 0usize;

@@ -292,7 +292,7 @@ fn cross_check_with_crate(
         let imp = tensor.tensor_impl();
         let offsets = match imp.storage().data_ptr().owner() {
             Owner::Host { range, .. } => Some((range.start - data_start, range.end - data_start)),
-            Owner::None => None,
+            Owner::None | Owner::Deferred { .. } => None,
         };
         let agrees = infos.get(tensor.name()).is_some_and(|info| {
             let code = serde_json::to_value(info.dtype).ok();

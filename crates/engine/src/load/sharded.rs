@@ -1,6 +1,7 @@
 //! A sharded set read through its index: each shard by its own row of the reader table, then
 //! the index checked against what the shards hold.
 
+use super::limits::{Meter, ReadLimits};
 use super::probe::read_prefix;
 use super::{single_file, Parts, Reader, ShardIndex};
 use crate::error::{Error, Result};
@@ -9,7 +10,7 @@ use std::path::Path;
 
 /// Reads every shard the index names (in sorted name order) into one checkpoint, whose format
 /// follows from the shards' content.
-pub(super) fn read(path: &Path, index: &ShardIndex) -> Result<Checkpoint> {
+pub(super) fn read(path: &Path, index: &ShardIndex, limits: ReadLimits) -> Result<Checkpoint> {
     let shards = shard_readers(path, index)?;
     let format = shards
         .first()
@@ -17,7 +18,10 @@ pub(super) fn read(path: &Path, index: &ShardIndex) -> Result<Checkpoint> {
         .ok_or_else(|| Error::IndexEmpty {
             path: path.to_owned(),
         })?;
-    let mut parts = Parts::default();
+    let mut parts = Parts {
+        meter: Meter::new(limits),
+        ..Parts::default()
+    };
     let mut bounds = Vec::with_capacity(shards.len());
     for (shard, reader) in &shards {
         let first = parts.tensors.len();

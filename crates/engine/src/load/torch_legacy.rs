@@ -32,7 +32,7 @@ const PROTOCOL_VERSION: i64 = 1001;
 
 /// Reads one legacy file into `parts`.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let budget = Budget::default();
+    let budget = parts.meter.pickle_budget();
     let pickles = Pickles::read(buffer, &budget);
     let globals = pickles.unsafe_globals();
     match read_stream(buffer, &budget, pickles, parts) {

@@ -42,8 +42,8 @@ pub(crate) fn opens(prefix: &[u8]) -> bool {
 
 /// Audits every pickle of a tar checkpoint, and the legacy stream the same bytes may be,
 /// then refuses the file.
-pub(crate) fn read_into(buffer: &Arc<HostBuffer>, _parts: &mut Parts) -> Result<Format> {
-    let budget = Budget::default();
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
+    let budget = parts.meter.pickle_budget();
     let mut globals = Pickles::read(buffer, &budget).unsafe_globals();
     let (entries, mut problem) = entries(buffer);
     for entry in &entries {

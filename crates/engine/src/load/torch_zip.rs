@@ -6,12 +6,13 @@
 //! buffers. Besides the pickles `torch.load` runs, every other pickle in the archive has its
 //! globals audited: another loader may run it.
 
+use super::limits::Meter;
 use super::torch::{add_member, byteswap, Member, StorageRecord, StorageSource};
 use super::torchscript::read_code;
 use super::zip::{Entry, Zip};
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Budget, Loader};
+use crate::pickle::{unpickle, Loader};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -25,6 +26,8 @@ struct Archive<'a> {
     big_endian: bool,
     /// Entries already read as a pickle or a storage record, by full name.
     read: HashSet<String>,
+    /// The read's memory account, taken from its `Parts` while the archive is read.
+    meter: Meter,
 }
 
 impl<'a> Archive<'a> {
@@ -55,11 +58,21 @@ impl<'a> Archive<'a> {
             return Ok(None);
         };
         self.read.insert(entry.name.clone());
-        self.zip.read(&entry).map(Some)
+        self.inflate(&entry).map(Some)
+    }
+
+    /// An entry's bytes, once what inflating it would take fits the memory budget.
+    fn inflate(&self, entry: &Entry) -> Result<Cow<'a, [u8]>> {
+        if !entry.is_stored() {
+            self.meter.check(self.path(), entry.size, || {
+                format!("inflating {}", entry.name)
+            })?;
+        }
+        self.zip.read(entry)
     }
 }
 
-fn open_archive(buffer: &Arc<HostBuffer>) -> Result<Archive<'_>> {
+fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
     let zip = Zip::open(buffer.source(), buffer.bytes())?;
     let zip_err = |detail: String| Error::Archive {
         path: buffer.source().to_owned(),
@@ -86,12 +99,13 @@ fn open_archive(buffer: &Arc<HostBuffer>) -> Result<Archive<'_>> {
         prefix,
         big_endian: false,
         read: HashSet::new(),
+        meter,
     })
 }
 
 /// Reads one zip checkpoint into `parts`; returns which kind of archive it is.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let mut archive = open_archive(buffer)?;
+    let mut archive = open_archive(buffer, std::mem::take(&mut parts.meter))?;
     let byteorder = archive.read("byteorder")?;
     archive.big_endian = match byteorder.as_deref() {
         None | Some(b"little") => false,
@@ -143,6 +157,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
         parts.torchscript = Some(code);
     }
     audit_other_pickles(&archive, loader, parts)?;
+    parts.meter = archive.meter;
     Ok(if torchscript {
         Format::Torchscript
     } else {
@@ -161,12 +176,12 @@ fn add_pickle(
     name_prefix: &str,
     loader: Loader,
 ) -> Result<bool> {
-    let budget = Budget::default();
     let Some(bytes) = archive.read(name)? else {
         return Ok(false);
     };
     let full_name = archive.full_name(name);
     let path = archive.buffer.source();
+    let budget = archive.meter.pickle_budget();
     let member = Member {
         path,
         name: &full_name,
@@ -192,9 +207,10 @@ fn audit_other_pickles(archive: &Archive<'_>, loader: Loader, parts: &mut Parts)
         if !named && !matches!(*archive.zip.peek(entry, 2)?, [0x80, 2..=5]) {
             continue;
         }
-        let bytes = archive.zip.read(entry)?;
+        let bytes = archive.inflate(entry)?;
+        let budget = archive.meter.pickle_budget();
         // A TorchScript archive's other pickles (`*.debug_pkl`) are torch.jit.load's to read.
-        match unpickle(&bytes, path, &entry.name, 0, loader, &Budget::default()) {
+        match unpickle(&bytes, path, &entry.name, 0, loader, &budget) {
             Ok(unpickled) => parts.unsafe_globals.extend(unpickled.unsafe_globals),
             Err(e) if named => return Err(e),
             // Begins like a pickle but is none: nothing would unpickle it either.
@@ -247,10 +263,23 @@ impl StorageSource for Records<'_, '_> {
             })?;
             return DataPtr::host(Arc::clone(self.archive.buffer), start..end).map(Some);
         }
-        let mut bytes = self.archive.read(&name)?.unwrap_or_default().into_owned();
-        if self.archive.big_endian {
+        let archive = &mut *self.archive;
+        if !archive.meter.limits.storage_bytes && !archive.big_endian {
+            // `--metadata-only`: where the record is and what it declares is all that is read.
+            if let Some(compressed) = archive.zip.deflated_range(&entry)? {
+                archive.read.insert(entry.name.clone());
+                let buffer = Arc::clone(archive.buffer);
+                return Ok(Some(DataPtr::deferred(buffer, compressed, nbytes)));
+            }
+        }
+        let mut bytes = archive.read(&name)?.unwrap_or_default().into_owned();
+        // Held with the checkpoint: charged for the rest of the read.
+        archive
+            .meter
+            .hold(archive.path(), nbytes, || format!("storage record {full}"))?;
+        if archive.big_endian {
             byteswap(&mut bytes, dtype);
         }
-        Ok(Some(DataPtr::heap(self.archive.path(), bytes)))
+        Ok(Some(DataPtr::heap(archive.path(), bytes)))
     }
 }

@@ -15,6 +15,11 @@ pub struct Budget {
     pub max_depth: usize,
     /// Values visited when walking the result (shared sub-objects count each time they are reached).
     pub max_visits: usize,
+    /// Bytes the whole read may hold (`--max-memory`); the stream's values (strings, bytes,
+    /// containers, memo, stack) are counted in bytes against it.
+    pub max_memory: u64,
+    /// Bytes the read already holds before this stream.
+    pub memory_held: u64,
 }
 
 impl Default for Budget {
@@ -28,6 +33,8 @@ impl Default for Budget {
             max_memo: 8_000_000,
             max_depth: 256,
             max_visits: 20_000_000,
+            max_memory: crate::load::DEFAULT_MAX_MEMORY,
+            memory_held: 0,
         }
     }
 }

@@ -48,6 +48,7 @@ pub fn unpickle(
         marks: Vec::new(),
         memo: Memo::default(),
         ops: 0,
+        heap_bytes: 0,
         budget,
         path,
         member,
@@ -80,6 +81,9 @@ pub(super) struct Machine<'a> {
     marks: Vec<usize>,
     memo: Memo,
     ops: u64,
+    /// Bytes the heap's values and the recorded globals take (they are never freed while
+    /// the stream runs); the stack and memo are counted as they stand.
+    heap_bytes: u64,
     budget: &'a Budget,
     path: &'a Path,
     member: &'a str,
@@ -177,7 +181,36 @@ impl<'a> Machine<'a> {
 
     // ---- stack, marks, memo ----
 
+    /// Counts `bytes` more of values against the read's memory budget.
+    fn charge(&mut self, bytes: u64) -> Result<()> {
+        const ID: u64 = std::mem::size_of::<Id>() as u64;
+        self.heap_bytes = self.heap_bytes.saturating_add(bytes);
+        let live = (self.stack.len() as u64)
+            .saturating_add(self.memo.len() as u64)
+            .saturating_add(self.marks.len() as u64)
+            .saturating_mul(ID);
+        let needed = self
+            .budget
+            .memory_held
+            .saturating_add(self.heap_bytes)
+            .saturating_add(live);
+        if needed > self.budget.max_memory {
+            return Err(Error::MemoryBudget {
+                path: self.path.to_owned(),
+                needed,
+                limit: self.budget.max_memory,
+                what: format!(
+                    "the values pickle {} builds (at byte {})",
+                    self.member,
+                    self.position()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     pub(super) fn alloc(&mut self, node: Node) -> Result<Id> {
+        self.charge(node_bytes(&node))?;
         let max = self.budget.max_nodes;
         self.heap
             .push(node, max)
@@ -185,6 +218,7 @@ impl<'a> Machine<'a> {
     }
 
     fn push_id(&mut self, id: Id) -> Result<()> {
+        self.charge(0)?;
         if self.stack.len() >= self.budget.max_stack {
             return Err(self.err(format!(
                 "stack deeper than {}: budget exceeded",
@@ -251,7 +285,7 @@ impl<'a> Machine<'a> {
             )));
         }
         self.memo.insert(key, top);
-        Ok(())
+        self.charge(0)
     }
 
     fn memo_get(&mut self, key: u64) -> Result<()> {
@@ -481,6 +515,7 @@ impl<'a> Machine<'a> {
 
     fn append_to_top(&mut self, items: Vec<Id>) -> Result<()> {
         let target = self.top()?;
+        self.charge(slice_bytes::<(Option<Id>, Id)>(items.len()))?;
         match self.heap.get_mut(target) {
             Some(Node::List(list) | Node::Set(list)) => list.extend(items),
             Some(Node::Object { items: slot, .. }) => {
@@ -495,6 +530,7 @@ impl<'a> Machine<'a> {
 
     fn set_on_top(&mut self, pairs: Vec<(Id, Id)>) -> Result<()> {
         let target = self.top()?;
+        self.charge(slice_bytes::<(Option<Id>, Id)>(pairs.len()))?;
         match self.heap.get_mut(target) {
             Some(Node::Dict(dict)) => dict.extend(pairs),
             Some(Node::Object { items: slot, .. }) => {
@@ -561,6 +597,11 @@ impl<'a> Machine<'a> {
     fn global(&mut self, module: &str, name: &str) -> Result<Id> {
         let module = map_module(module);
         if !resolves(self.loader, module, name) {
+            let record = (module.len() as u64)
+                .saturating_add(name.len() as u64)
+                .saturating_add(self.member.len() as u64)
+                .saturating_add(std::mem::size_of::<UnsafeGlobal>() as u64);
+            self.charge(record)?;
             self.unsafe_globals.push(UnsafeGlobal {
                 module: module.to_owned(),
                 name: name.to_owned(),
@@ -665,4 +706,28 @@ impl<'a> Machine<'a> {
         }
         Ok(())
     }
+}
+
+/// `n` values of `T`, in bytes.
+fn slice_bytes<T>(n: usize) -> u64 {
+    (n as u64).saturating_mul(std::mem::size_of::<T>() as u64)
+}
+
+/// What a value takes on the heap: its slot and whatever it owns.
+fn node_bytes(node: &Node) -> u64 {
+    let owned = match node {
+        Node::None
+        | Node::Bool(_)
+        | Node::Int(_)
+        | Node::Float(_)
+        | Node::Persistent(_)
+        | Node::Tensor(_) => 0,
+        Node::BigInt(bytes) | Node::Bytes(bytes) => bytes.len() as u64,
+        Node::Str(text) => text.len() as u64,
+        Node::List(items) | Node::Tuple(items) | Node::Set(items) => slice_bytes::<Id>(items.len()),
+        Node::Dict(pairs) => slice_bytes::<(Id, Id)>(pairs.len()),
+        Node::Global { module, name } => (module.len() as u64).saturating_add(name.len() as u64),
+        Node::Object { items, .. } => slice_bytes::<(Option<Id>, Id)>(items.len()),
+    };
+    owned.saturating_add(std::mem::size_of::<Node>() as u64)
 }

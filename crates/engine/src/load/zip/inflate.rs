@@ -4,9 +4,13 @@
 use flate2::read::DeflateDecoder;
 use std::io::Read;
 
-/// The whole member, which must inflate to exactly `size` bytes.
+/// The whole member, which must inflate to exactly `size` bytes. The caller has checked
+/// `size` against the memory budget: the buffer is allocated once, at that size, and a
+/// stream that would outgrow it stops one byte past.
 pub(super) fn all(compressed: &[u8], size: u64) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
+    let capacity =
+        usize::try_from(size).map_err(|_| format!("{size} bytes do not fit in memory"))?;
+    let mut out = Vec::with_capacity(capacity);
     // The declared size bounds the output; a member inflating past it is refused.
     DeflateDecoder::new(compressed)
         .take(size.saturating_add(1))

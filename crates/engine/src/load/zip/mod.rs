@@ -77,6 +77,23 @@ impl<'a> Zip<'a> {
         }
     }
 
+    /// Where a deflated entry's compressed bytes lie in the file, once it is known to be
+    /// readable, without inflating them; `None` when the entry is not deflated.
+    pub fn deflated_range(&self, entry: &Entry) -> Result<Option<std::ops::Range<u64>>> {
+        self.compressed(entry)?;
+        if entry.method != central::DEFLATED {
+            return Ok(None);
+        }
+        // `compressed` found these bytes inside the file, so the end cannot overflow.
+        let end = entry
+            .data_start
+            .checked_add(entry.compressed)
+            .ok_or(Error::Overflow {
+                what: "zip entry end",
+            })?;
+        Ok(Some(entry.data_start..end))
+    }
+
     /// Up to `n` leading bytes of an entry, inflating no more than that.
     pub fn peek(&self, entry: &Entry, n: usize) -> Result<Cow<'a, [u8]>> {
         let compressed = self.compressed(entry)?;

@@ -1,0 +1,106 @@
+//! One memory budget per read: every allocation sized from file contents (inflated zip
+//! members, storages held on the heap, a pickle's values) is accounted against it, so a file
+//! that would take more is refused with [`Error::MemoryBudget`] instead of exhausting the
+//! machine.
+
+use crate::error::{Error, Result};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The default budget: far above any metadata a real checkpoint needs, well below a CI runner.
+pub const DEFAULT_MAX_MEMORY: u64 = 1 << 30;
+
+/// What one read may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// Bytes allocated from file contents that the read may hold at once.
+    pub max_memory: u64,
+    /// Whether storages whose bytes need work to reach (deflated or byte-swapped records)
+    /// are materialised; `false` (`--metadata-only`) records where they are and their size.
+    pub storage_bytes: bool,
+}
+
+impl Default for ReadLimits {
+    fn default() -> Self {
+        ReadLimits {
+            max_memory: DEFAULT_MAX_MEMORY,
+            storage_bytes: true,
+        }
+    }
+}
+
+/// The running account of one read against its [`ReadLimits`].
+#[derive(Debug, Default)]
+pub(crate) struct Meter {
+    pub limits: ReadLimits,
+    /// Bytes held for the rest of the read (storages on the heap).
+    held: AtomicU64,
+}
+
+impl Meter {
+    pub fn new(limits: ReadLimits) -> Self {
+        Meter {
+            limits,
+            held: AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes held so far.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Refuses `bytes` more, taken only for a while (an inflated pickle), when they do not fit
+    /// beside what is held; charges nothing.
+    pub fn check(&self, path: &Path, bytes: u64, what: impl FnOnce() -> String) -> Result<()> {
+        let needed = self.held().checked_add(bytes).unwrap_or(u64::MAX);
+        if needed > self.limits.max_memory {
+            return Err(Error::MemoryBudget {
+                path: path.to_owned(),
+                needed,
+                limit: self.limits.max_memory,
+                what: what(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Charges `bytes` held for the rest of the read (a storage on the heap), or refuses them.
+    pub fn hold(&self, path: &Path, bytes: u64, what: impl FnOnce() -> String) -> Result<()> {
+        self.check(path, bytes, what)?;
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The pickle budget for a stream read now: its values may take what is not yet held.
+    pub fn pickle_budget(&self) -> crate::pickle::Budget {
+        crate::pickle::Budget {
+            max_memory: self.limits.max_memory,
+            memory_held: self.held(),
+            ..crate::pickle::Budget::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_until_the_budget_then_refuses_naming_it() {
+        let meter = Meter::new(ReadLimits {
+            max_memory: 100,
+            storage_bytes: true,
+        });
+        let path = Path::new("f.pt");
+        meter.hold(path, 60, || "a".into()).unwrap();
+        meter.check(path, 40, || "b".into()).unwrap();
+        let e = meter.hold(path, 41, || "c".into()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "f.pt: exceeds the memory budget (101 > 100): c"
+        );
+        assert_eq!(meter.held(), 60);
+        assert!(meter.check(path, u64::MAX, || "d".into()).is_err());
+    }
+}
