@@ -7,6 +7,7 @@ mod common;
 mod allowlist;
 mod audit;
 mod bad_input;
+mod budget;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;

@@ -1,0 +1,180 @@
+//! One memory budget per file (`--max-memory`), against files that weigh little and would
+//! take much (`fixtures/hostile/budget/`, made by `fixtures/hostile/make_budget.py`). Each is
+//! refused TP502 naming the budget, at a small budget so no test allocates much; the other
+//! files of the run go on; `--metadata-only` reads the bomb without inflating it.
+
+use crate::common::{read_json, root, stderr, stdout, tensorplay};
+use std::process::Command;
+use tensorplay_engine::load::{self, ReadLimits};
+use tensorplay_engine::{Error, ErrorKind, Owner};
+
+const DIR: &str = "fixtures/hostile/budget";
+const BOMB: &str = "fixtures/hostile/budget/inflate_bomb.pt";
+const AMPLIFIER: &str = "fixtures/hostile/budget/pickle_amplification.pkl";
+const SMALL: u64 = 16 << 20;
+
+fn truth() -> serde_json::Value {
+    read_json(&format!("{DIR}/truth.json"))
+}
+
+/// Errors and their messages for each file of an audit, in report order.
+fn audit(args: &[&str]) -> (Option<i32>, Vec<Vec<(String, String)>>) {
+    let mut all = vec!["audit", "--ci-mode"];
+    all.extend_from_slice(args);
+    let out = tensorplay(&all);
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    let files = report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|file| {
+            file["findings"]
+                .as_array()
+                .expect("findings")
+                .iter()
+                .filter(|f| f["severity"] == "error")
+                .map(|f| {
+                    (
+                        f["code"].as_str().expect("code").to_owned(),
+                        f["message"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    (out.status.code(), files)
+}
+
+#[test]
+fn the_truth_is_what_the_fixtures_claim() {
+    let truth = truth();
+    let bomb = &truth["inflate_bomb.pt"];
+    assert_eq!(bomb["inflates_to"], 64 << 20);
+    assert!(bomb["bytes_on_disk"].as_u64().expect("size") < 1 << 20);
+    let loads = bomb["torch_load_weights_only"].as_str().expect("verdict");
+    assert!(
+        loads.starts_with("loads: storages hold 67108864 bytes"),
+        "{loads}"
+    );
+    let amp = &truth["pickle_amplification.pkl"];
+    assert!(amp["bytes_on_disk"].as_u64().expect("size") < 100_000);
+    assert!(
+        amp["string_copies_a_name_keeping_reader_makes"]
+            .as_u64()
+            .expect("n")
+            > 1 << 30
+    );
+    for loader in ["torch_load_weights_only", "pickle_load"] {
+        let verdict = amp[loader].as_str().expect("verdict");
+        assert!(verdict.starts_with("refused: "), "{loader}: {verdict}");
+    }
+}
+
+#[test]
+fn an_inflate_bomb_is_refused_naming_the_budget() {
+    let (code, files) = audit(&["--max-memory", "16MiB", BOMB]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        files,
+        [[(
+            "TP502".to_owned(),
+            format!(
+                "{BOMB}: exceeds the memory budget (67108864 > 16777216): inflating archive/data/0"
+            )
+        )]]
+    );
+}
+
+#[test]
+fn a_pickle_that_amplifies_is_refused_naming_the_budget() {
+    let (code, files) = audit(&["--max-memory", "16MiB", AMPLIFIER]);
+    assert_eq!(code, Some(1));
+    let [file] = files.as_slice() else {
+        panic!("{files:?}")
+    };
+    let [(rule, message)] = file.as_slice() else {
+        panic!("{file:?}")
+    };
+    assert_eq!(rule, "TP502");
+    let budget = format!("{AMPLIFIER}: exceeds the memory budget (");
+    assert!(message.starts_with(&budget), "{message}");
+    assert!(
+        message.contains(" > 16777216): the values pickle <pickle> builds (at byte "),
+        "{message}"
+    );
+    // The globals met before the refusal are still named.
+    assert!(message.contains("also reference unsafe globals: mmm"));
+}
+
+#[test]
+fn the_other_files_of_the_run_go_on() {
+    let clean = "fixtures/pytorch/deflated.pt";
+    let (code, files) = audit(&["--max-memory", "16MiB", BOMB, clean, AMPLIFIER]);
+    assert_eq!(code, Some(1));
+    let codes: Vec<Vec<&str>> = files
+        .iter()
+        .map(|f| f.iter().map(|(c, _)| c.as_str()).collect())
+        .collect();
+    assert_eq!(codes.len(), 3);
+    assert_eq!(codes.iter().filter(|c| **c == ["TP502"]).count(), 2);
+    assert!(codes.iter().any(|c| c.is_empty()), "{codes:?}");
+}
+
+/// `--metadata-only` records where the deflated record is and what it declares, and never
+/// inflates it: the bomb passes at a budget a quarter of its claim. The peak RSS is measured
+/// with `/usr/bin/time` when the machine has it, and printed, not asserted.
+#[test]
+fn metadata_only_reads_the_bomb_without_inflating_it() {
+    let (code, files) = audit(&["--metadata-only", "--max-memory", "16MiB", BOMB]);
+    assert_eq!(code, Some(0), "{files:?}");
+    assert_eq!(files, [Vec::<(String, String)>::new()]);
+
+    let time = std::path::Path::new("/usr/bin/time");
+    if time.exists() {
+        for args in [&["--metadata-only"][..], &[]] {
+            let out = Command::new(time)
+                .arg("-v")
+                .arg(env!("CARGO_BIN_EXE_tensorplay"))
+                .args(["audit", "--ci-mode"])
+                .args(args)
+                .arg(BOMB)
+                .current_dir(root())
+                .output()
+                .expect("runs");
+            let peak = stderr(&out)
+                .lines()
+                .find(|l| l.contains("Maximum resident set size"))
+                .map(str::trim)
+                .unwrap_or("not reported")
+                .to_owned();
+            println!("audit {args:?} of the bomb (64 MiB claimed): {peak}");
+        }
+    }
+}
+
+#[test]
+fn the_engine_defers_or_refuses_by_its_limits() {
+    let path = root().join(BOMB);
+    let limits = |storage_bytes| ReadLimits {
+        max_memory: SMALL,
+        storage_bytes,
+    };
+    let ckpt = load::read_with(load::probe(&path).expect("probe"), limits(false)).expect("reads");
+    let storage = &ckpt.storages[0];
+    assert_eq!(storage.data_ptr().len(), 64 << 20);
+    assert!(storage.data_ptr().bytes().is_none());
+    assert!(matches!(storage.data_ptr().owner(), Owner::Deferred { .. }));
+
+    let refused = load::read_with(load::probe(&path).expect("probe"), limits(true)).unwrap_err();
+    assert!(
+        matches!(refused, Error::MemoryBudget { needed, limit, .. } if needed == 64 << 20 && limit == SMALL)
+    );
+    assert_eq!(refused.kind(), ErrorKind::Corrupt);
+
+    // The default budget (1 GiB) reads it whole, as torch.load does.
+    let ckpt = load::open(&path).expect("reads");
+    let bytes = ckpt.storages[0].data_ptr().bytes().expect("inflated");
+    assert_eq!(bytes.len(), 64 << 20);
+    assert!(bytes.iter().all(|&b| b == 0));
+}
