@@ -53,7 +53,7 @@ impl Meter {
     /// Refuses `bytes` more, taken only for a while (an inflated pickle), when they do not fit
     /// beside what is held; charges nothing.
     pub fn check(&self, path: &Path, bytes: u64, what: impl FnOnce() -> String) -> Result<()> {
-        let needed = self.held().checked_add(bytes).unwrap_or(u64::MAX);
+        let needed = self.held().saturating_add(bytes);
         if needed > self.limits.max_memory {
             return Err(Error::MemoryBudget {
                 path: path.to_owned(),

@@ -384,6 +384,46 @@ fn budgets_bound_hostile_streams() {
     assert!(err.to_string().contains("memo larger than 1"), "{err}");
 }
 
+/// Values are counted in bytes: a list grown by appending one memoized value again and again
+/// costs an id per item, a string its length, whatever the node count allows; the bytes the read
+/// already holds count too.
+#[test]
+fn values_are_counted_in_bytes_against_the_memory_budget() {
+    // A list of one memoized None 4096 times over: ] N q0 0 ( h0 h0 ... e .
+    let mut list = b"]Nq\x000(".to_vec();
+    for _ in 0..4096 {
+        list.extend(b"h\x00");
+    }
+    list.extend(b"e.");
+    let tight = Budget {
+        max_memory: 8 << 10,
+        ..Budget::default()
+    };
+    let err = run_with(&list, Loader::Python, &tight).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, crate::Error::MemoryBudget { limit, .. } if limit == 8 << 10),
+        "{text}"
+    );
+    assert!(
+        text.starts_with("t.pkl: exceeds the memory budget (") && text.contains("> 8192)"),
+        "{text}"
+    );
+    run_with(&list, Loader::Python, &Budget::default()).expect("fits the default");
+
+    // One 6000-byte string fits 8 KiB alone, not beside 4 KiB already held.
+    let mut string = b"X\x70\x17\x00\x00".to_vec();
+    string.extend(std::iter::repeat_n(b'a', 6000));
+    string.push(b'.');
+    run_with(&string, Loader::Python, &tight).expect("fits");
+    let held = Budget {
+        memory_held: 4 << 10,
+        ..tight
+    };
+    let err = run_with(&string, Loader::Python, &held).unwrap_err();
+    assert!(matches!(err, crate::Error::MemoryBudget { .. }), "{err}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3000))]
 
