@@ -2,6 +2,7 @@
 //! and the part of it that is wrong, so the CLI can print it on one line as it is.
 
 use crate::pickle::UnsafeGlobal;
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 /// Everything that can go wrong while reading a checkpoint or building its model.
@@ -436,7 +437,10 @@ fn globals_text(globals: &[UnsafeGlobal]) -> String {
         .map(|g| {
             format!(
                 "{}.{} ({} at byte {})",
-                g.module, g.name, g.member, g.position
+                clip(&g.module),
+                clip(&g.name),
+                g.member,
+                g.position
             )
         })
         .collect();
@@ -444,6 +448,19 @@ fn globals_text(globals: &[UnsafeGlobal]) -> String {
         named.push(format!("and {more} more"));
     }
     named.join(", ")
+}
+
+/// A name cut to a readable length: a hostile pickle's names can be as long as the stream.
+fn clip(name: &str) -> Cow<'_, str> {
+    const MAX: usize = 200;
+    match name.char_indices().nth(MAX) {
+        Some((end, _)) => Cow::Owned(format!(
+            "{}… ({} bytes)",
+            name.get(..end).unwrap_or(name),
+            name.len()
+        )),
+        None => Cow::Borrowed(name),
+    }
 }
 
 fn data_length_problem(data_end: u64, file_len: u64) -> &'static str {
