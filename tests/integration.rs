@@ -10,6 +10,7 @@ mod bad_input;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;
+mod html_report;
 mod inspect;
 mod legacy_streams;
 mod pytorch;
