@@ -22,9 +22,10 @@ h1{font-size:22px;margin:0 0 12px}h2{font-size:18px;margin:28px 0 8px;border-bot
 h3{font-size:15px;margin:18px 0 6px;word-break:break-all}
 .verdict{padding:10px 14px;border-radius:6px;font-weight:600}
 .pass{background:#e3f6e8;color:#135c2a}.fail{background:#fde6e6;color:#8a1111}
-table{border-collapse:collapse;width:100%;font-size:13px}
+table{border-collapse:collapse;width:100%;font-size:13px;table-layout:fixed}
+th.c-rule{width:170px}th.c-sev{width:80px}th.c-ten{width:120px}th.c-fix{width:220px}
 th,td{text-align:left;padding:4px 6px;border-bottom:1px solid #e4e6ee;vertical-align:top}
-td.path,td.tensors{word-break:break-all}.rule{white-space:nowrap}
+td.path,td.tensors,td{overflow-wrap:anywhere}
 tr.file th{background:#f3f4f8;word-break:break-all;font-weight:600}
 .sev-error{color:#b00020;font-weight:600}.sev-warning{color:#a05a00;font-weight:600}
 .sev-info{color:#1b5e9a}.suppressed{opacity:.55}
@@ -104,8 +105,8 @@ fn findings(report: &Report, out: &mut String) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "<table><thead><tr><th class=\"rule\">Rule</th><th>Severity</th><th>Tensors</th>\
-         <th>Message</th><th>Fix</th></tr></thead><tbody>"
+        "<table><thead><tr><th class=\"c-rule\">Rule</th><th class=\"c-sev\">Severity</th>\
+         <th class=\"c-ten\">Tensors</th><th>Message</th><th class=\"c-fix\">Fix</th></tr></thead><tbody>"
     )?;
     for file in &report.files {
         if file.findings.is_empty() && file.suppressed.is_empty() {
