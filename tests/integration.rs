@@ -11,6 +11,7 @@ mod budget;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;
+mod html_report;
 mod inspect;
 mod legacy_streams;
 mod pytorch;

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::finding::{Draft, Finding};
+use crate::layout::layout;
 use crate::options::Options;
 use crate::registry::RULES;
 use crate::report::{DeviceFacts, FileReport, MemoryFacts};
@@ -91,6 +92,11 @@ pub fn audit(
         suppressed: Vec::new(),
         memory: Some(memory_facts(&ctx.memory)),
         device: device_load.map(device_facts),
+        layout: Some(layout(
+            ckpt,
+            &ctx.memory.full,
+            config.settings.thresholds.fragmentation_score,
+        )),
     }
 }
 
@@ -110,7 +116,8 @@ fn device_facts(load: &DeviceLoad) -> DeviceFacts {
 /// The load on an unbounded device, and on one of the budget's size when there is one.
 fn simulate(ckpt: &Checkpoint, config: &Config, budget: Option<u64>) -> Memory {
     Memory {
-        full: simulate_load(ckpt, &config.allocator, u64::MAX, false),
+        // With its map: the HTML report draws it, and keeping it costs a few vectors.
+        full: simulate_load(ckpt, &config.allocator, u64::MAX, true),
         budget,
         within_budget: budget.map(|b| simulate_load(ckpt, &config.allocator, b, false)),
     }
@@ -150,6 +157,7 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         suppressed: Vec::new(),
         memory: None,
         device: None,
+        layout: None,
     })
 }
 

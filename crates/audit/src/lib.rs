@@ -15,6 +15,7 @@ pub mod code;
 pub mod config;
 pub mod error;
 pub mod finding;
+pub mod layout;
 pub mod options;
 pub mod registry;
 pub mod report;

@@ -111,6 +111,54 @@ pub struct FileReport {
     /// The real GPU load (`--load-to`), when one ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceFacts>,
+    /// What the HTML report draws. Never serialised: the JSON report's shape is fixed, and
+    /// a segment map per file would swell it.
+    #[serde(skip)]
+    pub layout: Option<LayoutFacts>,
+}
+
+/// How a checkpoint's storages are sized and where the simulated allocator put them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LayoutFacts {
+    /// Storage sizes in log2 bins, ascending, empty bins left out.
+    pub size_bins: Vec<SizeBin>,
+    /// TP301's score (variance / mean² of storage sizes); `None` below two storages.
+    pub fragmentation_score: Option<f64>,
+    /// The threshold TP301 applies to it.
+    pub fragmentation_threshold: f64,
+    /// The simulated allocator's segments after the load, in address order.
+    pub segments: Vec<SegmentMap>,
+}
+
+/// Storages of `[2^log2, 2^(log2+1))` bytes; `log2` is `None` for empty storages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeBin {
+    /// The bin's lower bound as a power of two.
+    pub log2: Option<u32>,
+    /// Storages in it.
+    pub count: usize,
+}
+
+/// One reserved segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentMap {
+    /// Bytes reserved.
+    pub size: u64,
+    /// `small` or `large`.
+    pub pool: &'static str,
+    /// Its blocks in address order; they tile the segment.
+    pub blocks: Vec<BlockMap>,
+}
+
+/// One block of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockMap {
+    /// Bytes from the segment's start.
+    pub offset: u64,
+    /// Bytes it covers.
+    pub size: u64,
+    /// The storage it holds; `None` when free.
+    pub storage: Option<usize>,
 }
 
 /// What loading the checkpoint onto a real GPU took and whether every DataPtr checked out.

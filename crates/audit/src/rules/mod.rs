@@ -20,7 +20,7 @@ pub(crate) fn names_in_storage(ctx: &Context<'_>, id: usize) -> Vec<String> {
 }
 
 /// Bytes for people: `3.9 KiB`, `1.0 GiB`, `512 B`.
-pub(crate) fn human_bytes(n: u64) -> String {
+pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if n < 1024 {
         return format!("{n} B");

@@ -46,6 +46,9 @@ pub struct AuditArgs {
     /// Write a GitLab Code Quality report to FILE.
     #[arg(long, value_name = "FILE")]
     gitlab_codequality: Option<PathBuf>,
+    /// Write a self-contained HTML report to FILE: findings, storage sizes, segment maps.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Configuration file [default: ./tensorplay.toml if present].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -192,6 +195,9 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     }
     if let Some(path) = &args.gitlab_codequality {
         write_file(path, &render::gitlab::render(&report)?)?;
+    }
+    if let Some(path) = &args.html {
+        write_file(path, &render::html::render(&report)?)?;
     }
     let format = render::stdout::Format::choose(args.format, args.ci_mode);
     if format == render::stdout::Format::Github {

@@ -3,6 +3,7 @@
 pub mod fingerprint;
 pub mod github;
 pub mod gitlab;
+pub mod html;
 pub mod human;
 pub mod json;
 pub mod junit;

@@ -5,5 +5,6 @@ mod fragmentation;
 mod memory_budget;
 
 pub use allocator_overhead::AllocatorOverhead;
+pub(crate) use fragmentation::score as fragmentation_score;
 pub use fragmentation::FragmentationScore;
 pub use memory_budget::MemoryBudget;

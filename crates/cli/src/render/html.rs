@@ -1,0 +1,288 @@
+//! `--html FILE`: the design's `fragmentation_report.html`. One self-contained page (inline
+//! CSS and SVG, no script, nothing fetched, so it opens offline and from a CI artifact):
+//! the verdict, the findings, per checkpoint its storage sizes, TP301's score and the
+//! simulated segment map, and a time series per run of checkpoints.
+
+mod charts;
+mod segments;
+mod series;
+
+// XML's attribute escaping is safe in HTML text and double-quoted attributes alike, and
+// makes control characters from a hostile name visible.
+use super::xml::attr as escape;
+
+use std::fmt::Write;
+use tensorplay_audit::finding::Finding;
+use tensorplay_audit::report::{FileReport, Report};
+use tensorplay_audit::rules::human_bytes;
+
+const STYLE: &str = "\
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#1d2330;padding:0 16px}
+h1{font-size:22px;margin:0 0 12px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #dde}
+h3{font-size:15px;margin:18px 0 6px;word-break:break-all}
+.verdict{padding:10px 14px;border-radius:6px;font-weight:600}
+.pass{background:#e3f6e8;color:#135c2a}.fail{background:#fde6e6;color:#8a1111}
+table{border-collapse:collapse;width:100%;font-size:13px;table-layout:fixed}
+th.c-rule{width:170px}th.c-sev{width:80px}th.c-ten{width:120px}th.c-fix{width:220px}
+th,td{text-align:left;padding:4px 6px;border-bottom:1px solid #e4e6ee;vertical-align:top}
+td.path,td.tensors,td{overflow-wrap:anywhere}
+tr.file th{background:#f3f4f8;word-break:break-all;font-weight:600}
+.sev-error{color:#b00020;font-weight:600}.sev-warning{color:#a05a00;font-weight:600}
+.sev-info{color:#1b5e9a}.suppressed{opacity:.55}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:6px 0}dt{color:#5a6275}dd{margin:0}
+.over{color:#b00020;font-weight:600}.under{color:#135c2a;font-weight:600}
+.note{color:#5a6275;font-size:12px}ul.holds{margin:2px 0 8px;padding-left:18px}
+svg{display:block;max-width:100%;height:auto;margin:6px 0}
+.axis{stroke:#99a}.tick,.seglabel{font-size:11px;fill:#5a6275}
+.bar{fill:#4a78c2}.line{fill:none;stroke:#4a78c2;stroke-width:2}.point{fill:#4a78c2}
+.threshold{stroke:#b00020;stroke-dasharray:5 4}
+.segment{fill:#f3f4f8;stroke:#c6c9d6}.block{stroke:#fff;stroke-width:.5}
+.free{fill:#d8dae3;stroke:#fff;stroke-width:.5}.blocklabel{font-size:10px;fill:#fff}
+";
+
+pub fn render(report: &Report) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"/>\
+         <title>tensorplay fragmentation report</title><style>{STYLE}</style></head><body>"
+    )?;
+    writeln!(
+        out,
+        "<h1>tensorplay fragmentation report</h1><p class=\"note\">{} {}</p>",
+        escape(&report.tool.name),
+        escape(&report.tool.version)
+    )?;
+    verdict(report, &mut out)?;
+    findings(report, &mut out)?;
+    writeln!(out, "<section id=\"checkpoints\"><h2>Checkpoints</h2>")?;
+    for (i, file) in report.files.iter().enumerate() {
+        checkpoint(i, file, &mut out)?;
+    }
+    writeln!(out, "</section>")?;
+    time_series(report, &mut out)?;
+    skipped(report, &mut out)?;
+    writeln!(out, "</body></html>")?;
+    Ok(out)
+}
+
+fn verdict(report: &Report, out: &mut String) -> anyhow::Result<()> {
+    let s = &report.summary;
+    let (class, word) = if s.passed {
+        ("pass", "PASSED")
+    } else {
+        ("fail", "FAILED")
+    };
+    writeln!(
+        out,
+        "<section id=\"verdict\"><div class=\"verdict {class}\">{word} (--fail-on {}): \
+         {} errors, {} warnings, {} infos, {} suppressed</div>\
+         <p>{} checkpoints, {} tensors, {} storages, {} of storage bytes; {} files skipped.</p></section>",
+        super::fail_on_name(s.fail_on),
+        s.errors,
+        s.warnings,
+        s.infos,
+        s.suppressed,
+        s.files,
+        s.tensors,
+        s.storages,
+        human_bytes(s.bytes),
+        report.skipped.len()
+    )?;
+    Ok(())
+}
+
+fn findings(report: &Report, out: &mut String) -> anyhow::Result<()> {
+    writeln!(out, "<section id=\"findings\"><h2>Findings</h2>")?;
+    let any = report
+        .files
+        .iter()
+        .any(|f| !f.findings.is_empty() || !f.suppressed.is_empty());
+    if !any {
+        writeln!(out, "<p>No findings.</p></section>")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "<table><thead><tr><th class=\"c-rule\">Rule</th><th class=\"c-sev\">Severity</th>\
+         <th class=\"c-ten\">Tensors</th><th>Message</th><th class=\"c-fix\">Fix</th></tr></thead><tbody>"
+    )?;
+    for file in &report.files {
+        if file.findings.is_empty() && file.suppressed.is_empty() {
+            continue;
+        }
+        // The path heads its findings: a column of paths would squeeze the messages.
+        writeln!(
+            out,
+            "<tr class=\"file\"><th colspan=\"5\">{}</th></tr>",
+            escape(&file.path)
+        )?;
+        for f in &file.findings {
+            finding_row(f, false, out)?;
+        }
+        for f in &file.suppressed {
+            finding_row(f, true, out)?;
+        }
+    }
+    writeln!(out, "</tbody></table></section>")?;
+    Ok(())
+}
+
+fn finding_row(f: &Finding, suppressed: bool, out: &mut String) -> anyhow::Result<()> {
+    let (row, note) = if suppressed {
+        (" suppressed", " (baseline)")
+    } else {
+        ("", "")
+    };
+    writeln!(
+        out,
+        "<tr class=\"finding{row}\"><td class=\"rule\">{} {}</td>\
+         <td class=\"sev-{sev}\">{sev}{note}</td><td class=\"tensors\">{}</td><td>{}</td><td>{}</td></tr>",
+        f.code,
+        escape(f.code.name()),
+        escape(&f.tensors.join(", ")),
+        escape(&f.message),
+        escape(&f.fix),
+        sev = f.severity.name(),
+    )?;
+    Ok(())
+}
+
+fn checkpoint(i: usize, file: &FileReport, out: &mut String) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "<section class=\"checkpoint\" id=\"checkpoint-{i}\"><h3>{}</h3>",
+        escape(&file.path)
+    )?;
+    let Some(format) = &file.format else {
+        writeln!(out, "<p>Not readable: see its findings.</p></section>")?;
+        return Ok(());
+    };
+    let list = |items: &[String]| {
+        if items.is_empty() {
+            "none".to_owned()
+        } else {
+            escape(&items.join(", "))
+        }
+    };
+    writeln!(
+        out,
+        "<dl><dt>format</dt><dd>{}</dd><dt>tensors / storages</dt><dd>{} / {} ({})</dd>\
+         <dt>devices</dt><dd>{}</dd><dt>dtypes</dt><dd>{}</dd><dt>findings</dt><dd>{}</dd>",
+        escape(format),
+        file.tensors,
+        file.storages,
+        human_bytes(file.bytes),
+        list(&file.devices),
+        list(&file.dtypes),
+        file.findings.len()
+    )?;
+    if let Some(m) = &file.memory {
+        writeln!(
+            out,
+            "<dt>simulated load</dt><dd>{} requested, {} allocated, {} reserved in {} segments \
+             ({:.1}% reserved but unallocated)</dd>",
+            human_bytes(m.requested_bytes),
+            human_bytes(m.allocated_bytes),
+            human_bytes(m.reserved_bytes),
+            m.segments,
+            m.fragmentation * 100.0
+        )?;
+    }
+    let Some(layout) = &file.layout else {
+        writeln!(out, "</dl></section>")?;
+        return Ok(());
+    };
+    let threshold = layout.fragmentation_threshold;
+    match layout.fragmentation_score {
+        Some(score) => {
+            let class = if score > threshold { "over" } else { "under" };
+            writeln!(
+                out,
+                "<dt>fragmentation score</dt><dd><span class=\"score {class}\">{score:.2}</span> \
+                 against threshold {threshold} (TP301: variance / mean² of storage sizes)</dd></dl>"
+            )?;
+        }
+        None => writeln!(
+            out,
+            "<dt>fragmentation score</dt><dd>none (fewer than two storages, or all empty)</dd></dl>"
+        )?,
+    }
+    writeln!(
+        out,
+        "<h4>Storage sizes</h4>{}<h4>Simulated segment map</h4>{}</section>",
+        charts::histogram(&layout.size_bins),
+        segments::segment_map(&layout.segments)
+    )?;
+    Ok(())
+}
+
+fn time_series(report: &Report, out: &mut String) -> anyhow::Result<()> {
+    let runs = series::runs(&report.files);
+    if runs.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "<section id=\"series\"><h2>Across checkpoints</h2>")?;
+    for (pattern, files) in runs {
+        let labels: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+        let score = |f: &&FileReport| f.layout.as_ref().and_then(|l| l.fragmentation_score);
+        let threshold = files
+            .iter()
+            .find_map(|f| f.layout.as_ref().map(|l| l.fragmentation_threshold));
+        let scores: Vec<Option<f64>> = files.iter().map(score).collect();
+        let reserved: Vec<Option<f64>> = files
+            .iter()
+            .map(|f| f.memory.as_ref().map(|m| m.reserved_bytes as f64))
+            .collect();
+        let counts: Vec<Option<f64>> = files
+            .iter()
+            .map(|f| Some(f.findings.len() as f64))
+            .collect();
+        writeln!(
+            out,
+            "<div class=\"run\"><h3>{}</h3><ol class=\"note\">",
+            escape(&pattern)
+        )?;
+        for label in &labels {
+            writeln!(out, "<li>{}</li>", escape(label))?;
+        }
+        writeln!(
+            out,
+            "</ol><h4>Fragmentation score</h4>{}<h4>Reserved bytes</h4>{}<h4>Findings</h4>{}</div>",
+            charts::line_chart(
+                "fragmentation score",
+                &labels,
+                &scores,
+                threshold,
+                |v| format!("{v:.2}")
+            ),
+            charts::line_chart("reserved bytes", &labels, &reserved, None, |v| human_bytes(
+                v as u64
+            )),
+            charts::line_chart("findings", &labels, &counts, None, |v| format!("{v:.0}")),
+        )?;
+    }
+    writeln!(out, "</section>")?;
+    Ok(())
+}
+
+fn skipped(report: &Report, out: &mut String) -> anyhow::Result<()> {
+    if report.skipped.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "<section id=\"skipped\"><h2>Not audited</h2><table><tbody>"
+    )?;
+    for s in &report.skipped {
+        writeln!(
+            out,
+            "<tr><td class=\"path\">{}</td><td>{}</td></tr>",
+            escape(&s.path),
+            escape(&s.reason)
+        )?;
+    }
+    writeln!(out, "</tbody></table></section>")?;
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! `--html FILE`: one self-contained page. Checked as a document (well-formed, nothing
+//! remote, the expected sections, hostile names escaped) and, in a real browser, as the DOM
+//! a reader gets.
+
+use crate::common::{root, stderr, tensorplay};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Checkpoints of one run (copied as `epoch_N.pt`, one under a hostile name) and a
+/// fragmented safetensors file, audited with `--html` and `--json`.
+struct Rendered {
+    dir: PathBuf,
+    html: String,
+    report: serde_json::Value,
+}
+
+/// The run's checkpoints in path order; the third's name carries markup.
+const RUN: &[(&str, &str)] = &[
+    ("fixtures/pytorch/state_dict.pt", "epoch_1.pt"),
+    ("fixtures/pytorch/training_checkpoint.pt", "epoch_2.pt"),
+    ("fixtures/pytorch/multi_gpu.pt", "<b>epoch_3.pt"),
+    ("fixtures/pytorch/tied_weights.pt", "epoch_10.pt"),
+];
+
+const HOSTILE: &str = "<b>epoch_3.pt";
+
+fn render(test: &str) -> Rendered {
+    let dir = std::env::temp_dir().join(format!("tensorplay-{test}-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).expect("temp dir");
+    for (from, to) in RUN {
+        std::fs::copy(root().join(from), run.join(to)).expect("copy fixture");
+    }
+    let html = dir.join("report.html");
+    let json = dir.join("report.json");
+    let out = tensorplay(&[
+        "audit",
+        "--fail-on",
+        "never",
+        "--html",
+        html.to_str().expect("utf-8"),
+        "--json",
+        json.to_str().expect("utf-8"),
+        run.to_str().expect("utf-8"),
+        "fixtures/safetensors/fragmented.safetensors",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    Rendered {
+        html: std::fs::read_to_string(&html).expect("html written"),
+        dir,
+        report,
+    }
+}
+
+fn findings(report: &serde_json::Value) -> usize {
+    report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["findings"].as_array().expect("findings").len())
+        .sum()
+}
+
+#[test]
+fn the_page_is_self_contained_and_escapes_names() {
+    let r = render("html-document");
+    let html = &r.html;
+    // Nothing to fetch: no URL at all, no attribute that loads, no CSS import.
+    for needle in [
+        "http://", "https://", "src=", "href=", "url(", "@import", "<script",
+    ] {
+        assert!(!html.contains(needle), "{needle} in the page");
+    }
+    assert!(
+        html.contains("&lt;b&gt;epoch_3.pt"),
+        "the hostile name is shown escaped"
+    );
+    assert!(!html.contains(HOSTILE), "the hostile name is not markup");
+    // Written as well-formed markup, so a strict parser reads it.
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(html, options)
+        .unwrap_or_else(|e| panic!("not well-formed: {e}"));
+    let id = |id: &str| doc.descendants().find(|n| n.attribute("id") == Some(id));
+    for section in ["verdict", "findings", "checkpoints", "series"] {
+        assert!(id(section).is_some(), "section #{section}");
+    }
+    let checkpoints = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("checkpoint"))
+        .count();
+    assert_eq!(checkpoints, RUN.len() + 1);
+    let rows = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("finding"))
+        .count();
+    assert_eq!(rows, findings(&r.report));
+    assert!(rows > 0, "the fixtures have findings");
+    // The fragmented file is over TP301's threshold, and its score says so.
+    assert!(doc
+        .descendants()
+        .any(|n| n.attribute("class") == Some("score over")));
+    std::fs::remove_dir_all(&r.dir).ok();
+}
+
+#[test]
+fn the_json_report_is_unchanged_by_html() {
+    // The layout facts the page draws stay out of the JSON report.
+    let r = render("html-json");
+    let file = &r.report["files"][0];
+    assert!(file.get("layout").is_none());
+    std::fs::remove_dir_all(&r.dir).ok();
+}
+
+/// Chromium on PATH, or why the browser check cannot run.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("chromium"))
+        .find(|p| p.is_file())
+}
+
+fn headless(profile: &Path) -> Command {
+    let mut cmd = Command::new(chromium().expect("chromium"));
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()));
+    cmd
+}
+
+#[test]
+fn a_browser_renders_every_section_and_chart() {
+    if chromium().is_none() {
+        println!("skipped: chromium not installed");
+        // A missing browser must not read as a pass, unless CI says so on purpose.
+        assert_eq!(
+            std::env::var("TENSORPLAY_SKIP_BROWSER").as_deref(),
+            Ok("1"),
+            "chromium is not installed: install it, or set TENSORPLAY_SKIP_BROWSER=1"
+        );
+        return;
+    }
+    let r = render("html-browser");
+    let page = r.dir.join("report.html");
+    let out = headless(&r.dir.join("profile"))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dom = String::from_utf8_lossy(&out.stdout);
+    for section in ["verdict", "findings", "checkpoints", "series"] {
+        assert!(
+            dom.contains(&format!("id=\"{section}\"")),
+            "#{section} in the DOM"
+        );
+    }
+    // Per checkpoint a histogram and a segment map; per run three line charts.
+    let files = RUN.len() + 1;
+    assert_eq!(dom.matches("<svg").count(), files * 2 + 3);
+    assert_eq!(
+        dom.matches("<tr class=\"finding\"").count(),
+        findings(&r.report)
+    );
+    // The browser parsed the hostile name as text, not as a <b> element.
+    assert!(dom.contains("&lt;b&gt;epoch_3.pt"));
+    std::fs::remove_dir_all(&r.dir).ok();
+}
