@@ -652,20 +652,20 @@ fn human_output_groups_findings_with_their_fix() {
     let text = stdout(&out);
     assert!(!text.contains('\x1b'), "no colours when not a terminal");
     let expected = "\
-fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 bytes)
-  error[TP201] mixed-devices: storages were saved from 3 devices: cpu (1 storages), cuda:0 (1 storages), cuda:1 (1 storages)
+fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 B)
+  error[TP201] mixed-devices: storages were saved from 3 devices: cpu (1 storage), cuda:0 (1 storage), cuda:1 (1 storage)
     fix: move every tensor to one device before saving (`model.cpu().state_dict()`), or load with map_location and re-save
-  warning[TP202] unexpected-device: 1 storages (1 tensors) were saved from cuda:0, outside allowed_devices [cpu]: loading needs map_location
+  warning[TP202] unexpected-device: 1 storage (1 tensor) was saved from cuda:0, outside allowed_devices [cpu]: loading needs map_location
     tensors: a
     fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:0\" to allowed_devices
-  warning[TP202] unexpected-device: 1 storages (1 tensors) were saved from cuda:1, outside allowed_devices [cpu]: loading needs map_location
+  warning[TP202] unexpected-device: 1 storage (1 tensor) was saved from cuda:1, outside allowed_devices [cpu]: loading needs map_location
     tensors: b
     fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:1\" to allowed_devices
 
-fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 bytes)
+fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 B)
   no findings (18 rules checked)
 
-2 files, 7 tensors, 7 storages, 136 bytes: 1 errors, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
+2 files, 7 tensors, 7 storages, 136 B: 1 error, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
 ";
     assert_eq!(text, expected);
 }

@@ -7,6 +7,8 @@ mod common;
 mod allowlist;
 mod audit;
 mod bad_input;
+mod color;
+mod did_you_mean;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;

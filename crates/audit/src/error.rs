@@ -27,7 +27,7 @@ pub enum Error {
     },
 
     /// A command-line selection names a rule that does not exist.
-    #[error("unknown rule '{0}' (see `tensorplay rules`)")]
+    #[error("{}", crate::suggest::unknown_rule(.0))]
     UnknownRule(String),
 
     /// A baseline file is unreadable or malformed.

@@ -22,6 +22,8 @@ pub mod rule;
 pub mod rules;
 pub mod settings;
 pub mod severity;
+pub mod suggest;
+pub mod text;
 #[cfg(test)]
 mod testing;
 

@@ -2,6 +2,7 @@
 //! crates print nothing; everything a user sees is written here.
 
 mod audit;
+mod color;
 mod discover;
 mod exit;
 mod inspect;

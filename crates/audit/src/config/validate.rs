@@ -63,7 +63,7 @@ fn rule_code(name: &At<String>, problems: &mut Vec<Problem>) -> Option<Code> {
             rule.code(),
             rule.name()
         ),
-        None => format!("unknown rule '{}' (see `tensorplay rules`)", name.value),
+        None => crate::suggest::unknown_rule(&name.value),
     };
     problems.push(Problem {
         line: name.line,
