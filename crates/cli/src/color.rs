@@ -7,7 +7,9 @@ use clap::ValueEnum;
 pub enum ColorArg {
     /// Colour on a terminal, as `NO_COLOR`, `FORCE_COLOR`, `CLICOLOR_FORCE` and `TERM` allow.
     Auto,
+    /// Colour even into a pipe or a file, whatever the environment says.
     Always,
+    /// No colour, whatever the environment says.
     Never,
 }
 
