@@ -455,12 +455,9 @@ fn exit_codes() {
     );
 }
 
-#[test]
-fn every_config_problem_points_at_its_line() {
-    let config = TempConfig::new(
-        "unknown",
-        "allowed_devices = [\"cpu\"]\n\n[thresholds]\nstorage_bloat = 1\n[rules]\nTP999 = \"off\"\n",
-    );
+/// What an audit with this config text prints on stderr; it must exit 2.
+fn config_error(name: &str, text: &str) -> String {
+    let config = TempConfig::new(name, text);
     let out = tensorplay(&[
         "audit",
         "--config",
@@ -468,8 +465,17 @@ fn every_config_problem_points_at_its_line() {
         "fixtures/pytorch/state_dict.pt",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
-    let lines: Vec<&str> = err.lines().collect();
+    stderr(&out)
+}
+
+#[test]
+fn every_config_problem_points_at_its_line() {
+    let err = config_error(
+        "unknown",
+        "allowed_devices = [\"cpu\"]\n\n[thresholds]\nstorage_bloat = 1\n[rules]\nTP999 = \"off\"\n",
+    );
+    // Each problem's line; the source line and caret under each are tested apart.
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with(' ')).collect();
     assert_eq!(lines.len(), 2, "{err}");
     assert!(
         lines[0].starts_with("error: ")
@@ -479,6 +485,35 @@ fn every_config_problem_points_at_its_line() {
     assert!(
         lines[1].ends_with("tensorplay.toml:6: unknown rule 'TP999' (see `tensorplay rules`)"),
         "{err}"
+    );
+}
+
+#[test]
+fn config_problems_show_their_source_line_with_a_caret() {
+    let err = config_error(
+        "caret",
+        "[rules]\nTP101 = \"fatal\"\n\n[thresholds]\nstorage_bloat = 1\n",
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 6, "{err}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].ends_with(
+            "tensorplay.toml:2: rule 'TP101': level must be one of \"off\", \"info\", \"warning\", \"error\""
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        lines[1..3],
+        ["  2 | TP101 = \"fatal\"", "    |         ^^^^^^^"]
+    );
+    assert!(
+        lines[3].starts_with("error: ")
+            && lines[3].contains("tensorplay.toml:5: unknown field `storage_bloat`"),
+        "{err}"
+    );
+    assert_eq!(
+        lines[4..],
+        ["  5 | storage_bloat = 1", "    | ^^^^^^^^^^^^^"]
     );
 }
 
@@ -652,20 +687,20 @@ fn human_output_groups_findings_with_their_fix() {
     let text = stdout(&out);
     assert!(!text.contains('\x1b'), "no colours when not a terminal");
     let expected = "\
-fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 bytes)
-  error[TP201] mixed-devices: storages were saved from 3 devices: cpu (1 storages), cuda:0 (1 storages), cuda:1 (1 storages)
+fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 B)
+  error[TP201] mixed-devices: storages were saved from 3 devices: cpu (1 storage), cuda:0 (1 storage), cuda:1 (1 storage)
     fix: move every tensor to one device before saving (`model.cpu().state_dict()`), or load with map_location and re-save
-  warning[TP202] unexpected-device: 1 storages (1 tensors) were saved from cuda:0, outside allowed_devices [cpu]: loading needs map_location
+  warning[TP202] unexpected-device: 1 storage (1 tensor) was saved from cuda:0, outside allowed_devices [cpu]: loading needs map_location
     tensors: a
     fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:0\" to allowed_devices
-  warning[TP202] unexpected-device: 1 storages (1 tensors) were saved from cuda:1, outside allowed_devices [cpu]: loading needs map_location
+  warning[TP202] unexpected-device: 1 storage (1 tensor) was saved from cuda:1, outside allowed_devices [cpu]: loading needs map_location
     tensors: b
     fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:1\" to allowed_devices
 
-fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 bytes)
+fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 B)
   no findings (18 rules checked)
 
-2 files, 7 tensors, 7 storages, 136 bytes: 1 errors, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
+2 files, 7 tensors, 7 storages, 136 B: 1 error, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
 ";
     assert_eq!(text, expected);
 }

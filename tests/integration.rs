@@ -8,6 +8,8 @@ mod allowlist;
 mod audit;
 mod bad_input;
 mod budget;
+mod color;
+mod did_you_mean;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;

@@ -1,6 +1,6 @@
 //! The audit crate's one error type: problems with what the user configured.
 
-use crate::config::Problem;
+use crate::config::{diagram, Problem};
 use std::path::{Path, PathBuf};
 
 /// A configuration, selection or baseline problem. Findings are not errors.
@@ -18,16 +18,18 @@ pub enum Error {
 
     /// The config file has problems: TOML syntax, unknown keys, wrong types, unknown rules,
     /// bad globs or values. Every one is listed, one per line.
-    #[error("{}", config_lines(path, problems))]
+    #[error("{}", config_lines(path, problems, text))]
     Config {
         /// The file.
         path: PathBuf,
         /// What is wrong, in line order.
         problems: Vec<Problem>,
+        /// The file's text, for the diagrams under each problem.
+        text: String,
     },
 
     /// A command-line selection names a rule that does not exist.
-    #[error("unknown rule '{0}' (see `tensorplay rules`)")]
+    #[error("{}", crate::suggest::unknown_rule(.0))]
     UnknownRule(String),
 
     /// A baseline file is unreadable or malformed.
@@ -40,11 +42,13 @@ pub enum Error {
     },
 }
 
-fn config_lines(path: &Path, problems: &[Problem]) -> String {
-    let lines: Vec<String> = problems
-        .iter()
-        .map(|p| format!("{}:{}: {}", path.display(), p.line, p.detail))
-        .collect();
+/// Each problem as `path:line: detail`, then its source line with a caret under it.
+fn config_lines(path: &Path, problems: &[Problem], text: &str) -> String {
+    let mut lines = Vec::new();
+    for p in problems {
+        lines.push(format!("{}:{}: {}", path.display(), p.line, p.detail));
+        lines.extend(diagram(text, p.spot()));
+    }
     lines.join("\n")
 }
 

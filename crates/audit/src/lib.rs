@@ -23,8 +23,10 @@ pub mod rule;
 pub mod rules;
 pub mod settings;
 pub mod severity;
+pub mod suggest;
 #[cfg(test)]
 mod testing;
+pub mod text;
 
 pub use code::Code;
 pub use error::{Error, Result};

@@ -2,6 +2,7 @@
 //! crates print nothing; everything a user sees is written here.
 
 mod audit;
+mod color;
 mod discover;
 mod exit;
 mod inspect;
@@ -55,7 +56,13 @@ fn main() -> ExitCode {
         Err(err) if exit::is_broken_pipe(&err) => ExitStatus::Success.into(),
         Err(err) => {
             for line in exit::error_lines(&err) {
-                eprintln!("error: {line}");
+                // Indented lines (a config problem's source line and caret) belong to the
+                // `error:` line above them.
+                if line.starts_with(' ') {
+                    eprintln!("{line}");
+                } else {
+                    eprintln!("error: {line}");
+                }
             }
             ExitStatus::Error.into()
         }

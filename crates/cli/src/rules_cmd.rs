@@ -4,6 +4,7 @@ use crate::exit::ExitStatus;
 use crate::table::Table;
 use anyhow::bail;
 use tensorplay_audit::registry::{self, RULES};
+use tensorplay_audit::suggest;
 
 pub fn list() -> anyhow::Result<ExitStatus> {
     let mut table = Table::new(&["CODE", "NAME", "SEVERITY", "SUMMARY"]);
@@ -20,7 +21,7 @@ pub fn list() -> anyhow::Result<ExitStatus> {
 
 pub fn explain(rule: &str) -> anyhow::Result<ExitStatus> {
     let Some(rule) = registry::find(rule) else {
-        bail!("unknown rule '{rule}' (see `tensorplay rules`)");
+        bail!("{}", suggest::unknown_rule(rule));
     };
     let text = format!(
         "{} {} (default severity: {}{})\n\n{}\n",

@@ -4,7 +4,10 @@
 //! compiles globs and checks values. Both report every problem with its line.
 
 mod parse;
+mod snippet;
 mod validate;
+
+pub use snippet::{diagram, Spot};
 
 use crate::error::{Error, Result};
 use crate::settings::RuleSettings;
@@ -23,8 +26,33 @@ pub const FILE_NAME: &str = "tensorplay.toml";
 pub struct Problem {
     /// 1-based line.
     pub line: usize,
+    /// 1-based column in characters; 0 when only the line is known.
+    pub column: usize,
+    /// Characters the problem covers from `column`, on its line.
+    pub width: usize,
     /// What is wrong there.
     pub detail: String,
+}
+
+impl Problem {
+    /// A problem at a spot.
+    pub fn new(spot: Spot, detail: impl Into<String>) -> Problem {
+        Problem {
+            line: spot.line,
+            column: spot.column,
+            width: spot.width,
+            detail: detail.into(),
+        }
+    }
+
+    /// Where it is.
+    pub fn spot(&self) -> Spot {
+        Spot {
+            line: self.line,
+            column: self.column,
+            width: self.width,
+        }
+    }
 }
 
 /// A validated configuration.
@@ -60,6 +88,7 @@ impl Config {
         Err(Error::Config {
             path: path.to_owned(),
             problems,
+            text: text.to_owned(),
         })
     }
 
@@ -88,7 +117,13 @@ mod tests {
     fn problems(text: &str) -> Vec<String> {
         match parse(text) {
             Ok(_) => Vec::new(),
-            Err(e) => e.to_string().lines().map(str::to_owned).collect(),
+            // The first line of each problem; diagram lines (indented) are tested apart.
+            Err(e) => e
+                .to_string()
+                .lines()
+                .filter(|l| !l.starts_with(' '))
+                .map(str::to_owned)
+                .collect(),
         }
     }
 
@@ -221,6 +256,31 @@ conf = "max_split_size_mb:4"
         let e = problems("[rules]\nTP101 = \n");
         assert_eq!(e.len(), 1);
         assert!(e[0].starts_with("tensorplay.toml:2: "), "{e:?}");
+    }
+
+    #[test]
+    fn each_problem_shows_its_line_and_a_caret_under_it() {
+        let text = format!("{}[rules]\nTP10 = \"off\"\n", "\n".repeat(9));
+        let Err(e) = parse(&text) else {
+            panic!("an unknown rule is a problem");
+        };
+        assert_eq!(
+            e.to_string(),
+            "tensorplay.toml:11: unknown rule 'TP10' (did you mean TP101 view-overlap?)\n\
+             \x20 11 | TP10 = \"off\"\n\
+             \x20    | ^^^^"
+        );
+        let Err(e) = parse("[rules]\nTP101 = \n") else {
+            panic!("a syntax error is a problem");
+        };
+        let text = e.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[1], "  2 | TP101 = ", "{text}");
+        assert!(
+            lines[2].starts_with("    | ") && lines[2].ends_with('^'),
+            "{text}"
+        );
     }
 
     #[test]

@@ -2,18 +2,18 @@
 //! Every unknown key and every value of the wrong type is a problem with its line; reading
 //! goes on past each one, so one run shows them all.
 
-use super::Problem;
+use super::{Problem, Spot};
 use crate::settings::Thresholds;
 use crate::severity::Level;
 use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-/// A value with the line it was written on.
+/// A value with where it was written.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct At<T> {
     pub value: T,
-    pub line: usize,
+    pub spot: Spot,
 }
 
 /// One `[[ignore]]` entry.
@@ -21,7 +21,7 @@ pub(crate) struct At<T> {
 pub(crate) struct IgnoreEntry {
     pub path: Option<At<String>>,
     pub rules: Vec<At<String>>,
-    pub line: usize,
+    pub spot: Spot,
 }
 
 /// The file as written: rule names not yet resolved, globs not yet compiled.
@@ -63,8 +63,8 @@ pub(crate) fn parse(text: &str) -> (Parsed, Vec<Problem>) {
     match DeTable::parse(text) {
         Ok(root) => reader.root(root.get_ref(), &mut parsed),
         Err(e) => {
-            let line = reader.line(e.span().unwrap_or(0..0));
-            reader.problem(line, e.message().trim_end().replace('\n', " "));
+            let spot = reader.spot(e.span().unwrap_or(0..0));
+            reader.problem(spot, e.message().trim_end().replace('\n', " "));
         }
     }
     (parsed, reader.problems)
@@ -76,17 +76,12 @@ struct Reader<'t> {
 }
 
 impl Reader<'_> {
-    fn line(&self, span: Range<usize>) -> usize {
-        self.text
-            .get(..span.start)
-            .map_or(1, |t| t.matches('\n').count() + 1)
+    fn spot(&self, span: Range<usize>) -> Spot {
+        Spot::of(self.text, span)
     }
 
-    fn problem(&mut self, line: usize, detail: impl Into<String>) {
-        self.problems.push(Problem {
-            line,
-            detail: detail.into(),
-        });
+    fn problem(&mut self, spot: Spot, detail: impl Into<String>) {
+        self.problems.push(Problem::new(spot, detail));
     }
 
     /// The entries of a table, each unknown key reported once.
@@ -101,9 +96,9 @@ impl Reader<'_> {
                 kept.push((key.get_ref().as_ref(), value));
             } else {
                 let expected: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
-                let line = self.line(key.span());
+                let spot = self.spot(key.span());
                 self.problem(
-                    line,
+                    spot,
                     format!(
                         "unknown field `{}`, expected one of {}",
                         key.get_ref(),
@@ -149,7 +144,7 @@ impl Reader<'_> {
             return;
         };
         for (name, level) in table {
-            let line = self.line(level.span());
+            let spot = self.spot(level.span());
             let parsed = match level.get_ref().as_str() {
                 Some("off") => Level::Off,
                 Some("info") => Level::Info,
@@ -157,7 +152,7 @@ impl Reader<'_> {
                 Some("error") => Level::Error,
                 _ => {
                     self.problem(
-                        line,
+                        spot,
                         format!(
                             "rule '{}': level must be one of \"off\", \"info\", \"warning\", \"error\"",
                             name.get_ref()
@@ -168,7 +163,7 @@ impl Reader<'_> {
             };
             let at = At {
                 value: name.get_ref().to_string(),
-                line: self.line(name.span()),
+                spot: self.spot(name.span()),
             };
             out.levels.push((at, parsed));
         }
@@ -195,8 +190,8 @@ impl Reader<'_> {
 
     fn ignores(&mut self, value: &Value<'_>, out: &mut Parsed) {
         let Some(items) = value.get_ref().as_array() else {
-            let line = self.line(value.span());
-            self.problem(line, "`ignore`: expected an array of tables ([[ignore]])");
+            let spot = self.spot(value.span());
+            self.problem(spot, "`ignore`: expected an array of tables ([[ignore]])");
             return;
         };
         for item in items.iter() {
@@ -204,7 +199,7 @@ impl Reader<'_> {
                 continue;
             };
             let mut entry = IgnoreEntry {
-                line: self.line(item.span()),
+                spot: self.spot(item.span()),
                 ..IgnoreEntry::default()
             };
             for (key, value) in self.entries(table, &["path", "rules"]) {
@@ -214,7 +209,7 @@ impl Reader<'_> {
                 }
             }
             if entry.path.is_none() {
-                self.problem(entry.line, "[[ignore]] entry without `path`");
+                self.problem(entry.spot, "[[ignore]] entry without `path`");
             }
             out.ignores.push(entry);
         }
@@ -223,21 +218,21 @@ impl Reader<'_> {
     fn table<'a, 'i>(&mut self, key: &str, value: &'a Value<'i>) -> Option<&'a DeTable<'i>> {
         let table = value.get_ref().as_table();
         if table.is_none() {
-            let line = self.line(value.span());
-            self.problem(line, format!("`{key}`: expected a table"));
+            let spot = self.spot(value.span());
+            self.problem(spot, format!("`{key}`: expected a table"));
         }
         table
     }
 
     fn string(&mut self, key: &str, value: &Value<'_>) -> Option<At<String>> {
-        let line = self.line(value.span());
+        let spot = self.spot(value.span());
         match value.get_ref().as_str() {
             Some(s) => Some(At {
                 value: s.to_owned(),
-                line,
+                spot,
             }),
             None => {
-                self.problem(line, format!("`{key}`: expected a string"));
+                self.problem(spot, format!("`{key}`: expected a string"));
                 None
             }
         }
@@ -245,8 +240,8 @@ impl Reader<'_> {
 
     fn strings(&mut self, key: &str, value: &Value<'_>) -> Option<Vec<At<String>>> {
         let Some(items) = value.get_ref().as_array() else {
-            let line = self.line(value.span());
-            self.problem(line, format!("`{key}`: expected an array of strings"));
+            let spot = self.spot(value.span());
+            self.problem(spot, format!("`{key}`: expected an array of strings"));
             return None;
         };
         let all: Vec<Option<At<String>>> = items.iter().map(|v| self.string(key, v)).collect();
@@ -261,8 +256,8 @@ impl Reader<'_> {
         match parsed {
             Some(n) => *out = n,
             None => {
-                let line = self.line(value.span());
-                self.problem(line, format!("`{key}`: expected a non-negative integer"));
+                let spot = self.spot(value.span());
+                self.problem(spot, format!("`{key}`: expected a non-negative integer"));
             }
         }
     }
@@ -278,8 +273,8 @@ impl Reader<'_> {
         match parsed {
             Some(x) if x.is_finite() && x >= 0.0 => *out = x,
             _ => {
-                let line = self.line(value.span());
-                self.problem(line, format!("`{key}`: expected a non-negative number"));
+                let spot = self.spot(value.span());
+                self.problem(spot, format!("`{key}`: expected a non-negative number"));
             }
         }
     }

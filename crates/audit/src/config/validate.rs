@@ -2,7 +2,7 @@
 //! this build has. Every problem is collected; the config is used only when there are none.
 
 use super::parse::{At, Parsed};
-use super::{Config, Problem};
+use super::{Config, Problem, Spot};
 use crate::registry;
 use crate::settings::RuleSettings;
 use crate::Code;
@@ -33,10 +33,7 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
     let allocator = match &parsed.allocator_conf {
         None => AllocatorConfig::default(),
         Some(conf) => AllocatorConfig::parse(&conf.value).unwrap_or_else(|detail| {
-            problems.push(Problem {
-                line: conf.line,
-                detail,
-            });
+            problems.push(Problem::new(conf.spot, detail));
             AllocatorConfig::default()
         }),
     };
@@ -63,12 +60,9 @@ fn rule_code(name: &At<String>, problems: &mut Vec<Problem>) -> Option<Code> {
             rule.code(),
             rule.name()
         ),
-        None => format!("unknown rule '{}' (see `tensorplay rules`)", name.value),
+        None => crate::suggest::unknown_rule(&name.value),
     };
-    problems.push(Problem {
-        line: name.line,
-        detail,
-    });
+    problems.push(Problem::new(name.spot, detail));
     None
 }
 
@@ -79,17 +73,24 @@ fn glob_set(globs: &[At<String>], problems: &mut Vec<Problem>) -> GlobSet {
             Ok(glob) => {
                 builder.add(glob);
             }
-            Err(e) => problems.push(Problem {
-                line: g.line,
-                detail: format!("invalid glob '{}': {}", g.value, e.kind()),
-            }),
+            Err(e) => problems.push(Problem::new(
+                g.spot,
+                format!("invalid glob '{}': {}", g.value, e.kind()),
+            )),
         }
     }
     builder.build().unwrap_or_else(|e| {
-        problems.push(Problem {
-            line: globs.first().map_or(1, |g| g.line),
-            detail: format!("globs do not compile together: {e}"),
-        });
+        let spot = globs.first().map_or(
+            Spot {
+                line: 1,
+                ..Spot::default()
+            },
+            |g| g.spot,
+        );
+        problems.push(Problem::new(
+            spot,
+            format!("globs do not compile together: {e}"),
+        ));
         GlobSet::empty()
     })
 }

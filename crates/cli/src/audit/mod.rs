@@ -1,5 +1,6 @@
 //! `tensorplay audit`: the CI gate.
 
+use crate::color::ColorArg;
 use crate::discover::{discover, Target};
 use crate::exit::ExitStatus;
 use crate::progress::Progress;
@@ -7,7 +8,6 @@ use crate::render;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
-use std::io::IsTerminal;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -34,6 +34,9 @@ pub struct AuditArgs {
     /// What stdout shows [default: github inside GitHub Actions, else human].
     #[arg(long, value_enum, conflicts_with = "ci_mode")]
     format: Option<render::stdout::Format>,
+    /// Colour the human log: auto (a terminal; NO_COLOR, FORCE_COLOR, CLICOLOR_FORCE honoured).
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorArg::Auto)]
+    color: ColorArg,
     /// Also write the JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -147,7 +150,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let progress = if args.metadata_only {
         None
     } else {
-        Progress::start(&scanned, args.ci_mode)
+        Progress::start(&scanned, &found.checkpoints, args.ci_mode)
     };
     let results: Vec<Result<_, String>> = found
         .checkpoints
@@ -203,7 +206,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     if format == render::stdout::Format::Github {
         render::github::append_step_summary(&report);
     }
-    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let color = crate::color::enabled(args.color, args.ci_mode);
     let style = render::human::Style { color };
     crate::exit::print(&render::stdout::render(&report, format, style)?)?;
 

@@ -14,7 +14,7 @@ use super::xml::attr as escape;
 use std::fmt::Write;
 use tensorplay_audit::finding::Finding;
 use tensorplay_audit::report::{FileReport, Report};
-use tensorplay_audit::rules::human_bytes;
+use tensorplay_audit::text::human_bytes;
 
 const STYLE: &str = "\
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#1d2330;padding:0 16px}

@@ -1,8 +1,11 @@
 //! Output for people: per file, findings grouped by rule with the tensors and the fix, then
-//! a summary line. Colour only when asked (a terminal, and `NO_COLOR` unset).
+//! a summary line. Sizes in binary units (the JSON report keeps exact bytes). Colour only
+//! when `crate::color` says so.
 
+use anstyle::{AnsiColor, Style as Paint};
 use std::fmt::Write;
 use tensorplay_audit::report::Report;
+use tensorplay_audit::text::{human_bytes, plural};
 use tensorplay_audit::Severity;
 
 /// Beyond this many, skipped files are counted rather than listed.
@@ -15,22 +18,26 @@ pub struct Style {
 }
 
 impl Style {
-    fn paint(self, code: &str, text: &str) -> String {
+    fn paint(self, paint: Paint, text: &str) -> String {
         if self.color {
-            format!("\x1b[{code}m{text}\x1b[0m")
+            format!("{paint}{text}{paint:#}")
         } else {
             text.to_owned()
         }
     }
 
     fn severity(self, s: Severity) -> String {
-        let code = match s {
-            Severity::Error => "1;31",
-            Severity::Warning => "1;33",
-            Severity::Info => "1;36",
+        let color = match s {
+            Severity::Error => AnsiColor::Red,
+            Severity::Warning => AnsiColor::Yellow,
+            Severity::Info => AnsiColor::Cyan,
         };
-        self.paint(code, s.name())
+        self.paint(bold(Some(color)), s.name())
     }
+}
+
+fn bold(color: Option<AnsiColor>) -> Paint {
+    Paint::new().bold().fg_color(color.map(Into::into))
 }
 
 pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
@@ -38,12 +45,14 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
     for file in &report.files {
         let what = match &file.format {
             Some(format) => format!(
-                "{format}, {} tensors, {} storages, {} bytes",
-                file.tensors, file.storages, file.bytes
+                "{format}, {}, {}, {}",
+                plural(file.tensors, "tensor"),
+                plural(file.storages, "storage"),
+                human_bytes(file.bytes)
             ),
             None => "unreadable".to_owned(),
         };
-        writeln!(out, "{} ({what})", style.paint("1", &file.path))?;
+        writeln!(out, "{} ({what})", style.paint(bold(None), &file.path))?;
         if let (Some(device), Some(memory)) = (&file.device, &file.memory) {
             let verdict = if device.reserved_bytes == memory.reserved_bytes {
                 "matches the simulation"
@@ -52,18 +61,22 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
             };
             writeln!(
                 out,
-                "  GPU load on {}: {} storages checked, {} failed; reserved {} bytes in {} segments (simulated {}): {verdict}{}",
+                "  GPU load on {}: {} checked, {} failed; reserved {} in {} (simulated {}): {verdict}{}",
                 device.device,
-                device.storages_checked,
+                plural(device.storages_checked, "storage"),
                 device.storages_failed,
-                device.reserved_bytes,
-                device.segments,
-                memory.reserved_bytes,
+                human_bytes(device.reserved_bytes),
+                plural(device.segments, "segment"),
+                human_bytes(memory.reserved_bytes),
                 if device.pinned_staging { "" } else { "; pinned memory unavailable, staged through pageable memory" }
             )?;
         }
         if file.findings.is_empty() {
-            writeln!(out, "  no findings ({} rules checked)", file.checked.len())?;
+            writeln!(
+                out,
+                "  no findings ({} checked)",
+                plural(file.checked.len(), "rule")
+            )?;
         }
         for code in &file.checked {
             for f in file.findings.iter().filter(|f| f.code == *code) {
@@ -100,8 +113,8 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
     } else {
         writeln!(
             out,
-            "skipped {} files that are not checkpoints or are shards of an audited index (the JSON report lists them)",
-            report.skipped.len()
+            "skipped {} that are not checkpoints or are shards of an audited index (the JSON report lists them)",
+            plural(report.skipped.len(), "file")
         )?;
     }
     if !report.skipped.is_empty() {
@@ -109,21 +122,21 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
     }
     let sum = &report.summary;
     let verdict = if sum.passed {
-        style.paint("1;32", "passed")
+        style.paint(bold(Some(AnsiColor::Green)), "passed")
     } else {
-        style.paint("1;31", "FAILED")
+        style.paint(bold(Some(AnsiColor::Red)), "FAILED")
     };
     let level = format!("fail-on {}", super::fail_on_name(sum.fail_on));
     writeln!(
         out,
-        "{} files, {} tensors, {} storages, {} bytes: {} errors, {} warnings, {} infos, {}{} skipped — {verdict} ({level})",
-        sum.files,
-        sum.tensors,
-        sum.storages,
-        sum.bytes,
-        sum.errors,
-        sum.warnings,
-        sum.infos,
+        "{}, {}, {}, {}: {}, {}, {}, {}{} skipped — {verdict} ({level})",
+        plural(sum.files, "file"),
+        plural(sum.tensors, "tensor"),
+        plural(sum.storages, "storage"),
+        human_bytes(sum.bytes),
+        plural(sum.errors, "error"),
+        plural(sum.warnings, "warning"),
+        plural(sum.infos, "info"),
         if sum.suppressed > 0 {
             format!("{} suppressed, ", sum.suppressed)
         } else {

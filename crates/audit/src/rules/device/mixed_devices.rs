@@ -1,6 +1,7 @@
 use super::storages_by_location;
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use crate::text::plural;
 
 declare_rule!(MixedDevices {
     code: "TP201",
@@ -34,12 +35,12 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     }
     let parts: Vec<String> = by
         .iter()
-        .map(|(loc, ids)| format!("{loc} ({} storages)", ids.len()))
+        .map(|(loc, ids)| format!("{loc} ({})", plural(ids.len(), "storage")))
         .collect();
     out.push(Draft {
         tensors: Vec::new(),
         storage: None,
-        message: format!("storages were saved from {} devices: {}", by.len(), parts.join(", ")),
+        message: format!("storages were saved from {}: {}", plural(by.len(), "device"), parts.join(", ")),
         fix: "move every tensor to one device before saving (`model.cpu().state_dict()`), or load with map_location and re-save".into(),
     });
 }

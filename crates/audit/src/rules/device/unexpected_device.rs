@@ -1,6 +1,7 @@
 use super::storages_by_location;
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use crate::text::plural;
 
 declare_rule!(UnexpectedDevice {
     code: "TP202",
@@ -42,9 +43,10 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             .collect();
         out.push(Draft {
             message: format!(
-                "{} storages ({} tensors) were saved from {location}, outside allowed_devices [{}]: loading needs map_location",
-                ids.len(),
-                tensors.len(),
+                "{} ({}) {} saved from {location}, outside allowed_devices [{}]: loading needs map_location",
+                plural(ids.len(), "storage"),
+                plural(tensors.len(), "tensor"),
+                if ids.len() == 1 { "was" } else { "were" },
                 allowed.join(", ")
             ),
             fix: format!("save from CPU (`{{k: v.cpu() for k, v in sd.items()}}`) or add \"{location}\" to allowed_devices"),

@@ -1,4 +1,4 @@
-use super::super::human_bytes;
+use super::super::{human_bytes, plural};
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
 
@@ -49,11 +49,11 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         tensors: Vec::new(),
         storage: None,
         message: format!(
-            "loading reserves {} of GPU memory for {} requested ({ratio:.2}×, threshold {}) in {} segments",
+            "loading reserves {} of GPU memory for {} requested ({ratio:.2}×, threshold {}) in {}",
             human_bytes(reserved),
             human_bytes(requested),
             limits.allocator_overhead,
-            stats.segment.current
+            plural(stats.segment.current, "segment")
         ),
         fix: "pack small tensors into fewer storages, load the largest first, or tune roundup_power2_divisions / max_split_size_mb".into(),
     });

@@ -1,5 +1,6 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use crate::text::plural;
 
 declare_rule!(FragmentationScore {
     code: "TP301",
@@ -47,8 +48,8 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         tensors: Vec::new(),
         storage: None,
         message: format!(
-            "storage sizes have a fragmentation score of {score:.2} (variance / mean² over {} storages; threshold {threshold})",
-            sizes.len()
+            "storage sizes have a fragmentation score of {score:.2} (variance / mean² over {}; threshold {threshold})",
+            plural(sizes.len(), "storage")
         ),
         fix: "pack small tensors into fewer storages, or load the largest tensors first".into(),
     });

@@ -4,7 +4,7 @@
 use super::escape;
 use std::fmt::Write;
 use tensorplay_audit::report::SizeBin;
-use tensorplay_audit::rules::human_bytes;
+use tensorplay_audit::text::human_bytes;
 
 const WIDTH: f64 = 560.0;
 const HEIGHT: f64 = 150.0;

@@ -4,7 +4,7 @@
 use super::escape;
 use std::fmt::Write;
 use tensorplay_audit::report::SegmentMap;
-use tensorplay_audit::rules::human_bytes;
+use tensorplay_audit::text::human_bytes;
 
 /// Beyond these, the map says how many more rather than drawing them: the file stays small.
 const MAX_SEGMENTS: usize = 24;
