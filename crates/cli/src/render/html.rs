@@ -14,7 +14,7 @@ use super::xml::attr as escape;
 use std::fmt::Write;
 use tensorplay_audit::finding::Finding;
 use tensorplay_audit::report::{FileReport, Report};
-use tensorplay_audit::text::human_bytes;
+use tensorplay_audit::text::{human_bytes, plural};
 
 const STYLE: &str = "\
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#1d2330;padding:0 16px}
@@ -77,18 +77,18 @@ fn verdict(report: &Report, out: &mut String) -> anyhow::Result<()> {
     writeln!(
         out,
         "<section id=\"verdict\"><div class=\"verdict {class}\">{word} (--fail-on {}): \
-         {} errors, {} warnings, {} infos, {} suppressed</div>\
-         <p>{} checkpoints, {} tensors, {} storages, {} of storage bytes; {} files skipped.</p></section>",
+         {}, {}, {}, {} suppressed</div>\
+         <p>{}, {}, {}, {} of storage bytes; {} skipped.</p></section>",
         super::fail_on_name(s.fail_on),
-        s.errors,
-        s.warnings,
-        s.infos,
+        plural(s.errors, "error"),
+        plural(s.warnings, "warning"),
+        plural(s.infos, "info"),
         s.suppressed,
-        s.files,
-        s.tensors,
-        s.storages,
+        plural(s.files, "checkpoint"),
+        plural(s.tensors, "tensor"),
+        plural(s.storages, "storage"),
         human_bytes(s.bytes),
-        report.skipped.len()
+        plural(report.skipped.len(), "file")
     )?;
     Ok(())
 }
@@ -181,12 +181,12 @@ fn checkpoint(i: usize, file: &FileReport, out: &mut String) -> anyhow::Result<(
     if let Some(m) = &file.memory {
         writeln!(
             out,
-            "<dt>simulated load</dt><dd>{} requested, {} allocated, {} reserved in {} segments \
+            "<dt>simulated load</dt><dd>{} requested, {} allocated, {} reserved in {} \
              ({:.1}% reserved but unallocated)</dd>",
             human_bytes(m.requested_bytes),
             human_bytes(m.allocated_bytes),
             human_bytes(m.reserved_bytes),
-            m.segments,
+            plural(m.segments, "segment"),
             m.fragmentation * 100.0
         )?;
     }
