@@ -791,7 +791,7 @@ fn rules_and_explain_print_the_registry() {
     let out = tensorplay(&["rules"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 20, "{text}");
+    assert_eq!(text.lines().count(), 21, "{text}");
     assert!(text.contains("TP101  view-overlap         error     Two tensors' byte ranges in one storage partly overlap."), "{text}");
     for which in ["TP401", "non-finite", "tp401"] {
         let out = tensorplay(&["explain", which]);

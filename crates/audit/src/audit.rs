@@ -61,6 +61,7 @@ pub fn audit(
         scans,
         memory,
         device_load,
+        expect: options.expect.as_deref(),
     };
     let mut findings = Vec::new();
     for (rule, severity) in &rules {

@@ -1,6 +1,7 @@
 //! Command-line choices that shape a run.
 
 use crate::error::{Error, Result};
+use crate::manifest::Manifest;
 use crate::{registry, Code};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -21,6 +22,8 @@ pub struct Options {
     pub progress: Option<Arc<AtomicU64>>,
     /// Memory one file's read may hold (`--max-memory`); `None` is the engine's default.
     pub max_memory: Option<u64>,
+    /// The layout every checkpoint must fit (`--expect`, TP601).
+    pub expect: Option<Arc<Manifest>>,
 }
 
 impl Options {
@@ -43,6 +46,7 @@ impl Options {
             gpu_budget: None,
             progress: None,
             max_memory: None,
+            expect: None,
         })
     }
 

@@ -1,7 +1,7 @@
 //! Every rule, listed once.
 
 use crate::rule::Rule;
-use crate::rules::{device, integrity, memory, numeric, safety, view};
+use crate::rules::{device, expect, integrity, memory, numeric, safety, view};
 
 /// All rules, in code order.
 pub static RULES: &[&dyn Rule] = &[
@@ -24,6 +24,7 @@ pub static RULES: &[&dyn Rule] = &[
     &integrity::CorruptFile,
     &integrity::IndexMismatch,
     &safety::TorchscriptCode,
+    &expect::LayoutMismatch,
 ];
 
 /// The rule with this code (any case) or name.
@@ -80,7 +81,7 @@ mod tests {
             [
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
                 "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503",
-                "TP504"
+                "TP504", "TP601"
             ]
         );
         for rule in RULES {

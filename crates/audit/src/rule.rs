@@ -1,6 +1,7 @@
 //! The rule trait and what a rule sees.
 
 use crate::finding::Draft;
+use crate::manifest::Manifest;
 use crate::options::Options;
 use crate::settings::RuleSettings;
 use crate::{Code, Severity};
@@ -69,6 +70,8 @@ pub struct Context<'a> {
     pub memory: Memory,
     /// The real GPU load (`--load-to`), when one ran.
     pub device_load: Option<&'a DeviceLoad>,
+    /// The layout the checkpoint must fit (`--expect`).
+    pub expect: Option<&'a Manifest>,
 }
 
 /// The checkpoint loaded through the simulated caching allocator.

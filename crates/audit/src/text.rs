@@ -29,9 +29,47 @@ pub fn plural<N: std::fmt::Display + PartialEq + From<u8>>(n: N, noun: &str) -> 
     }
 }
 
+/// Text from a file as it may be printed to a terminal or a CI log: control, invisible and
+/// bidi characters escaped (`\u{d}`), so a crafted tensor name cannot rewrite the line that
+/// reports it (a carriage return and `PASSED`, an ANSI sequence, a right-to-left override).
+/// Line breaks of the text itself are kept only where `keep_newlines`.
+pub fn printable(text: &str, keep_newlines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let plain = c == ' '
+            || (keep_newlines && c == '\n')
+            || c.is_ascii_graphic()
+            || (!c.is_ascii() && !c.is_control() && !invisible(c));
+        if plain {
+            out.push(c);
+        } else {
+            out.extend(c.escape_unicode());
+        }
+    }
+    out
+}
+
+/// Format characters that change how a line reads without being seen: bidi controls,
+/// zero-width characters, the byte-order mark.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{human_bytes, plural};
+    use super::{human_bytes, plural, printable};
+
+    #[test]
+    fn names_that_could_rewrite_a_terminal_line_are_escaped() {
+        assert_eq!(printable("layer.0 é_name", false), "layer.0 é_name");
+        assert_eq!(printable("w\rPASSED", false), "w\\u{d}PASSED");
+        assert_eq!(printable("a\u{1b}[2Kb", false), "a\\u{1b}[2Kb");
+        assert_eq!(printable("x\u{202e}y", false), "x\\u{202e}y");
+        assert_eq!(printable("one\ntwo", false), "one\\u{a}two");
+        assert_eq!(printable("one\ntwo", true), "one\ntwo");
+    }
 
     #[test]
     fn human_bytes_reads_well() {

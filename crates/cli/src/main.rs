@@ -3,8 +3,10 @@
 
 mod audit;
 mod color;
+mod diff;
 mod discover;
 mod exit;
+mod expect;
 mod inspect;
 mod progress;
 mod render;
@@ -33,6 +35,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// List storages that several tensors view, with each tensor's byte range and how they relate.
     Views(views::ViewsArgs),
+    /// What changed between two checkpoints: tensors added, removed, renamed, reshaped,
+    /// moved, ties made or broken, bytes; with --values, contents too.
+    Diff(diff::DiffArgs),
     /// List every audit rule.
     Rules,
     /// Print what a rule checks, why it matters, an example and how to fix it.
@@ -47,6 +52,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Audit(args) => audit::run(&args),
         Command::Inspect(args) => inspect::run(&args),
+        Command::Diff(args) => diff::run(&args),
         Command::Rules => rules_cmd::list(),
         Command::Explain { rule } => rules_cmd::explain(&rule),
         Command::Views(args) => views::run(&args),

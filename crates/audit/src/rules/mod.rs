@@ -1,6 +1,7 @@
 //! Every rule, one file each, in one folder per family.
 
 pub mod device;
+pub mod expect;
 pub mod integrity;
 pub mod memory;
 pub mod numeric;

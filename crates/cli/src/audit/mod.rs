@@ -85,6 +85,11 @@ pub struct AuditArgs {
     /// GPU is present and notes that it skipped otherwise.
     #[arg(long, value_name = "DEVICE")]
     load_to: Option<String>,
+    /// Fail every checkpoint that does not fit this layout (TP601): missing or unexpected
+    /// tensors, other shapes, dtypes or devices. LAYOUT is a file written by
+    /// `tensorplay inspect --format layout`, or another checkpoint.
+    #[arg(long, value_name = "LAYOUT")]
+    expect: Option<PathBuf>,
     /// Exit 0 with an empty report when no checkpoint is found, instead of 2.
     #[arg(long)]
     allow_empty: bool,
@@ -124,6 +129,10 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let config = load_config(args.config.as_deref())?;
     let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
     (options.gpu_budget, options.max_memory) = (args.gpu_budget, args.max_memory);
+    options.expect = match &args.expect {
+        Some(path) => Some(std::sync::Arc::new(crate::expect::load_layout(path)?)),
+        None => None,
+    };
     let baseline = args.baseline.as_deref().map(Baseline::load).transpose()?;
     let fail_on = FailOn::from(args.fail_on);
     if let Some(jobs) = args.jobs {

@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::sync::Arc;
+use tensorplay_audit::manifest::Manifest;
 use tensorplay_engine::{load, Checkpoint, Storage, Tensor};
 
 #[derive(Debug, Args)]
@@ -16,8 +17,8 @@ pub struct InspectArgs {
     /// Checkpoint file or sharded index (the format is read from the content).
     file: PathBuf,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    format: OutputFormat,
+    #[arg(long, value_enum, default_value_t = InspectFormat::Text)]
+    format: InspectFormat,
     /// Show only this tensor and its storage.
     #[arg(long, value_name = "NAME")]
     tensor: Option<String>,
@@ -32,6 +33,18 @@ pub enum OutputFormat {
     Text,
     /// One JSON document, stable across releases.
     Json,
+}
+
+/// What `inspect` prints: the shared formats, or the layout.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum InspectFormat {
+    /// Tables for people.
+    Text,
+    /// One JSON document, stable across releases.
+    Json,
+    /// Names, dtypes, shapes, strides and devices as JSON: what `audit --expect` checks
+    /// other checkpoints against.
+    Layout,
 }
 
 /// What one inspect run shows: all of a checkpoint, or one tensor and its storage.
@@ -77,14 +90,23 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
     let snapshot = Snapshot::new(&checkpoint, args.tensor.as_deref())?;
     let sim = args.alloc.then(|| alloc::simulate(&checkpoint));
     let rendered = match args.format {
-        OutputFormat::Text => {
+        InspectFormat::Text => {
             let mut out = text::render(&snapshot)?;
             if let Some(sim) = &sim {
                 alloc::text(sim, &mut out)?;
             }
             out
         }
-        OutputFormat::Json => json::render(&snapshot, sim.as_ref().map(alloc::json))?,
+        InspectFormat::Json => json::render(&snapshot, sim.as_ref().map(alloc::json))?,
+        InspectFormat::Layout => {
+            let mut layout = Manifest::of(&checkpoint);
+            if let Some(only) = &args.tensor {
+                layout.tensors.retain(|t| &t.name == only);
+            }
+            let mut out = serde_json::to_string_pretty(&layout)?;
+            out.push('\n');
+            out
+        }
     };
     crate::exit::print(&rendered)?;
     Ok(ExitStatus::Success)
