@@ -1,30 +1,14 @@
 //! The diff as a pull-request comment: a verdict line and one table row per change.
 
 use super::{counts, describe, names_or_none, signed_bytes};
+use crate::render::markdown::cell;
 use std::fmt::Write;
 use tensorplay_audit::diff::Diff;
-use tensorplay_audit::text::{human_bytes, plural, printable};
+use tensorplay_audit::text::{human_bytes, plural};
 
 /// Rows past this are counted, not listed: a comment has a size limit (GitHub: 65 536
 /// characters) and nobody reads ten thousand rows.
 const MAX_ROWS: usize = 200;
-
-/// Text from a file inside a table cell: Markdown and HTML syntax escaped, so a crafted name
-/// cannot close the table, add a link or inject markup.
-fn cell(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in printable(text, false).chars() {
-        match c {
-            '\\' | '`' | '*' | '_' | '[' | ']' | '(' | ')' | '#' | '|' | '!' | '~' | '<' | '>'
-            | '&' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 pub fn render(d: &Diff) -> anyhow::Result<String> {
     let mut out = String::new();
@@ -120,15 +104,4 @@ pub fn render(d: &Diff) -> anyhow::Result<String> {
         )?;
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_crafted_name_cannot_break_out_of_its_cell() {
-        assert_eq!(super::cell("a|b"), "a\\|b");
-        assert_eq!(super::cell("[x](http://e)"), "\\[x\\]\\(http://e\\)");
-        assert_eq!(super::cell("<img src=x>"), "\\<img src=x\\>");
-        assert_eq!(super::cell("w\nx"), "w\\\\u{a}x");
-    }
 }
