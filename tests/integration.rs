@@ -9,6 +9,7 @@ mod audit;
 mod bad_input;
 mod budget;
 mod color;
+mod convert;
 mod did_you_mean;
 mod diff;
 // Symlinks, FIFOs and sockets: Unix only.

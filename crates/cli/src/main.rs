@@ -3,6 +3,7 @@
 
 mod audit;
 mod color;
+mod convert;
 mod diff;
 mod discover;
 mod exit;
@@ -38,6 +39,9 @@ enum Command {
     /// What changed between two checkpoints: tensors added, removed, renamed, reshaped,
     /// moved, ties made or broken, bytes; with --values, contents too.
     Diff(diff::DiffArgs),
+    /// Rewrite a checkpoint as safetensors without executing it: views cloned, ties written
+    /// once, devices mapped to CPU, every tensor verified before the file is put in place.
+    Convert(convert::ConvertArgs),
     /// List every audit rule.
     Rules,
     /// Print what a rule checks, why it matters, an example and how to fix it.
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Command::Audit(args) => audit::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Diff(args) => diff::run(&args),
+        Command::Convert(args) => convert::run(&args),
         Command::Rules => rules_cmd::list(),
         Command::Explain { rule } => rules_cmd::explain(&rule),
         Command::Views(args) => views::run(&args),

@@ -10,9 +10,11 @@
 
 pub mod alloc;
 pub mod checkpoint;
+pub mod convert;
 pub mod data_ptr;
 pub mod device;
 pub mod dtype;
+pub mod elements;
 pub mod error;
 pub mod layout;
 pub mod load;

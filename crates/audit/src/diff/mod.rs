@@ -2,11 +2,11 @@
 //! touches a checkpoint asks. Tensors are matched by name; a removed and an added tensor of
 //! one dtype, shape and content are reported as a rename.
 
-mod elements;
-
 use crate::manifest::{Manifest, TensorEntry};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
+use tensorplay_engine::elements::{max_abs_difference, Elements};
 use tensorplay_engine::{Checkpoint, Tensor};
 
 /// Choices for a comparison.
@@ -324,8 +324,8 @@ fn renames(
                 continue;
             }
             let Some(tb) = new.tensor(to) else { continue };
-            let ha = hash_a.get_or_insert_with(|| elements::content_hash(ta));
-            if ha.is_some() && *ha == elements::content_hash(tb) {
+            let ha = hash_a.get_or_insert_with(|| content_hash(ta));
+            if ha.is_some() && *ha == content_hash(tb) {
                 taken.insert(*to);
                 out.push(Rename {
                     from: (*from).to_owned(),
@@ -358,18 +358,16 @@ fn value_changes(
     use rayon::prelude::*;
     let outcomes: Vec<_> = pairs
         .par_iter()
-        .map(
-            |(name, a, b)| match (elements::content_hash(a), elements::content_hash(b)) {
-                (Some(ha), Some(hb)) if ha == hb => Ok(None),
-                (Some(ha), Some(hb)) => Ok(Some(ValueChange {
-                    tensor: (*name).to_owned(),
-                    old_sha256: ha,
-                    new_sha256: hb,
-                    max_abs_difference: elements::max_abs_difference(a, b),
-                })),
-                _ => Err((*name).to_owned()),
-            },
-        )
+        .map(|(name, a, b)| match (content_hash(a), content_hash(b)) {
+            (Some(ha), Some(hb)) if ha == hb => Ok(None),
+            (Some(ha), Some(hb)) => Ok(Some(ValueChange {
+                tensor: (*name).to_owned(),
+                old_sha256: ha,
+                new_sha256: hb,
+                max_abs_difference: max_abs_difference(a, b),
+            })),
+            _ => Err((*name).to_owned()),
+        })
         .collect();
     let mut changes = Vec::new();
     let mut not_compared = Vec::new();
@@ -381,4 +379,19 @@ fn value_changes(
         }
     }
     (changes, not_compared)
+}
+
+/// SHA-256 of a tensor's elements in logical order; `None` when they cannot all be read.
+fn content_hash(tensor: &Tensor) -> Option<String> {
+    let mut hasher = Sha256::new();
+    let mut buffer = Vec::with_capacity(1 << 16);
+    for element in Elements::of(tensor)? {
+        buffer.extend_from_slice(element?);
+        if buffer.len() >= 1 << 16 {
+            hasher.update(&buffer);
+            buffer.clear();
+        }
+    }
+    hasher.update(&buffer);
+    Some(format!("{:x}", hasher.finalize()))
 }

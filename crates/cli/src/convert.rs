@@ -1,0 +1,73 @@
+//! `tensorplay convert IN OUT.safetensors`: a checkpoint rewritten as safetensors without
+//! executing it, verified tensor by tensor before it is put in place.
+
+use crate::exit::ExitStatus;
+use clap::Args;
+use std::path::PathBuf;
+use tensorplay_audit::text::{human_bytes, plural, printable};
+use tensorplay_engine::convert::{to_safetensors, ConvertError, ConvertOptions};
+use tensorplay_engine::load;
+
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The checkpoint to convert (any format tensorplay reads).
+    input: PathBuf,
+    /// The safetensors file to write (replaced only once the conversion is verified).
+    output: PathBuf,
+    /// A global (`module.name`) the input may reference; repeat for each. Nothing is
+    /// executed either way: this only accepts that the file names it.
+    #[arg(long, value_name = "NAME")]
+    allow_global: Vec<String>,
+    /// Write tensors holding NaN or ±Inf instead of refusing the conversion.
+    #[arg(long)]
+    allow_nonfinite: bool,
+}
+
+pub fn run(args: &ConvertArgs) -> anyhow::Result<ExitStatus> {
+    let input = load::open(&args.input)?;
+    let options = ConvertOptions {
+        allow_globals: args.allow_global.clone(),
+        allow_nonfinite: args.allow_nonfinite,
+    };
+    let converted = match to_safetensors(&input, &args.output, &options) {
+        Ok(c) => c,
+        // The input is what it is: refusing it is a verdict on the file (exit 1), not a
+        // failure to judge it.
+        Err(e @ (ConvertError::UnsafeGlobals { .. } | ConvertError::NonFinite { .. })) => {
+            eprintln!("error: {}", printable(&e.to_string(), false));
+            return Ok(ExitStatus::Findings);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut notes = Vec::new();
+    if !converted.aliases.is_empty() {
+        notes.push(format!(
+            "{} written once (recorded in __metadata__)",
+            plural(converted.aliases.len(), "tied name")
+        ));
+    }
+    if !converted.cloned.is_empty() {
+        notes.push(format!(
+            "{} cloned into {} own record",
+            plural(converted.cloned.len(), "view"),
+            if converted.cloned.len() == 1 {
+                "its"
+            } else {
+                "their"
+            }
+        ));
+    }
+    let notes = if notes.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", notes.join(", "))
+    };
+    crate::exit::print(&format!(
+        "wrote {}: {}, {}{notes}; every tensor verified against {}\n",
+        printable(&args.output.display().to_string(), false),
+        plural(converted.written.len(), "tensor"),
+        human_bytes(converted.bytes),
+        printable(&args.input.display().to_string(), false),
+    ))?;
+    Ok(ExitStatus::Success)
+}

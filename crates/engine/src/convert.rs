@@ -1,0 +1,407 @@
+//! A checkpoint written as safetensors, without running anything: the safe way out of a
+//! pickle. Every tensor becomes its own contiguous record in logical order (views are cloned
+//! out of their storages, recorded devices are dropped: safetensors holds host bytes); names
+//! that are exactly the same view (tied weights) are written once, and the others recorded in
+//! `__metadata__` as `{removed: kept}`, the convention `safetensors.torch.save_model` uses.
+//! The output is re-read and every tensor's elements compared with the input's before it is
+//! renamed into place.
+
+use crate::elements::Elements;
+use crate::load;
+use crate::numeric::scan_checkpoint;
+use crate::{Checkpoint, DType, Tensor};
+use safetensors::tensor::{Dtype, View};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Choices for a conversion.
+#[derive(Debug, Clone, Default)]
+pub struct ConvertOptions {
+    /// Globals (`module.name`) the input's pickles may reference; any other is a refusal.
+    pub allow_globals: Vec<String>,
+    /// Write tensors holding NaN or ±Inf instead of refusing them.
+    pub allow_nonfinite: bool,
+}
+
+/// What a conversion wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converted {
+    /// Names written, in input order.
+    pub written: Vec<String>,
+    /// Tied names left out, each with the name written for it.
+    pub aliases: BTreeMap<String, String>,
+    /// Names that were views of a larger storage or not contiguous, now their own record.
+    pub cloned: Vec<String>,
+    /// Bytes of tensor data written.
+    pub bytes: u64,
+}
+
+/// Why a checkpoint was not converted.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// Its pickles reference globals that were not allowed.
+    #[error("{path}: references {} outside the allowlist: {}; pass --allow-global NAME for each one you trust (nothing is executed either way)", plural(.globals.len()), .globals.join(", "))]
+    UnsafeGlobals {
+        /// The input.
+        path: PathBuf,
+        /// `module.name` of each.
+        globals: Vec<String>,
+    },
+    /// A tensor holds NaN or ±Inf.
+    #[error("{path}: tensor '{tensor}' holds {count} non-finite values; pass --allow-nonfinite to write it anyway")]
+    NonFinite {
+        /// The input.
+        path: PathBuf,
+        /// Its name.
+        tensor: String,
+        /// How many.
+        count: u64,
+    },
+    /// safetensors has no code for the dtype.
+    #[error("{path}: tensor '{tensor}' is {dtype}, which safetensors cannot store")]
+    Dtype {
+        /// The input.
+        path: PathBuf,
+        /// Its name.
+        tensor: String,
+        /// PyTorch's name of it.
+        dtype: DType,
+    },
+    /// The bytes are not there (meta tensors) or do not cover the view.
+    #[error("{path}: tensor '{tensor}' has no readable bytes ({why})")]
+    NoBytes {
+        /// The input.
+        path: PathBuf,
+        /// Its name.
+        tensor: String,
+        /// What is missing.
+        why: &'static str,
+    },
+    /// The output would replace the input.
+    #[error("{0}: the output is the input; write the conversion to another file")]
+    SameFile(PathBuf),
+    /// Writing failed.
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        /// The output.
+        path: PathBuf,
+        /// The writer's reason.
+        source: safetensors::SafeTensorError,
+    },
+    /// Re-reading the output failed or it differs from the input.
+    #[error("{path}: the written file does not hold the input's tensors: {why}")]
+    Verify {
+        /// The output.
+        path: PathBuf,
+        /// What differs.
+        why: String,
+    },
+    /// A file operation around the write failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The reason.
+        source: std::io::Error,
+    },
+}
+
+fn plural(n: usize) -> String {
+    if n == 1 {
+        "1 global".to_owned()
+    } else {
+        format!("{n} globals")
+    }
+}
+
+/// The safetensors code of a dtype, when safetensors has one.
+fn safetensors_dtype(dtype: DType) -> Option<Dtype> {
+    const CODES: &[&str] = &[
+        "BOOL",
+        "U8",
+        "I8",
+        "I16",
+        "U16",
+        "I32",
+        "U32",
+        "I64",
+        "U64",
+        "F16",
+        "BF16",
+        "F32",
+        "F64",
+        "C64",
+        "F8_E4M3",
+        "F8_E5M2",
+        "F8_E4M3FNUZ",
+        "F8_E5M2FNUZ",
+        "F8_E8M0",
+    ];
+    let code = CODES
+        .iter()
+        .find(|c| DType::from_safetensors_code(c) == Some(dtype))?;
+    serde_json::from_value(serde_json::Value::String((*code).to_owned())).ok()
+}
+
+/// One tensor as the writer sees it: its elements gathered in logical order on demand, so
+/// memory holds at most one non-contiguous tensor at a time.
+struct Record<'a> {
+    tensor: &'a Tensor,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    len: usize,
+}
+
+impl View for Record<'_> {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        let imp = self.tensor.tensor_impl();
+        if imp.layout().is_contiguous() {
+            if let Some(bytes) = imp.view_bytes() {
+                return Cow::Borrowed(bytes);
+            }
+        }
+        // Checked readable in `records`; a short gather would fail verification anyway.
+        let mut out = Vec::with_capacity(self.len);
+        for element in Elements::of(self.tensor).into_iter().flatten().flatten() {
+            out.extend_from_slice(element);
+        }
+        Cow::Owned(out)
+    }
+    fn data_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Writes `ckpt` to `out` as safetensors, verified, or refuses with the reason.
+pub fn to_safetensors(
+    ckpt: &Checkpoint,
+    out: &Path,
+    options: &ConvertOptions,
+) -> Result<Converted, ConvertError> {
+    let path = || ckpt.path.clone();
+    if same_file(&ckpt.path, out) {
+        return Err(ConvertError::SameFile(out.to_owned()));
+    }
+    let refused: Vec<String> = ckpt
+        .unsafe_globals
+        .iter()
+        .map(|g| format!("{}.{}", g.module, g.name))
+        .filter(|g| !options.allow_globals.contains(g))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !refused.is_empty() {
+        return Err(ConvertError::UnsafeGlobals {
+            path: path(),
+            globals: refused,
+        });
+    }
+    if !options.allow_nonfinite {
+        let scans = scan_checkpoint(ckpt, None);
+        for (i, t) in ckpt.tensors.iter().enumerate() {
+            if let Some(found) = scans.get(&i).filter(|s| !s.is_clean()) {
+                return Err(ConvertError::NonFinite {
+                    path: path(),
+                    tensor: t.name().to_owned(),
+                    count: found.total(),
+                });
+            }
+        }
+    }
+    let (records, aliases, cloned) = records(ckpt)?;
+    let mut metadata: HashMap<String, String> = ckpt
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    metadata
+        .entry("format".to_owned())
+        .or_insert_with(|| "pt".to_owned());
+    for (removed, kept) in &aliases {
+        metadata.insert(removed.clone(), kept.clone());
+    }
+    let written: Vec<String> = records.iter().map(|(n, _)| n.clone()).collect();
+    let bytes = records
+        .iter()
+        .fold(0u64, |acc, (_, r)| acc.saturating_add(r.len as u64));
+
+    let temp = temporary_beside(out);
+    let io = |source| ConvertError::Io {
+        path: out.to_owned(),
+        source,
+    };
+    let result = safetensors::tensor::serialize_to_file(records, Some(metadata), &temp)
+        .map_err(|source| ConvertError::Write {
+            path: out.to_owned(),
+            source,
+        })
+        .and_then(|()| verify(ckpt, &temp, out, &written, &aliases));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    std::fs::rename(&temp, out).map_err(io)?;
+    Ok(Converted {
+        written,
+        aliases,
+        cloned,
+        bytes,
+    })
+}
+
+type Records<'a> = (
+    Vec<(String, Record<'a>)>,
+    BTreeMap<String, String>,
+    Vec<String>,
+);
+
+/// What makes two names the very same view: storage, offset, sizes, strides, dtype.
+type ViewKey<'a> = (usize, u64, &'a [u64], &'a [u64], DType);
+
+/// The records to write, the tied names left out and the views cloned.
+fn records(ckpt: &Checkpoint) -> Result<Records<'_>, ConvertError> {
+    // Names that are the very same view: one record.
+    let mut ties: BTreeMap<ViewKey<'_>, Vec<&str>> = BTreeMap::new();
+    for t in &ckpt.tensors {
+        let imp = t.tensor_impl();
+        let l = imp.layout();
+        ties.entry((
+            imp.storage().id(),
+            l.storage_offset(),
+            l.sizes(),
+            l.strides(),
+            imp.dtype(),
+        ))
+        .or_default()
+        .push(t.name());
+    }
+    let mut aliases = BTreeMap::new();
+    for names in ties.values() {
+        // save_model's choice: the first name in sorted order is kept.
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        if let Some((kept, rest)) = sorted.split_first() {
+            for removed in rest {
+                aliases.insert((*removed).to_owned(), (*kept).to_owned());
+            }
+        }
+    }
+    let mut records = Vec::new();
+    let mut cloned = Vec::new();
+    for t in ckpt
+        .tensors
+        .iter()
+        .filter(|t| !aliases.contains_key(t.name()))
+    {
+        let imp = t.tensor_impl();
+        let name = || t.name().to_owned();
+        let dtype = safetensors_dtype(imp.dtype()).ok_or_else(|| ConvertError::Dtype {
+            path: ckpt.path.clone(),
+            tensor: name(),
+            dtype: imp.dtype(),
+        })?;
+        let no_bytes = |why| ConvertError::NoBytes {
+            path: ckpt.path.clone(),
+            tensor: name(),
+            why,
+        };
+        if Elements::of(t).is_none() {
+            return Err(no_bytes("its storage holds no bytes in memory"));
+        }
+        let len = imp
+            .nbytes()
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| no_bytes("its size does not fit in memory"))?;
+        if imp.view_bytes().is_none() {
+            return Err(no_bytes("the view reaches past its storage"));
+        }
+        let shape = imp
+            .layout()
+            .sizes()
+            .iter()
+            .map(|&s| usize::try_from(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| no_bytes("its shape does not fit in memory"))?;
+        let whole = imp.storage().nbytes() == len as u64;
+        if !imp.layout().is_contiguous() || !whole {
+            cloned.push(name());
+        }
+        records.push((
+            name(),
+            Record {
+                tensor: t,
+                dtype,
+                shape,
+                len,
+            },
+        ));
+    }
+    Ok((records, aliases, cloned))
+}
+
+/// Reads the written file back and compares every tensor, element by element in logical
+/// order, with the input tensor it was written from.
+fn verify(
+    input: &Checkpoint,
+    temp: &Path,
+    out: &Path,
+    written: &[String],
+    aliases: &BTreeMap<String, String>,
+) -> Result<(), ConvertError> {
+    let fail = |why: String| ConvertError::Verify {
+        path: out.to_owned(),
+        why,
+    };
+    let back = load::open(temp).map_err(|e| fail(e.to_string()))?;
+    if back.tensors.len() != written.len() {
+        return Err(fail(format!(
+            "{} tensors read back, {} written",
+            back.tensors.len(),
+            written.len()
+        )));
+    }
+    let by_name: HashMap<&str, &Tensor> = back.tensors.iter().map(|t| (t.name(), t)).collect();
+    for t in &input.tensors {
+        let name = aliases.get(t.name()).map_or(t.name(), String::as_str);
+        let copy = by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| fail(format!("tensor '{name}' is missing")))?;
+        let (a, b) = (t.tensor_impl(), copy.tensor_impl());
+        if a.dtype() != b.dtype() || a.layout().sizes() != b.layout().sizes() {
+            return Err(fail(format!("tensor '{name}' changed dtype or shape")));
+        }
+        let same = match (Elements::of(t), Elements::of(copy)) {
+            (Some(x), Some(y)) => x.zip(y).all(|(x, y)| x.is_some() && x == y),
+            _ => false,
+        };
+        if !same {
+            return Err(fail(format!("tensor '{}' holds other values", t.name())));
+        }
+    }
+    Ok(())
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// `dir/.name.tensorplay-PID.tmp`: beside the target so the rename stays on one filesystem.
+fn temporary_beside(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "converted.safetensors".to_owned());
+    out.with_file_name(format!(".{name}.tensorplay-{}.tmp", std::process::id()))
+}

@@ -1,0 +1,153 @@
+//! `tensorplay convert` against what the real safetensors package read from its output
+//! (fixtures/convert/truth.json, written by fixtures/make_convert.py, which also checked each
+//! written tensor against torch's own reading of the input).
+
+use crate::common::{read_json, root, stderr, stdout, tensorplay};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use tensorplay_engine::elements::Elements;
+use tensorplay_engine::load;
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tensorplay-convert-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
+    let truth = read_json("fixtures/convert/truth.json");
+    let truth = truth.as_object().expect("by file");
+    assert!(truth.len() >= 10, "{truth:?}");
+    let dir = temp_dir("all");
+    for (input, expected) in truth {
+        let out = dir.join("out.safetensors");
+        let _ = std::fs::remove_file(&out);
+        let mut args = vec!["convert"];
+        let flags: Vec<&str> = expected["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        args.extend(flags);
+        args.extend([input.as_str(), out.to_str().unwrap()]);
+        let run = tensorplay(&args);
+        assert_eq!(
+            run.status.code().map(i64::from),
+            expected["exit"].as_i64(),
+            "{input}: {}",
+            stderr(&run)
+        );
+        if let Some(error) = expected["error"].as_str() {
+            assert_eq!(stderr(&run).trim(), error, "{input}");
+            assert!(!out.exists(), "{input}: a refused conversion left a file");
+            continue;
+        }
+        let ckpt = load::open(&out).unwrap_or_else(|e| panic!("{input}: {e}"));
+        let want = expected["tensors"].as_object().unwrap();
+        assert_eq!(ckpt.tensors.len(), want.len(), "{input}");
+        for t in &ckpt.tensors {
+            let w = &want[t.name()];
+            let imp = t.tensor_impl();
+            assert_eq!(
+                imp.dtype().name(),
+                w["dtype"].as_str().unwrap(),
+                "{input}: {}",
+                t.name()
+            );
+            let shape: Vec<u64> = w["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            assert_eq!(
+                imp.layout().sizes(),
+                shape.as_slice(),
+                "{input}: {}",
+                t.name()
+            );
+            assert!(imp.layout().is_contiguous(), "{input}: {}", t.name());
+            let mut hasher = Sha256::new();
+            for e in Elements::of(t).expect("bytes") {
+                hasher.update(e.expect("in bounds"));
+            }
+            assert_eq!(
+                format!("{:x}", hasher.finalize()),
+                w["sha256"].as_str().unwrap(),
+                "{input}: {}",
+                t.name()
+            );
+        }
+        let metadata: BTreeMap<String, String> = ckpt.metadata.clone().into_iter().collect();
+        let want_metadata: BTreeMap<String, String> =
+            serde_json::from_value(expected["metadata"].clone()).unwrap();
+        assert_eq!(metadata, want_metadata, "{input}");
+        assert!(stdout(&run).contains("every tensor verified"), "{input}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn unsafe_globals_and_non_finite_values_are_refused_unless_allowed() {
+    let dir = temp_dir("refuse");
+    let out = dir.join("out.safetensors");
+    let run = tensorplay(&[
+        "convert",
+        "fixtures/pytorch/payload_os_system.pt",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(stderr(&run).contains("posix.system"), "{}", stderr(&run));
+    assert!(!out.exists());
+    // Allowing the global writes the tensors the file holds; posix.system is still never run.
+    let run = tensorplay(&[
+        "convert",
+        "--allow-global",
+        "posix.system",
+        "fixtures/pytorch/payload_os_system.pt",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let written = load::open(&out).expect("converted");
+    let names: Vec<&str> = written.tensors.iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["weight"]);
+    assert!(written.unsafe_globals.is_empty());
+
+    let nan = dir.join("nan.safetensors");
+    let run = tensorplay(&[
+        "convert",
+        "fixtures/safetensors/special_values.safetensors",
+        nan.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(stderr(&run).contains("non-finite"), "{}", stderr(&run));
+    assert!(!nan.exists());
+    let run = tensorplay(&[
+        "convert",
+        "--allow-nonfinite",
+        "fixtures/safetensors/special_values.safetensors",
+        nan.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_input_is_never_the_output() {
+    let input = root().join("fixtures/diff/base.safetensors");
+    let before = std::fs::read(&input).unwrap();
+    let run = tensorplay(&[
+        "convert",
+        "fixtures/diff/base.safetensors",
+        "fixtures/diff/base.safetensors",
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        stderr(&run).contains("the output is the input"),
+        "{}",
+        stderr(&run)
+    );
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+}
