@@ -17,12 +17,16 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 #[test]
 fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
     let truth = read_json("fixtures/convert/truth.json");
-    let truth = truth.as_object().expect("by file");
+    let truth = truth.as_array().expect("conversions");
     assert!(truth.len() >= 10, "{truth:?}");
-    let dir = temp_dir("all");
-    for (input, expected) in truth {
+    assert!(
+        truth.iter().any(|e| e.get("shards").is_some()),
+        "a sharded conversion"
+    );
+    for (k, expected) in truth.iter().enumerate() {
+        let input = expected["input"].as_str().unwrap();
+        let dir = temp_dir(&k.to_string());
         let out = dir.join("out.safetensors");
-        let _ = std::fs::remove_file(&out);
         let mut args = vec!["convert"];
         let flags: Vec<&str> = expected["args"]
             .as_array()
@@ -31,7 +35,7 @@ fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
             .map(|a| a.as_str().unwrap())
             .collect();
         args.extend(flags);
-        args.extend([input.as_str(), out.to_str().unwrap()]);
+        args.extend([input, out.to_str().unwrap()]);
         let run = tensorplay(&args);
         assert_eq!(
             run.status.code().map(i64::from),
@@ -41,10 +45,34 @@ fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
         );
         if let Some(error) = expected["error"].as_str() {
             assert_eq!(stderr(&run).trim(), error, "{input}");
-            assert!(!out.exists(), "{input}: a refused conversion left a file");
+            let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+            assert!(
+                left.is_empty(),
+                "{input}: a refused conversion left {left:?}"
+            );
             continue;
         }
-        let ckpt = load::open(&out).unwrap_or_else(|e| panic!("{input}: {e}"));
+        let read_from = match expected.get("shards").and_then(|s| s.as_object()) {
+            None => out.clone(),
+            Some(shards) => {
+                // Each shard holds the tensors the safetensors package found in it.
+                for (file, names) in shards {
+                    let shard =
+                        load::open(&dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+                    let mut got: Vec<&str> = shard.tensors.iter().map(|t| t.name()).collect();
+                    got.sort_unstable();
+                    let want: Vec<&str> = names
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|n| n.as_str().unwrap())
+                        .collect();
+                    assert_eq!(got, want, "{input}: {file}");
+                }
+                dir.join("out.safetensors.index.json")
+            }
+        };
+        let ckpt = load::open(&read_from).unwrap_or_else(|e| panic!("{input}: {e}"));
         let want = expected["tensors"].as_object().unwrap();
         assert_eq!(ckpt.tensors.len(), want.len(), "{input}");
         for t in &ckpt.tensors {
@@ -80,13 +108,15 @@ fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
                 t.name()
             );
         }
-        let metadata: BTreeMap<String, String> = ckpt.metadata.clone().into_iter().collect();
-        let want_metadata: BTreeMap<String, String> =
-            serde_json::from_value(expected["metadata"].clone()).unwrap();
-        assert_eq!(metadata, want_metadata, "{input}");
+        if expected.get("shards").is_none() {
+            let metadata: BTreeMap<String, String> = ckpt.metadata.clone().into_iter().collect();
+            let want_metadata: BTreeMap<String, String> =
+                serde_json::from_value(expected["metadata"].clone()).unwrap();
+            assert_eq!(metadata, want_metadata, "{input}");
+        }
         assert!(stdout(&run).contains("every tensor verified"), "{input}");
+        std::fs::remove_dir_all(&dir).ok();
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

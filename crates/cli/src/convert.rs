@@ -21,6 +21,11 @@ pub struct ConvertArgs {
     /// Write tensors holding NaN or ±Inf instead of refusing the conversion.
     #[arg(long)]
     allow_nonfinite: bool,
+    /// Split the output into shards of at most SIZE of tensor bytes (e.g. 5GB), named
+    /// NAME-00001-of-0000N.safetensors with NAME.safetensors.index.json, as transformers
+    /// writes them.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    max_shard_size: Option<u64>,
 }
 
 pub fn run(args: &ConvertArgs) -> anyhow::Result<ExitStatus> {
@@ -28,6 +33,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<ExitStatus> {
     let options = ConvertOptions {
         allow_globals: args.allow_global.clone(),
         allow_nonfinite: args.allow_nonfinite,
+        max_shard_size: args.max_shard_size,
     };
     let converted = match to_safetensors(&input, &args.output, &options) {
         Ok(c) => c,
@@ -62,9 +68,20 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<ExitStatus> {
     } else {
         format!("; {}", notes.join(", "))
     };
+    let target = match converted.files.as_slice() {
+        [one] => one.display().to_string(),
+        files => format!(
+            "{} and {}",
+            plural(files.len() - 1, "shard"),
+            files
+                .last()
+                .map(|f| f.display().to_string())
+                .unwrap_or_default()
+        ),
+    };
     crate::exit::print(&format!(
         "wrote {}: {}, {}{notes}; every tensor verified against {}\n",
-        printable(&args.output.display().to_string(), false),
+        printable(&target, false),
         plural(converted.written.len(), "tensor"),
         human_bytes(converted.bytes),
         printable(&args.input.display().to_string(), false),

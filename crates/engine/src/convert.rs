@@ -22,6 +22,9 @@ pub struct ConvertOptions {
     pub allow_globals: Vec<String>,
     /// Write tensors holding NaN or ±Inf instead of refusing them.
     pub allow_nonfinite: bool,
+    /// Split the output into shards of at most this many tensor bytes (a tensor larger than
+    /// that gets a shard of its own), with a `.index.json` as transformers writes it.
+    pub max_shard_size: Option<u64>,
 }
 
 /// What a conversion wrote.
@@ -35,6 +38,8 @@ pub struct Converted {
     pub cloned: Vec<String>,
     /// Bytes of tensor data written.
     pub bytes: u64,
+    /// The files written: the output, or the shards and then the index.
+    pub files: Vec<PathBuf>,
 }
 
 /// Why a checkpoint was not converted.
@@ -232,27 +237,146 @@ pub fn to_safetensors(
         .iter()
         .fold(0u64, |acc, (_, r)| acc.saturating_add(r.len as u64));
 
-    let temp = temporary_beside(out);
-    let io = |source| ConvertError::Io {
-        path: out.to_owned(),
-        source,
+    let shards = shard(records, options.max_shard_size);
+    let files = if shards.len() == 1 {
+        let records = shards.into_iter().flatten();
+        write_one(ckpt, records, metadata, out, &written, &aliases)?
+    } else {
+        write_sharded(ckpt, shards, &metadata, out, &written, &aliases)?
     };
-    let result = safetensors::tensor::serialize_to_file(records, Some(metadata), &temp)
-        .map_err(|source| ConvertError::Write {
-            path: out.to_owned(),
-            source,
-        })
-        .and_then(|()| verify(ckpt, &temp, out, &written, &aliases));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&temp);
-        return Err(e);
-    }
-    std::fs::rename(&temp, out).map_err(io)?;
     Ok(Converted {
         written,
         aliases,
         cloned,
         bytes,
+        files,
+    })
+}
+
+/// Records in order, cut into shards of at most `max` bytes each (one shard without a max).
+fn shard(records: Vec<(String, Record<'_>)>, max: Option<u64>) -> Vec<Vec<(String, Record<'_>)>> {
+    let Some(max) = max else {
+        return vec![records];
+    };
+    let mut shards: Vec<Vec<(String, Record<'_>)>> = vec![Vec::new()];
+    let mut size = 0u64;
+    for (name, record) in records {
+        let len = record.len as u64;
+        if size.saturating_add(len) > max && shards.last().is_some_and(|s| !s.is_empty()) {
+            shards.push(Vec::new());
+            size = 0;
+        }
+        size = size.saturating_add(len);
+        if let Some(last) = shards.last_mut() {
+            last.push((name, record));
+        }
+    }
+    shards
+}
+
+/// One safetensors file: written beside `out`, verified, renamed into place.
+fn write_one<'a>(
+    ckpt: &Checkpoint,
+    records: impl IntoIterator<Item = (String, Record<'a>)>,
+    metadata: HashMap<String, String>,
+    out: &Path,
+    written: &[String],
+    aliases: &BTreeMap<String, String>,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    let temp = temporary_beside(out);
+    let result = serialize(records, metadata, &temp, out)
+        .and_then(|()| verify(ckpt, &temp, out, written, aliases));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    rename(&temp, out)?;
+    Ok(vec![out.to_owned()])
+}
+
+/// Shards `NAME-0000K-of-0000N.safetensors` and `NAME.safetensors.index.json`, as
+/// transformers names them: written into a folder beside `out`, the set verified through its
+/// index, then each file renamed into place, the index last.
+fn write_sharded(
+    ckpt: &Checkpoint,
+    shards: Vec<Vec<(String, Record<'_>)>>,
+    metadata: &HashMap<String, String>,
+    out: &Path,
+    written: &[String],
+    aliases: &BTreeMap<String, String>,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    let file_name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = file_name
+        .strip_suffix(".safetensors")
+        .unwrap_or(&file_name)
+        .to_owned();
+    let index_name = format!("{stem}.safetensors.index.json");
+    let staging = temporary_beside(out);
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| ConvertError::Io { path, source }
+    };
+    std::fs::create_dir(&staging).map_err(io(&staging))?;
+    let n = shards.len();
+    let mut names = Vec::with_capacity(n + 1);
+    let mut weight_map = BTreeMap::new();
+    let mut total = 0u64;
+    let result = (|| {
+        for (k, records) in shards.into_iter().enumerate() {
+            let shard_name = format!("{stem}-{:05}-of-{n:05}.safetensors", k + 1);
+            for (name, record) in &records {
+                weight_map.insert(name.clone(), shard_name.clone());
+                total = total.saturating_add(record.len as u64);
+            }
+            serialize(records, metadata.clone(), &staging.join(&shard_name), out)?;
+            names.push(shard_name);
+        }
+        let index = serde_json::json!({
+            "metadata": {"total_size": total},
+            "weight_map": weight_map,
+        });
+        let text = serde_json::to_string_pretty(&index).unwrap_or_default() + "\n";
+        let index_path = staging.join(&index_name);
+        std::fs::write(&index_path, text).map_err(io(&index_path))?;
+        names.push(index_name.clone());
+        verify(ckpt, &index_path, out, written, aliases)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    let dir = out.parent().unwrap_or_else(|| Path::new(""));
+    let mut files = Vec::with_capacity(names.len());
+    for name in &names {
+        let target = dir.join(name);
+        rename(&staging.join(name), &target)?;
+        files.push(target);
+    }
+    let _ = std::fs::remove_dir(&staging);
+    Ok(files)
+}
+
+fn serialize<'a>(
+    records: impl IntoIterator<Item = (String, Record<'a>)>,
+    metadata: HashMap<String, String>,
+    path: &Path,
+    out: &Path,
+) -> Result<(), ConvertError> {
+    safetensors::tensor::serialize_to_file(records, Some(metadata), path).map_err(|source| {
+        ConvertError::Write {
+            path: out.to_owned(),
+            source,
+        }
+    })
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), ConvertError> {
+    std::fs::rename(from, to).map_err(|source| ConvertError::Io {
+        path: to.to_owned(),
+        source,
     })
 }
 
