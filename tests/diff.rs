@@ -197,6 +197,7 @@ fn each_variant_differs_from_the_base_as_the_libraries_read_it() {
     for variant in [
         "finetuned.pt",
         "half.pt",
+        "quantized.pt",
         "tied.pt",
         "drifted.pt",
         "base.safetensors",
