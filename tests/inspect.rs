@@ -115,7 +115,7 @@ fn text_output_shows_every_layer() {
     assert_eq!(
         first,
         format!(
-            "fixtures/safetensors/basic.safetensors: safetensors, {n} tensors, {n} storages, 60 bytes",
+            "fixtures/safetensors/basic.safetensors: safetensors, {n} tensors, {n} storages, 60 B",
             n = tensors.len()
         )
     );

@@ -21,4 +21,5 @@ mod legacy_streams;
 mod pytorch;
 mod renderers;
 mod robustness;
+mod terminal;
 mod zip_layouts;

@@ -13,9 +13,15 @@ impl Table {
         }
     }
 
-    /// Appends a row.
+    /// Appends a row. Cells hold names from untrusted files, so control and invisible
+    /// characters are escaped: a crafted name cannot rewrite the terminal.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .iter()
+                .map(|c| tensorplay_audit::text::printable(c, false))
+                .collect(),
+        );
     }
 
     /// Renders with two spaces between columns and no trailing spaces.

@@ -33,7 +33,8 @@ pub fn render(d: &Diff) -> anyhow::Result<String> {
         }
         Ok(())
     };
-    let entry = |sign: char, e: &TensorEntry| format!("{sign} {} {}", shown(&e.name), describe(e));
+    let entry =
+        |sign: char, e: &TensorEntry| format!("{sign} {} {}", shown(&e.name), shown(&describe(e)));
     section(
         &mut out,
         "added",

@@ -3,6 +3,7 @@
 use super::Snapshot;
 use crate::table::Table;
 use std::fmt::Write;
+use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::{Format, Owner};
 
 pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
@@ -10,12 +11,12 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
-        "{}: {}, {} tensors, {} storages, {} bytes",
-        ckpt.path.display(),
+        "{}: {}, {}, {}, {}",
+        printable(&ckpt.path.display().to_string(), false),
         ckpt.format,
-        ckpt.tensors.len(),
-        ckpt.storages.len(),
-        ckpt.storage_bytes()
+        plural(ckpt.tensors.len(), "tensor"),
+        plural(ckpt.storages.len(), "storage"),
+        human_bytes(ckpt.storage_bytes())
     )?;
     if ckpt.format == Format::Torchscript {
         writeln!(
@@ -26,8 +27,10 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     for g in &ckpt.unsafe_globals {
         writeln!(
             out,
-            "unsafe global {}.{} in {} at byte {} (recorded, never executed)",
-            g.module, g.name, g.member, g.position
+            "unsafe global {} in {} at byte {} (recorded, never executed)",
+            printable(&format!("{}.{}", g.module, g.name), false),
+            printable(&g.member, false),
+            g.position
         )?;
     }
     if !ckpt.metadata.is_empty() {
@@ -36,7 +39,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        writeln!(out, "metadata: {}", pairs.join(", "))?;
+        writeln!(out, "metadata: {}", printable(&pairs.join(", "), false))?;
     }
 
     let mut tensors = Table::new(&[

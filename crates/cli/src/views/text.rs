@@ -2,6 +2,7 @@
 
 use crate::table::Table;
 use std::fmt::Write;
+use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::views::SharedStorage;
 use tensorplay_engine::Checkpoint;
 
@@ -9,22 +10,22 @@ pub fn render(ckpt: &Checkpoint, shared: &[SharedStorage<'_>]) -> anyhow::Result
     let mut out = String::new();
     writeln!(
         out,
-        "{}: {}, {} of {} storages viewed by more than one tensor",
-        ckpt.path.display(),
+        "{}: {}, {} of {} viewed by more than one tensor",
+        printable(&ckpt.path.display().to_string(), false),
         ckpt.format,
         shared.len(),
-        ckpt.storages.len()
+        plural(ckpt.storages.len(), "storage")
     )?;
     for s in shared {
         let st = s.storage;
         writeln!(
             out,
-            "\nstorage {} (key '{}', {}, {}, {} bytes)",
+            "\nstorage {} (key '{}', {}, {}, {})",
             st.id(),
-            st.key(),
+            printable(st.key(), false),
             st.dtype(),
-            st.location(),
-            st.nbytes()
+            printable(st.location(), false),
+            human_bytes(st.nbytes())
         )?;
         let mut table = Table::new(&["TENSOR", "BYTES", "SHAPE", "STRIDES", "OFFSET"]);
         for v in &s.views {

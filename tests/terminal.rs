@@ -1,0 +1,66 @@
+//! Names from a file cannot rewrite the log that reports them: tensor names, metadata and
+//! location strings holding carriage returns, ANSI sequences or bidi overrides (written by
+//! the real libraries, fixtures/hostile/names/) reach the terminal escaped, in every text
+//! output.
+
+use crate::common::{read_json, stderr, stdout, tensorplay};
+
+const DIR: &str = "fixtures/hostile/names";
+
+/// A control character or an invisible format character, as a terminal would act on it.
+fn acts_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn assert_clean(what: &str, text: &str) {
+    let bad: Vec<char> = text.chars().filter(|c| acts_on_terminal(*c)).collect();
+    assert!(bad.is_empty(), "{what}: {bad:?} in\n{text}");
+}
+
+#[test]
+fn the_libraries_read_the_crafted_names_back_verbatim() {
+    let truth = read_json(&format!("{DIR}/truth.json"));
+    let names = truth["crafted_names.safetensors"]["names"]
+        .as_array()
+        .unwrap();
+    assert!(names.iter().any(|n| n.as_str().unwrap().contains('\r')));
+    assert!(names.iter().any(|n| n.as_str().unwrap().contains('\u{1b}')));
+}
+
+#[test]
+fn inspect_views_diff_and_convert_escape_what_the_file_names() {
+    for file in ["crafted_names.safetensors", "crafted_names.pt"] {
+        let path = format!("{DIR}/{file}");
+        for args in [
+            vec!["inspect", path.as_str()],
+            vec!["views", path.as_str()],
+            vec!["diff", path.as_str(), "fixtures/diff/base.pt"],
+            vec![
+                "diff",
+                "--format",
+                "markdown",
+                path.as_str(),
+                "fixtures/diff/base.pt",
+            ],
+        ] {
+            let out = tensorplay(&args);
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+            assert_clean(&format!("{args:?}"), &stdout(&out));
+        }
+        // The escaped form is still there to read.
+        let out = tensorplay(&["inspect", path.as_str()]);
+        assert!(
+            stdout(&out).contains("w\\u{d}PASSED: 0 errors"),
+            "{}",
+            stdout(&out)
+        );
+    }
+    let out = tensorplay(&[
+        "convert",
+        &format!("{DIR}/crafted_names.safetensors"),
+        "/nonexistent/x.safetensors",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_clean("convert", &stderr(&out));
+}
