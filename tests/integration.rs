@@ -16,6 +16,7 @@ mod discovery;
 mod html_report;
 mod inspect;
 mod legacy_streams;
+mod partition;
 mod pytorch;
 mod renderers;
 mod robustness;
