@@ -5,6 +5,7 @@
 #   check-jsonschema's builtin schemas            GitLab CI, GitHub workflows, the Action
 #   pre-commit validate-manifest                  .pre-commit-hooks.yaml
 #   yamllint                                      every YAML file above
+#   grep                                          every version pin is the workspace's
 # The Jenkinsfiles are not linted: Jenkins' declarative linter needs a Jenkins server.
 # Tools are pinned and installed on first use under target/ci-tools (git-ignored); needs
 # python3 with venv, node and npm, and PyPI and npm reachable on the first run.
@@ -71,6 +72,16 @@ run "GitLab CI schema" "$venv/bin/check-jsonschema" --builtin-schema vendor.gitl
 run "pre-commit hook manifest" "$venv/bin/pre-commit" validate-manifest .pre-commit-hooks.yaml
 # `on:` is a key in workflows, not a boolean; long `run:` lines read better unbroken.
 run "yamllint" "$venv/bin/yamllint" --strict -d '{extends: default, rules: {document-start: disable, truthy: {check-keys: false}, line-length: {max: 120}}}' "${yaml[@]}"
+
+# Every pin names the workspace's version: a release bumps them together.
+echo "lint-templates: version pins" >&2
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+pins=$(grep -EHno "(TENSORPLAY_VERSION *[:=] *['\"]?|tensorplay==|tensorplay@v|default: )[0-9]+\.[0-9]+\.[0-9]+" \
+    action.yml ci-templates/* README.md || true)
+[ -n "$pins" ] || { echo "no version pins found" >&2; failed=1; }
+while IFS= read -r pin; do
+    [ -z "$pin" ] || [ "${pin##*[^0-9.]}" = "$version" ] || { echo "$pin: not $version" >&2; failed=1; }
+done <<< "$pins"
 
 if [ "$failed" -ne 0 ]; then
     echo "lint-templates: FAILED" >&2
