@@ -269,3 +269,60 @@ fn a_bad_partition_is_a_usage_error() {
         assert_eq!(run.status.code(), Some(2), "--partition {bad}");
     }
 }
+
+#[test]
+fn merge_writes_every_report_the_audit_writes() {
+    let out = scratch("reports");
+    let dir = "fixtures/pytorch";
+    let reports = |prefix: &str| {
+        ["sarif", "gitlab-codequality", "junit", "html"]
+            .map(|kind| (kind, out.join(format!("{prefix}.{kind}"))))
+    };
+    let whole = reports("whole");
+    let mut args = vec!["audit", "--color", "never", dir];
+    for (kind, path) in &whole {
+        args.extend([kind_flag(kind), s(path)]);
+    }
+    let whole_run = tensorplay(&args);
+    let parts: Vec<PathBuf> = (1..=2).map(|k| part(dir, k, 2, &out).1).collect();
+    let merged = reports("merged");
+    let mut args = vec!["merge", "--color", "never"];
+    args.extend(parts.iter().map(|p| s(p)));
+    for (kind, path) in &merged {
+        args.extend([kind_flag(kind), s(path)]);
+    }
+    let merged_run = tensorplay(&args);
+    assert_eq!(merged_run.status.code(), whole_run.status.code());
+    assert_eq!(
+        crate::common::stdout(&merged_run),
+        crate::common::stdout(&whole_run)
+    );
+    for ((kind, a), (_, b)) in whole.iter().zip(&merged) {
+        let (a, b) = (
+            std::fs::read_to_string(a).unwrap(),
+            std::fs::read_to_string(b).unwrap(),
+        );
+        match *kind {
+            // The same findings, fingerprints and locations.
+            "sarif" | "gitlab-codequality" => assert_eq!(a, b, "{kind} differs"),
+            // JUnit carries the time of writing; the HTML report's segment maps are not in
+            // the JSON parts: both must still name every finding's rule.
+            _ => {
+                assert!(
+                    b.contains("TP101") && b.contains("TP501"),
+                    "{kind} lacks findings"
+                );
+            }
+        }
+    }
+    std::fs::remove_dir_all(&out).ok();
+}
+
+fn kind_flag(kind: &str) -> &'static str {
+    match kind {
+        "sarif" => "--sarif",
+        "gitlab-codequality" => "--gitlab-codequality",
+        "junit" => "--junit",
+        _ => "--html",
+    }
+}
