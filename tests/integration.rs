@@ -18,6 +18,7 @@ mod discovery;
 mod html_report;
 mod inspect;
 mod legacy_streams;
+mod partition;
 mod pytorch;
 mod renderers;
 mod robustness;

@@ -44,6 +44,32 @@ pub struct Report {
     pub files: Vec<FileReport>,
     /// Files found but not audited, with why.
     pub skipped: Vec<Skipped>,
+    /// Which share of a partitioned run (`--partition K/N`) this report covers; absent
+    /// for a whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<Partition>,
+}
+
+/// A partial report's place in its run, so that merging can prove the parts add up to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    /// This part, 1-based.
+    pub k: usize,
+    /// How many parts the run has.
+    pub n: usize,
+    /// The checkpoints this part was given, in audit order.
+    pub inputs: Vec<PartInput>,
+    /// SHA-256 (hex) of the whole run's input list, every part's: parts of one run share it.
+    pub inputs_digest: String,
+}
+
+/// A checkpoint handed to a part, with the bytes that weighed it when the parts were balanced.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PartInput {
+    /// The path, as the report's `files` name it.
+    pub path: String,
+    /// Its size on disk (a sharded set's index and shards, a distributed checkpoint's files).
+    pub bytes: u64,
 }
 
 /// Tool identity.
@@ -220,6 +246,7 @@ impl Report {
             summary: Summary::default(),
             files,
             skipped,
+            partition: None,
         };
         report.summary.fail_on = fail_on;
         report.recount();

@@ -60,7 +60,8 @@ impl Target {
         self.probe
     }
 
-    fn index(&self) -> Option<&ShardIndex> {
+    /// The sharded-checkpoint index it is, if one.
+    pub fn index(&self) -> Option<&ShardIndex> {
         self.probe.as_ref().ok().and_then(Probe::index)
     }
 }

@@ -9,6 +9,8 @@ mod discover;
 mod exit;
 mod expect;
 mod inspect;
+mod merge;
+mod partition;
 mod progress;
 mod render;
 mod rules_cmd;
@@ -32,6 +34,9 @@ struct Cli {
 enum Command {
     /// Audit checkpoints and fail on violations: exit 0 passed, 1 findings, 2 could not judge.
     Audit(Box<audit::AuditArgs>),
+    /// Combine the JSON reports of a partitioned audit (--partition K/N) into one verdict:
+    /// exit 0 passed, 1 findings, 2 a part is missing, duplicated or foreign, or could not judge.
+    Merge(merge::MergeArgs),
     /// Show the four layers of a checkpoint: tensors, their layouts, storages and data pointers.
     Inspect(inspect::InspectArgs),
     /// List storages that several tensors view, with each tensor's byte range and how they relate.
@@ -58,6 +63,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&args),
         Command::Diff(args) => diff::run(&args),
         Command::Convert(args) => convert::run(&args),
+        Command::Merge(args) => merge::run(&args),
         Command::Rules => rules_cmd::list(),
         Command::Explain { rule } => rules_cmd::explain(&rule),
         Command::Views(args) => views::run(&args),

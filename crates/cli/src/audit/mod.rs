@@ -93,6 +93,10 @@ pub struct AuditArgs {
     /// Exit 0 with an empty report when no checkpoint is found, instead of 2.
     #[arg(long)]
     allow_empty: bool,
+    /// Audit only part K of N (1-based) of the inputs, for CI's parallel jobs: whole files
+    /// and sharded sets, balanced by bytes; `tensorplay merge` combines the parts' JSON reports.
+    #[arg(long, value_name = "K/N")]
+    partition: Option<crate::partition::Part>,
     /// Worker threads [default: one per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
@@ -144,7 +148,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
 
     let gpu = gpu_target(args.load_to.as_deref())?;
     let gpu_lock = Mutex::new(());
-    let found = discover(&args.paths)?;
+    let mut found = discover(&args.paths)?;
     if found.checkpoints.is_empty() && !args.allow_empty {
         // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder).
         let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
@@ -154,6 +158,10 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
             found.skipped.len()
         );
     }
+    // After the emptiness check: a part may be empty when the whole run is not.
+    let partition = args
+        .partition
+        .map(|part| crate::partition::select(&mut found.checkpoints, part));
     let scanned = Arc::new(AtomicU64::new(0));
     options.progress = Some(Arc::clone(&scanned));
     let progress = if args.metadata_only {
@@ -189,6 +197,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         }
     }
     let mut report = Report::new(files, found.skipped, fail_on);
+    report.partition = partition;
     if let Some(path) = &args.write_baseline {
         write_file(path, &Baseline::from_report(&report).to_json())?;
     }
@@ -303,7 +312,7 @@ fn gpu_target(load_to: Option<&str>) -> anyhow::Result<Option<usize>> {
 
 /// Writes a report (or a baseline) whole or not at all: into a temporary file beside it, then renamed, so a
 /// killed run never leaves a half-written report that CI would read. Missing folders are made.
-fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
     let fail = || format!("{}: cannot write", path.display());
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,

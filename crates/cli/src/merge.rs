@@ -1,0 +1,247 @@
+//! `tensorplay merge`: the partial JSON reports of a partitioned audit (`--partition K/N`)
+//! put back together into one report and one verdict, with the audit's exit rules.
+//!
+//! The parts must add up to exactly one run: every K of the same N once, the same input
+//! digest, input lists that are disjoint and together give that digest back, the same
+//! tensorplay version, fail-on level and skipped files. Anything else is an error (exit 2):
+//! a merge that silently dropped a part would pass checkpoints nobody audited.
+
+use crate::audit::write_file;
+use crate::color::ColorArg;
+use crate::exit::ExitStatus;
+use crate::partition;
+use crate::render;
+use anyhow::Context as _;
+use clap::Args;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use tensorplay_audit::report::{FileReport, Partition, Report, SCHEMA_VERSION};
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The parts' JSON reports (`tensorplay audit --partition K/N --json FILE`), one per part.
+    #[arg(required = true, value_name = "REPORT")]
+    reports: Vec<PathBuf>,
+    /// What stdout shows [default: github inside GitHub Actions, else human].
+    #[arg(long, value_enum)]
+    format: Option<render::stdout::Format>,
+    /// Colour the human log: auto (a terminal; NO_COLOR, FORCE_COLOR, CLICOLOR_FORCE honoured).
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorArg::Auto)]
+    color: ColorArg,
+    /// Write the merged JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a JUnit XML report to FILE (Jenkins, GitLab).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Write a SARIF 2.1.0 report to FILE (GitHub code scanning).
+    #[arg(long, value_name = "FILE")]
+    sarif: Option<PathBuf>,
+    /// Write a GitLab Code Quality report to FILE.
+    #[arg(long, value_name = "FILE")]
+    gitlab_codequality: Option<PathBuf>,
+    /// Write a self-contained HTML report to FILE (without the segment maps: JSON reports
+    /// do not carry them).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
+
+/// A part read back, with where it came from.
+struct Part {
+    source: String,
+    report: Report,
+    partition: Partition,
+}
+
+pub fn run(args: &MergeArgs) -> anyhow::Result<ExitStatus> {
+    let parts = args
+        .reports
+        .iter()
+        .map(|path| read_part(path))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let merged = merge(parts)?;
+    let report = &merged.report;
+
+    if let Some(path) = &args.json {
+        write_file(path, &render::json::render(report)?)?;
+    }
+    if let Some(path) = &args.junit {
+        write_file(path, &render::junit::render(report)?)?;
+    }
+    if let Some(path) = &args.sarif {
+        write_file(path, &render::sarif::render(report)?)?;
+    }
+    if let Some(path) = &args.gitlab_codequality {
+        write_file(path, &render::gitlab::render(report)?)?;
+    }
+    if let Some(path) = &args.html {
+        write_file(path, &render::html::render(report)?)?;
+    }
+    let format = render::stdout::Format::choose(args.format, false);
+    if format == render::stdout::Format::Github {
+        render::github::append_step_summary(report);
+    }
+    let style = render::human::Style {
+        color: crate::color::enabled(args.color, false),
+    };
+    crate::exit::print(&render::stdout::render(report, format, style)?)?;
+
+    if !merged.unjudged.is_empty() {
+        // As in the audit: a checkpoint that was not judged leaves the run without a verdict.
+        for (source, path) in &merged.unjudged {
+            eprintln!("error: {path}: not in the report of its part ({source}): that part could not judge it");
+        }
+        return Ok(ExitStatus::Error);
+    }
+    Ok(if report.summary.passed {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Findings
+    })
+}
+
+fn read_part(path: &Path) -> anyhow::Result<Part> {
+    let source = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("{source}: cannot read"))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{source}: not a tensorplay JSON report"))?;
+    let version = value.get("schema_version").and_then(|v| v.as_u64());
+    if version != Some(u64::from(SCHEMA_VERSION)) {
+        anyhow::bail!(
+            "{source}: not a tensorplay JSON report of schema_version {SCHEMA_VERSION} (found {})",
+            version.map_or("none".to_owned(), |v| v.to_string())
+        );
+    }
+    let mut report: Report = serde_json::from_value(value)
+        .with_context(|| format!("{source}: not a tensorplay JSON report"))?;
+    let Some(partition) = report.partition.take() else {
+        anyhow::bail!("{source}: not a partial report (written without --partition K/N)");
+    };
+    Ok(Part {
+        source,
+        report,
+        partition,
+    })
+}
+
+/// The merged report, and the inputs no part judged (with the part that had them).
+#[derive(Debug)]
+pub struct Merged {
+    pub report: Report,
+    pub unjudged: Vec<(String, String)>,
+}
+
+fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
+    parts.sort_by_key(|p| p.partition.k);
+    let first = &parts[0];
+    let n = first.partition.n;
+    let ours = env!("CARGO_PKG_VERSION");
+    let mut by_k: BTreeMap<usize, &str> = BTreeMap::new();
+    for part in &parts {
+        let (p, source) = (&part.partition, &part.source);
+        if p.n != n || p.k == 0 || p.k > n {
+            anyhow::bail!(
+                "{source} is part {}/{}, {} is part {}/{n}: parts of different runs",
+                p.k,
+                p.n,
+                first.source,
+                first.partition.k
+            );
+        }
+        if p.inputs_digest != first.partition.inputs_digest {
+            anyhow::bail!(
+                "{source} and {} are parts of different runs (their input lists differ)",
+                first.source
+            );
+        }
+        if let Some(other) = by_k.insert(p.k, source) {
+            anyhow::bail!("part {}/{n} given twice: {other} and {source}", p.k);
+        }
+        if part.report.tool.version != ours {
+            anyhow::bail!(
+                "{source} was written by tensorplay {}; merge with the same version (this is {ours})",
+                part.report.tool.version
+            );
+        }
+        if part.report.summary.fail_on != first.report.summary.fail_on {
+            anyhow::bail!(
+                "{source} and {} were judged with different --fail-on levels",
+                first.source
+            );
+        }
+        if part.report.skipped != first.report.skipped {
+            anyhow::bail!(
+                "{source} and {} skipped different files: parts of different runs",
+                first.source
+            );
+        }
+    }
+    let missing: Vec<String> = (1..=n)
+        .filter(|k| !by_k.contains_key(k))
+        .map(|k| k.to_string())
+        .collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "missing part{} {} of {n} (given {} report{})",
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", "),
+            parts.len(),
+            if parts.len() == 1 { "" } else { "s" }
+        );
+    }
+    // The parts' lists must be disjoint and add up to the list every part was cut from.
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for part in &parts {
+        for input in &part.partition.inputs {
+            if let Some(other) = seen.insert(&input.path, &part.source) {
+                anyhow::bail!(
+                    "{} is in two parts, {other} and {}: the parts do not add up to one run",
+                    input.path,
+                    part.source
+                );
+            }
+        }
+    }
+    let all: Vec<_> = parts
+        .iter()
+        .flat_map(|p| p.partition.inputs.iter().cloned())
+        .collect();
+    if partition::digest(&all) != first.partition.inputs_digest {
+        anyhow::bail!("the parts' input lists do not add up to their run's (a part was altered)");
+    }
+
+    let fail_on = first.report.summary.fail_on;
+    let skipped = first.report.skipped.clone();
+    let mut files: Vec<FileReport> = Vec::with_capacity(all.len());
+    let mut unjudged = Vec::new();
+    for part in parts {
+        let given: BTreeSet<&str> = part
+            .partition
+            .inputs
+            .iter()
+            .map(|i| i.path.as_str())
+            .collect();
+        let mut judged = BTreeSet::new();
+        for file in &part.report.files {
+            if !given.contains(file.path.as_str()) || !judged.insert(file.path.clone()) {
+                anyhow::bail!(
+                    "{}: {} is not among the part's inputs (a part was altered)",
+                    part.source,
+                    file.path
+                );
+            }
+        }
+        for input in &part.partition.inputs {
+            if !judged.contains(&input.path) {
+                unjudged.push((part.source.clone(), input.path.clone()));
+            }
+        }
+        files.extend(part.report.files);
+    }
+    // The order an unpartitioned audit reports in: discovery's, by path.
+    files.sort_by(|a, b| Path::new(&a.path).cmp(Path::new(&b.path)));
+    Ok(Merged {
+        report: Report::new(files, skipped, fail_on),
+        unjudged,
+    })
+}

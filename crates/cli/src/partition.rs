@@ -1,0 +1,189 @@
+//! `--partition K/N`: a deterministic share of an audit's inputs, so that CI's parallel jobs
+//! can split one audit and `tensorplay merge` can put it back together.
+//!
+//! Every part discovers the same inputs, weighs each by its bytes on disk (a sharded set with
+//! its shards, a distributed checkpoint with its files: one input each, never split) and
+//! deals them greedily, largest first, to the lightest part. Equal sizes go by path and equal
+//! loads to the lower part, so every job computes the same split without talking to the others.
+
+use crate::discover::Target;
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use tensorplay_audit::report::{PartInput, Partition};
+use tensorplay_engine::load::{self, ShardIndex};
+
+/// `K/N`: part K (1-based) of N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    pub k: usize,
+    pub n: usize,
+}
+
+impl FromStr for Part {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Part, String> {
+        let (k, n) = text
+            .split_once('/')
+            .ok_or_else(|| format!("expected K/N (such as 2/4), got '{text}'"))?;
+        let number = |s: &str| {
+            s.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("expected K/N with whole numbers, got '{text}'"))
+        };
+        let (k, n) = (number(k)?, number(n)?);
+        if n == 0 || k == 0 || k > n {
+            return Err(format!("part {k} of {n}: K must be between 1 and N"));
+        }
+        Ok(Part { k, n })
+    }
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.k, self.n)
+    }
+}
+
+/// Keeps `part`'s share of `targets` (in their order) and says which share it is.
+pub fn select(targets: &mut Vec<Target>, part: Part) -> Partition {
+    let inputs: Vec<PartInput> = targets
+        .iter()
+        .map(|t| PartInput {
+            path: t.path().display().to_string(),
+            bytes: weight(t),
+        })
+        .collect();
+    let digest = digest(&inputs);
+    let bins = assign(&inputs, part.n);
+    let mut keep = bins.iter().map(|&bin| bin == part.k - 1);
+    targets.retain(|_| keep.next().unwrap_or(false));
+    let inputs = inputs
+        .into_iter()
+        .zip(&bins)
+        .filter(|(_, &bin)| bin == part.k - 1)
+        .map(|(input, _)| input)
+        .collect();
+    Partition {
+        k: part.k,
+        n: part.n,
+        inputs,
+        inputs_digest: digest,
+    }
+}
+
+/// The part (0-based) each input goes to: largest first, to the part with the fewest bytes.
+pub fn assign(inputs: &[PartInput], n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&inputs[a], &inputs[b]);
+        b.bytes.cmp(&a.bytes).then_with(|| a.path.cmp(&b.path))
+    });
+    let mut load = vec![0u64; n.max(1)];
+    let mut bins = vec![0; inputs.len()];
+    for i in order {
+        // min_by_key keeps the first of equal loads: the lower part.
+        let (bin, _) = load
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, bytes)| *bytes)
+            .expect("at least one part");
+        load[bin] = load[bin].saturating_add(inputs[i].bytes);
+        bins[i] = bin;
+    }
+    bins
+}
+
+/// SHA-256 of the whole input list, independent of its order: parts of one run agree on it,
+/// and the union of their input lists must give it back.
+pub fn digest(inputs: &[PartInput]) -> String {
+    let mut sorted: Vec<&PartInput> = inputs.iter().collect();
+    sorted.sort();
+    let mut hash = Sha256::new();
+    for input in sorted {
+        // Length-prefixed: no path can run into the next entry.
+        hash.update((input.path.len() as u64).to_le_bytes());
+        hash.update(input.path.as_bytes());
+        hash.update(input.bytes.to_le_bytes());
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Bytes an input stands for; 0 when they cannot be read (the audit then reports why).
+fn weight(target: &Target) -> u64 {
+    let path = target.path();
+    if let Some(index) = target.index() {
+        let shards: u64 = index
+            .shards()
+            .into_iter()
+            .map(|shard| file_size(&ShardIndex::shard_path(path, shard)))
+            .fold(0, u64::saturating_add);
+        return file_size(path).saturating_add(shards);
+    }
+    if path.is_dir() {
+        return load::distributed::parts(path)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| file_size(p))
+            .fold(0, u64::saturating_add);
+    }
+    file_size(path)
+}
+
+fn file_size(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(sizes: &[(&str, u64)]) -> Vec<PartInput> {
+        sizes
+            .iter()
+            .map(|&(path, bytes)| PartInput {
+                path: path.into(),
+                bytes,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parses_k_of_n_and_rejects_the_rest() {
+        assert_eq!("2/4".parse::<Part>(), Ok(Part { k: 2, n: 4 }));
+        assert_eq!("1/1".parse::<Part>(), Ok(Part { k: 1, n: 1 }));
+        for bad in ["0/4", "5/4", "1/0", "2", "a/b", "-1/4", ""] {
+            assert!(bad.parse::<Part>().is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn largest_first_to_the_lightest_part() {
+        let list = inputs(&[("a", 10), ("b", 7), ("c", 5), ("d", 3), ("e", 3)]);
+        // a → 0 [10, 0]; b → 1 [10, 7]; c → 1 [10, 12]; d → 0 [13, 12]; e → 1 [13, 15].
+        assert_eq!(assign(&list, 2), vec![0, 1, 1, 0, 1]);
+    }
+
+    #[test]
+    fn ties_go_by_path_then_to_the_lower_part() {
+        let list = inputs(&[("z", 4), ("a", 4), ("m", 4)]);
+        assert_eq!(assign(&list, 3), vec![2, 0, 1]);
+        // More parts than inputs: the last parts stay empty.
+        assert_eq!(assign(&list, 5), vec![2, 0, 1]);
+    }
+
+    #[test]
+    fn the_digest_ignores_order_but_not_content() {
+        let list = inputs(&[("a", 1), ("b", 2)]);
+        let swapped = inputs(&[("b", 2), ("a", 1)]);
+        assert_eq!(digest(&list), digest(&swapped));
+        assert_ne!(digest(&list), digest(&inputs(&[("a", 1), ("b", 3)])));
+        assert_ne!(digest(&list), digest(&inputs(&[("a", 1)])));
+        assert_ne!(
+            digest(&inputs(&[("ab", 1)])),
+            digest(&inputs(&[("a", 1), ("b", 1)]))
+        );
+    }
+}
