@@ -16,6 +16,7 @@ mod discovery;
 mod html_report;
 mod inspect;
 mod legacy_streams;
+mod models;
 mod pytorch;
 mod renderers;
 mod robustness;
