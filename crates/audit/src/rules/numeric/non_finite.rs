@@ -127,9 +127,10 @@ fn lightning_placeholder<'n>(
     if !class.starts_with(|c: char| c.is_ascii_alphabetic()) || class_len == rest.len() {
         return None;
     }
-    let key = match rest[class_len..].starts_with('{') {
-        true => &rest[..class_len + rest[class_len..].find("}.")? + 1],
-        false => class,
+    let key = if rest[class_len..].starts_with('{') {
+        &rest[..class_len + rest[class_len..].find("}.")? + 1]
+    } else {
+        class
     };
     if !rest[key.len()..].starts_with('.') {
         return None;
@@ -192,8 +193,9 @@ mod tests {
         assert!(report.findings.is_empty());
     }
 
-    /// Lightning's layout: weights under `state_dict.`, ModelCheckpoint's `inf` under
-    /// `callbacks.`; `extra` is one more float32 tensor's name and value.
+    /// Lightning's layout: a weight holding `weight` under `state_dict.` (or, without
+    /// `with_state_dict`, under `model.`) and ModelCheckpoint's `kth_value` holding
+    /// `callback_value` under `callbacks.`.
     fn lightning(weight: f32, callback_value: f32, with_state_dict: bool) -> Checkpoint {
         let w = storage_of(0, float32s(&[0.5, weight]), "cpu");
         let kth = storage_of(1, float32s(&[callback_value]), "cpu");
