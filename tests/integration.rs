@@ -18,6 +18,7 @@ mod discovery;
 mod html_report;
 mod inspect;
 mod legacy_streams;
+mod models;
 mod partition;
 mod pytorch;
 mod renderers;

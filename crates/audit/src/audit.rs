@@ -68,7 +68,10 @@ pub fn audit(
         let mut drafts = Vec::new();
         rule.check(&ctx, &mut drafts);
         let severity = rule.at_least(&ctx).map_or(*severity, |s| s.max(*severity));
-        findings.extend(drafts.into_iter().map(|d| finding(*rule, severity, d)));
+        findings.extend(drafts.into_iter().map(|d| {
+            let severity = rule.at_most(&ctx, &d).map_or(severity, |s| s.min(severity));
+            finding(*rule, severity, d)
+        }));
     }
     let devices: BTreeSet<String> = ckpt
         .storages
@@ -91,6 +94,7 @@ pub fn audit(
         checked: rules.iter().map(|(r, _)| r.code()).collect(),
         findings,
         suppressed: Vec::new(),
+        allowed_globals: crate::rules::safety::allowed_seen(ckpt, &config.settings),
         memory: Some(memory_facts(&ctx.memory)),
         device: device_load.map(device_facts),
         layout: Some(layout(
@@ -156,6 +160,7 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         checked: vec![rule.code()],
         findings: vec![finding(rule, rule.default_severity(), draft)],
         suppressed: Vec::new(),
+        allowed_globals: Vec::new(),
         memory: None,
         device: None,
         layout: None,

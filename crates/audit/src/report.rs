@@ -132,6 +132,10 @@ pub struct FileReport {
     /// Findings a baseline knew, kept out of the verdict but never out of sight.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suppressed: Vec<Finding>,
+    /// Globals its pickles name that `[pickle] allow_globals` accepted (so TP501 did not
+    /// report them), `module.name`, sorted; left out when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_globals: Vec<String>,
     /// The simulated GPU load; `null` when the file could not be read.
     pub memory: Option<MemoryFacts>,
     /// The real GPU load (`--load-to`), when one ran.

@@ -54,6 +54,12 @@ pub trait Rule: Sync {
     fn at_least(&self, _ctx: &Context<'_>) -> Option<Severity> {
         None
     }
+    /// The most severity one of its findings may have, when the rule knows that finding to
+    /// be benign (Lightning's placeholder score). The runner lowers the configured severity
+    /// to it, never raises it.
+    fn at_most(&self, _ctx: &Context<'_>, _draft: &Draft) -> Option<Severity> {
+        None
+    }
 }
 
 /// A checkpoint with what several rules need computed once.
@@ -86,7 +92,7 @@ pub struct Memory {
 
 /// Declares a rule type: its identity, its doc, and the functions in its file that hold its
 /// logic (`check`, and where the rule needs them `applies`, `configurable`, `read_failure`,
-/// `at_least`).
+/// `at_least`, `at_most`).
 macro_rules! declare_rule {
     (
         $ty:ident {
@@ -101,6 +107,7 @@ macro_rules! declare_rule {
             $(, configurable: $configurable:literal)?
             $(, read_failure: $read_failure:path)?
             $(, at_least: $at_least:path)?
+            $(, at_most: $at_most:path)?
             $(,)?
         }
     ) => {
@@ -156,6 +163,15 @@ macro_rules! declare_rule {
             $(
                 fn at_least(&self, ctx: &$crate::rule::Context<'_>) -> Option<$crate::Severity> {
                     $at_least(ctx)
+                }
+            )?
+            $(
+                fn at_most(
+                    &self,
+                    ctx: &$crate::rule::Context<'_>,
+                    draft: &$crate::finding::Draft,
+                ) -> Option<$crate::Severity> {
+                    $at_most(ctx, draft)
                 }
             )?
         }

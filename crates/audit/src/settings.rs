@@ -1,5 +1,5 @@
 //! What rules may read of the configuration: thresholds, allowed devices, the tied-weight
-//! allowlist. Levels, ignores and allocator settings are the runner's, not a rule's.
+//! allowlist, the accepted pickle globals. Levels, ignores and allocator settings are the runner's, not a rule's.
 
 use globset::GlobSet;
 
@@ -39,6 +39,9 @@ pub struct RuleSettings {
     pub thresholds: Thresholds,
     /// Tensor-name globs whose ties TP103 accepts.
     pub tied_allow: GlobSet,
+    /// Exact `module.name` globals TP501 accepts (`[pickle] allow_globals`). Accepting one
+    /// only stops TP501 reporting it: tensorplay never imports or calls a global.
+    pub allow_globals: Vec<String>,
 }
 
 impl Default for RuleSettings {
@@ -47,6 +50,7 @@ impl Default for RuleSettings {
             allowed_devices: vec!["cpu".to_owned()],
             thresholds: Thresholds::default(),
             tied_allow: GlobSet::empty(),
+            allow_globals: Vec::new(),
         }
     }
 }
@@ -55,5 +59,14 @@ impl RuleSettings {
     /// Whether every name of a tie is on the tied-weight allowlist.
     pub fn tie_allowed(&self, names: &[&str]) -> bool {
         !self.tied_allow.is_empty() && names.iter().all(|n| self.tied_allow.is_match(n))
+    }
+
+    /// Whether the global `module.name` is listed, exactly, in `[pickle] allow_globals`.
+    pub fn global_allowed(&self, module: &str, name: &str) -> bool {
+        self.allow_globals.iter().any(|g| {
+            g.strip_prefix(module)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|rest| rest == name)
+        })
     }
 }

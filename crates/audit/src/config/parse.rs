@@ -33,6 +33,8 @@ pub(crate) struct Parsed {
     pub tied_allow: Vec<At<String>>,
     pub ignores: Vec<IgnoreEntry>,
     pub allocator_conf: Option<At<String>>,
+    /// `[pickle] allow_globals`, checked by validate.
+    pub allow_globals: Vec<At<String>>,
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -42,6 +44,7 @@ const TOP_KEYS: &[&str] = &[
     "tied_weights",
     "ignore",
     "allocator",
+    "pickle",
 ];
 const THRESHOLD_KEYS: &[&str] = &[
     "storage_bloat_bytes",
@@ -128,6 +131,7 @@ impl Reader<'_> {
                     }
                 }
                 "ignore" => self.ignores(value, out),
+                "pickle" => self.pickle(value, out),
                 _ => {
                     if let Some(table) = self.table(key, value) {
                         for (key, value) in self.entries(table, &["conf"]) {
@@ -212,6 +216,15 @@ impl Reader<'_> {
                 self.problem(entry.spot, "[[ignore]] entry without `path`");
             }
             out.ignores.push(entry);
+        }
+    }
+
+    /// `[pickle]`: the globals TP501 accepts, as written (names are checked by validate).
+    fn pickle(&mut self, value: &Value<'_>, out: &mut Parsed) {
+        if let Some(table) = self.table("pickle", value) {
+            for (key, value) in self.entries(table, &["allow_globals"]) {
+                out.allow_globals = self.strings(key, value).unwrap_or_default();
+            }
         }
     }
 

@@ -45,6 +45,7 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
             allowed_devices: parsed.allowed_devices.unwrap_or(defaults.allowed_devices),
             thresholds: parsed.thresholds,
             tied_allow: glob_set(&parsed.tied_allow, problems),
+            allow_globals: allow_globals(&parsed.allow_globals, problems),
         },
         allocator,
     }
@@ -64,6 +65,31 @@ fn rule_code(name: &At<String>, problems: &mut Vec<Problem>) -> Option<Code> {
     };
     problems.push(Problem::new(name.spot, detail));
     None
+}
+
+/// `[pickle] allow_globals`: exact `module.name` names, as TP501 reports them. No patterns,
+/// and never a module that runs code or commands.
+fn allow_globals(entries: &[At<String>], problems: &mut Vec<Problem>) -> Vec<String> {
+    let mut kept = Vec::new();
+    for entry in entries {
+        let name = &entry.value;
+        let identifier = |part: &str| {
+            part.starts_with(|c: char| c == '_' || c.is_alphabetic())
+                && part.chars().all(|c| c == '_' || c.is_alphanumeric())
+        };
+        let detail = if !name.contains('.') || !name.split('.').all(identifier) {
+            format!(
+                "allow_globals: '{name}' is not an exact global name: write `module.name` as TP501 reports it (e.g. \"argparse.Namespace\"); patterns are not accepted"
+            )
+        } else if crate::rules::safety::runs_code(name) {
+            format!("allow_globals: '{name}' can run code or commands when torch.load calls it, so it cannot be allowed")
+        } else {
+            kept.push(name.clone());
+            continue;
+        };
+        problems.push(Problem::new(entry.spot, detail));
+    }
+    kept
 }
 
 fn glob_set(globs: &[At<String>], problems: &mut Vec<Problem>) -> GlobSet {

@@ -94,6 +94,13 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
                 writeln!(out, "    fix: {}", f.fix)?;
             }
         }
+        if !file.allowed_globals.is_empty() {
+            writeln!(
+                out,
+                "  allowed by [pickle] allow_globals (never executed): {}",
+                file.allowed_globals.join(", ")
+            )?;
+        }
         for f in &file.suppressed {
             writeln!(
                 out,

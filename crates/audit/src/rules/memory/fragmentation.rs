@@ -5,7 +5,7 @@ use crate::text::plural;
 declare_rule!(FragmentationScore {
     code: "TP301",
     name: "fragmentation-score",
-    severity: Warning,
+    severity: Info,
     reads_bytes: false,
     summary: "Storage sizes are dispersed beyond the fragmentation threshold (default 5).",
     doc: "\
@@ -28,7 +28,17 @@ Example
 
 How to fix
   Pack small tensors together (flattened parameter buffers), or load the largest tensors
-  first so the allocator's big segments are not split.",
+  first so the allocator's big segments are not split.
+
+Why info by default
+  Ordinary models score far above 5: one storage per parameter puts a few large weights
+  among many small biases and norms. Measured on the architectures' own state dicts:
+  mobilenet_v3_small 52.9, resnet18 16.5, resnet50 15.7, gpt2 14.9, bert-base
+  (masked LM) 10.8, vit_b_16 2.6, llama-7b 0.7. No threshold separates a hazard from
+  these, so the score is shown at info; what the dispersion costs is measured by TP302,
+  which loads the storages through the simulated caching allocator. Make it a gate with
+  `TP301 = \"warning\"` under [rules] and a `thresholds.fragmentation_score` above your
+  models' own.",
     check: check,
 });
 

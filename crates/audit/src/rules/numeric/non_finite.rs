@@ -1,5 +1,8 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use crate::Severity;
+use tensorplay_engine::numeric::NonFinite;
+use tensorplay_engine::{Checkpoint, Format};
 
 declare_rule!(NonFiniteValues {
     code: "TP401",
@@ -23,8 +26,17 @@ Example
 
 How to fix
   Find the step that diverged (lower the learning rate, fix loss scaling, clip gradients)
-  and re-save from the last healthy checkpoint.",
+  and re-save from the last healthy checkpoint.
+
+Lightning checkpoints
+  Lightning's callbacks keep ±Inf as the score to beat until a monitored value exists:
+  every `.ckpt` a default `ModelCheckpoint` writes holds `kth_value = inf`. A tensor under
+  the top-level `callbacks` key of a torch.save checkpoint whose weights are under
+  `state_dict` (the layout Lightning writes) that holds ±Inf and no NaN is reported at
+  info, whatever the configured level. NaN there, and anything in the weights, stays at
+  the rule's level.",
     check: check,
+    at_most: at_most,
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
@@ -37,6 +49,20 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             continue;
         }
         let numel = t.tensor_impl().layout().numel();
+        if let Some(callback) = lightning_placeholder(ctx.ckpt, t.name(), found) {
+            out.push(Draft {
+                tensors: vec![t.name().to_owned()],
+                storage: Some(t.tensor_impl().storage().id()),
+                message: format!(
+                    "'{}' holds {} +Inf, {} -Inf among {numel} elements: Lightning callback state ({callback}), where ±Inf is the placeholder score kept until a monitored value beats it; not a weight",
+                    t.name(),
+                    found.pos_inf,
+                    found.neg_inf,
+                ),
+                fix: "nothing to fix: the callback replaces the placeholder once it monitors a value".into(),
+            });
+            continue;
+        }
         out.push(Draft {
             tensors: vec![t.name().to_owned()],
             storage: Some(t.tensor_impl().storage().id()),
@@ -54,12 +80,74 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     }
 }
 
+/// Lightning placeholders are info, whatever TP401's configured level.
+fn at_most(ctx: &Context<'_>, draft: &Draft) -> Option<Severity> {
+    let scans = ctx.scans.as_ref()?;
+    let [name] = draft.tensors.as_slice() else {
+        return None;
+    };
+    // Every tensor of that name must be a placeholder: a duplicate name is no way around it.
+    let mut of_name = ctx
+        .ckpt
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.name() == name)
+        .peekable();
+    of_name.peek()?;
+    of_name
+        .all(|(i, t)| {
+            scans
+                .get(&i)
+                .and_then(|found| lightning_placeholder(ctx.ckpt, t.name(), found))
+                .is_some()
+        })
+        .then_some(Severity::Info)
+}
+
+/// The callback whose state holds `name`, when `name` is a Lightning callback's ±Inf
+/// placeholder. The reader names tensors by their path in the pickled object, so
+/// Lightning's `{"state_dict": …, "callbacks": {"ModelCheckpoint{…}": {"kth_value": inf}}}`
+/// gives `state_dict.<param>` and `callbacks.ModelCheckpoint{…}.kth_value`; a checkpoint
+/// is taken for Lightning's when it has both. NaN is never a placeholder.
+fn lightning_placeholder<'n>(
+    ckpt: &Checkpoint,
+    name: &'n str,
+    found: &NonFinite,
+) -> Option<&'n str> {
+    if found.nan > 0 || !matches!(ckpt.format, Format::PytorchZip | Format::PytorchLegacy) {
+        return None;
+    }
+    let rest = name.strip_prefix("callbacks.")?;
+    // Lightning's state key: the callback's class name, then its `{…}` arguments if any.
+    let class_len = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    let class = &rest[..class_len];
+    if !class.starts_with(|c: char| c.is_ascii_alphabetic()) || class_len == rest.len() {
+        return None;
+    }
+    let key = if rest[class_len..].starts_with('{') {
+        &rest[..class_len + rest[class_len..].find("}.")? + 1]
+    } else {
+        class
+    };
+    if !rest[key.len()..].starts_with('.') {
+        return None;
+    }
+    ckpt.tensors
+        .iter()
+        .any(|t| t.name().starts_with("state_dict."))
+        .then_some(class)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::audit::audit;
     use crate::config::Config;
     use crate::options::Options;
     use crate::testing::{checkpoint, codes, findings, storage_of, tensor};
+    use crate::Severity;
     use tensorplay_engine::{Checkpoint, Device};
 
     fn float32s(values: &[f32]) -> Vec<u8> {
@@ -103,5 +191,83 @@ mod tests {
         };
         let report = audit(&ckpt, "hand-made.pt", &Config::default(), &options, None);
         assert!(report.findings.is_empty());
+    }
+
+    /// Lightning's layout: a weight holding `weight` under `state_dict.` (or, without
+    /// `with_state_dict`, under `model.`) and ModelCheckpoint's `kth_value` holding
+    /// `callback_value` under `callbacks.`.
+    fn lightning(weight: f32, callback_value: f32, with_state_dict: bool) -> Checkpoint {
+        let w = storage_of(0, float32s(&[0.5, weight]), "cpu");
+        let kth = storage_of(1, float32s(&[callback_value]), "cpu");
+        let weight_name = if with_state_dict {
+            "state_dict.net.0.weight"
+        } else {
+            "model.net.0.weight"
+        };
+        checkpoint(
+            vec![
+                tensor(weight_name, &w, &[2], &[1], 0, Device::Cpu),
+                tensor(
+                    "callbacks.ModelCheckpoint{'monitor': None, 'mode': 'min'}.kth_value",
+                    &kth,
+                    &[],
+                    &[],
+                    0,
+                    Device::Cpu,
+                ),
+            ],
+            vec![w, kth],
+        )
+    }
+
+    fn severities(ckpt: &Checkpoint, config: &Config) -> Vec<(String, Severity)> {
+        audit(ckpt, "hand-made.ckpt", config, &Options::default(), None)
+            .findings
+            .into_iter()
+            .map(|f| (f.tensors[0].clone(), f.severity))
+            .collect()
+    }
+
+    #[test]
+    fn lightning_placeholders_are_info_and_weights_stay_errors() {
+        let kth = "callbacks.ModelCheckpoint{'monitor': None, 'mode': 'min'}.kth_value";
+        let default = Config::default();
+        let found = findings(&lightning(1.0, f32::INFINITY, true));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].severity, Severity::Info);
+        assert!(
+            found[0]
+                .message
+                .contains("Lightning callback state (ModelCheckpoint)"),
+            "{}",
+            found[0].message
+        );
+        // A NaN weight next to the placeholder is still an error.
+        assert_eq!(
+            severities(&lightning(f32::NAN, f32::INFINITY, true), &default),
+            [
+                ("state_dict.net.0.weight".to_owned(), Severity::Error),
+                (kth.to_owned(), Severity::Info)
+            ]
+        );
+        // NaN is never a placeholder, and without `state_dict.` weights it is no Lightning file.
+        assert_eq!(
+            severities(&lightning(1.0, f32::NAN, true), &default),
+            [(kth.to_owned(), Severity::Error)]
+        );
+        assert_eq!(
+            severities(&lightning(1.0, f32::NEG_INFINITY, false), &default),
+            [(kth.to_owned(), Severity::Error)]
+        );
+        // A configured level does not raise the placeholder above info.
+        let strict = Config::parse(
+            std::path::Path::new("tensorplay.toml"),
+            "[rules]\nTP401 = \"error\"\n",
+        )
+        .expect("config");
+        assert_eq!(
+            severities(&lightning(1.0, f32::INFINITY, true), &strict),
+            [(kth.to_owned(), Severity::Info)]
+        );
     }
 }

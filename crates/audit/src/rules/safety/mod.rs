@@ -5,3 +5,4 @@ mod unsafe_global;
 
 pub use torchscript_code::TorchscriptCode;
 pub use unsafe_global::UnsafeGlobalRule;
+pub(crate) use unsafe_global::{allowed_seen, runs_code};

@@ -1,5 +1,7 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use crate::settings::RuleSettings;
+use tensorplay_engine::Checkpoint;
 
 declare_rule!(UnsafeGlobalRule {
     code: "TP501",
@@ -27,25 +29,94 @@ Example
 
 How to fix
   Do not load the file with weights_only=False. Re-save a plain state_dict from a trusted
-  environment, or convert it to safetensors.",
+  environment, or convert it to safetensors.
+
+Allowing a global
+  A training checkpoint often holds plain data: `argparse.Namespace`, numpy scalars
+  (`numpy._core.multiarray.scalar` with `numpy.dtype`). If the file is trusted to hold
+  them, list each exact name, as this rule reports it, in tensorplay.toml:
+    [pickle]
+    allow_globals = [\"argparse.Namespace\", \"numpy._core.multiarray.scalar\", \"numpy.dtype\"]
+  the way `torch.serialization.add_safe_globals` lets torch.load(weights_only=True) accept
+  them. Exact names only, no patterns; modules that run code or commands (os, posix,
+  subprocess, builtins, importlib, …) cannot be listed. An allowed global is still never
+  imported or called; it is only no longer reported, and the report lists it.",
     check: check,
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     for g in &ctx.ckpt.unsafe_globals {
+        if ctx.settings.global_allowed(&g.module, &g.name) {
+            continue;
+        }
+        let full = format!("{}.{}", shown(&g.module), shown(&g.name));
+        // The entry that would accept it, only for a name config can hold.
+        let allow = if runs_code(&full) || full != format!("{}.{}", g.module, g.name) {
+            String::new()
+        } else {
+            format!(
+                "; if the file is trusted to hold it, accept it in tensorplay.toml with [pickle] allow_globals = [\"{full}\"]"
+            )
+        };
         out.push(Draft {
             tensors: Vec::new(),
             storage: None,
             message: format!(
-                "{} at byte {} references {}.{}: loading with weights_only=False would import and call it",
-                g.member,
-                g.position,
-                shown(&g.module),
-                shown(&g.name)
+                "{} at byte {} references {full}: loading with weights_only=False would import and call it{allow}",
+                g.member, g.position,
             ),
             fix: "do not load this file with weights_only=False; re-save a plain state_dict from a trusted environment or convert to safetensors".into(),
         });
     }
+}
+
+/// Top-level modules whose globals can run code or commands when a pickle calls them: never
+/// accepted by `[pickle] allow_globals`.
+const RUNS_CODE: &[&str] = &[
+    "__builtin__",
+    "builtins",
+    "code",
+    "codeop",
+    "commands",
+    "ctypes",
+    "functools",
+    "importlib",
+    "marshal",
+    "multiprocessing",
+    "nt",
+    "operator",
+    "os",
+    "pickle",
+    "_pickle",
+    "posix",
+    "_posixsubprocess",
+    "pty",
+    "runpy",
+    "shutil",
+    "socket",
+    "subprocess",
+    "sys",
+    "types",
+    "webbrowser",
+];
+
+/// Whether `module.name` belongs to a module that can run code or commands.
+pub(crate) fn runs_code(global: &str) -> bool {
+    let top = global.split('.').next().unwrap_or_default();
+    RUNS_CODE.contains(&top)
+}
+
+/// The `[pickle] allow_globals` entries the checkpoint's pickles name, sorted, once each.
+pub(crate) fn allowed_seen(ckpt: &Checkpoint, settings: &RuleSettings) -> Vec<String> {
+    let mut seen: Vec<String> = ckpt
+        .unsafe_globals
+        .iter()
+        .filter(|g| settings.global_allowed(&g.module, &g.name))
+        .map(|g| format!("{}.{}", g.module, g.name))
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen
 }
 
 /// A name from the file as it may be printed: control, invisible and bidi characters
@@ -101,5 +172,112 @@ mod tests {
         assert_eq!(super::shown("é_name"), "é_name");
         assert_eq!(super::shown("a\rb"), "a\\u{d}b");
         assert_eq!(super::shown("x\u{202e}y z"), "x\\u{202e}y\\u{20}z");
+    }
+
+    fn with_globals(globals: &[(&str, &str)]) -> tensorplay_engine::Checkpoint {
+        let s = storage(0, 4, "cpu");
+        let mut ckpt = checkpoint(vec![tensor("w", &s, &[4], &[1], 0, Device::Cpu)], vec![s]);
+        for (i, (module, name)) in globals.iter().enumerate() {
+            ckpt.unsafe_globals.push(UnsafeGlobal {
+                module: (*module).into(),
+                name: (*name).into(),
+                member: "archive/data.pkl".into(),
+                position: 10 * i as u64,
+            });
+        }
+        ckpt
+    }
+
+    fn config(text: &str) -> crate::config::Config {
+        crate::config::Config::parse(std::path::Path::new("tensorplay.toml"), text).expect("config")
+    }
+
+    fn config_problems(text: &str) -> Vec<(usize, String)> {
+        match crate::config::Config::parse(std::path::Path::new("tensorplay.toml"), text) {
+            Ok(_) => Vec::new(),
+            Err(crate::error::Error::Config { problems, .. }) => {
+                problems.into_iter().map(|p| (p.line, p.detail)).collect()
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn the_message_names_the_entry_that_would_accept_it_but_never_for_code() {
+        let ckpt = with_globals(&[("argparse", "Namespace"), ("posix", "system")]);
+        let found = findings(&ckpt);
+        assert!(
+            found[0].message.ends_with(
+                "accept it in tensorplay.toml with [pickle] allow_globals = [\"argparse.Namespace\"]"
+            ),
+            "{}",
+            found[0].message
+        );
+        assert!(
+            found[1].message.ends_with("would import and call it"),
+            "{}",
+            found[1].message
+        );
+    }
+
+    #[test]
+    fn allowed_globals_are_exact_names_and_are_listed() {
+        let ckpt = with_globals(&[
+            ("argparse", "Namespace"),
+            ("numpy._core.multiarray", "scalar"),
+            ("numpy", "dtype"),
+            ("argparse", "Namespace"),
+        ]);
+        let c = config("[pickle]\nallow_globals = [\"argparse.Namespace\", \"numpy.dtype\"]\n");
+        let options = crate::options::Options::default();
+        let report = crate::audit::audit(&ckpt, "train.pt", &c, &options, None);
+        let messages: Vec<&str> = report.findings.iter().map(|f| f.message.as_str()).collect();
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(messages[0].contains("references numpy._core.multiarray.scalar"));
+        assert_eq!(
+            report.allowed_globals,
+            ["argparse.Namespace", "numpy.dtype"]
+        );
+        // numpy 1's name for the scalar is another name: no prefix, alias or pattern matches.
+        let c = config(
+            "[pickle]\nallow_globals = [\"numpy.core.multiarray.scalar\", \"numpy._core\"]\n",
+        );
+        let report = crate::audit::audit(&ckpt, "train.pt", &c, &options, None);
+        assert_eq!(report.findings.len(), 4);
+        assert!(report.allowed_globals.is_empty());
+    }
+
+    #[test]
+    fn malformed_or_dangerous_entries_are_config_errors_with_their_line() {
+        let problems = config_problems(
+            "[pickle]\nallow_globals = [\n  \"argparse.Namespace\",\n  \"numpy.*\",\n  \"Namespace\",\n  \"posix.system\",\n]\n",
+        );
+        let lines: Vec<usize> = problems.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [4, 5, 6], "{problems:?}");
+        assert!(
+            problems[0]
+                .1
+                .contains("'numpy.*' is not an exact global name"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1]
+                .1
+                .contains("'Namespace' is not an exact global name"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[2].1.contains("'posix.system' can run code"),
+            "{problems:?}"
+        );
+        let problems = config_problems("[pickle]\nallow_globals = [\"argparse.Namespace\", 3]\n");
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].0, 2);
+        assert!(problems[0].1.contains("expected a string"), "{problems:?}");
+        let problems = config_problems("[pickle]\nallow = [\"argparse.Namespace\"]\n");
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0]
+            .1
+            .contains("unknown field `allow`, expected one of `allow_globals`"));
     }
 }
