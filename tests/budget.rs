@@ -4,6 +4,7 @@
 //! files of the run go on; `--metadata-only` reads the bomb without inflating it.
 
 use crate::common::{read_json, root, stderr, stdout, tensorplay};
+use std::path::PathBuf;
 use std::process::Command;
 use tensorplay_engine::load::{self, ReadLimits};
 use tensorplay_engine::{Error, ErrorKind, Owner};
@@ -177,4 +178,53 @@ fn the_engine_defers_or_refuses_by_its_limits() {
     let bytes = ckpt.storages[0].data_ptr().bytes().expect("inflated");
     assert_eq!(bytes.len(), 64 << 20);
     assert!(bytes.iter().all(|&b| b == 0));
+}
+
+/// A temp folder, removed at drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("tensorplay-budget-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+/// `max_memory` in `tensorplay.toml` sets the budget; `--max-memory` overrides it.
+#[test]
+fn the_config_file_sets_the_budget_and_the_flag_overrides_it() {
+    let dir = TempDir::new("config");
+    let config = dir.0.join("tensorplay.toml");
+    // Smaller than the deflated `data.pkl` of this fixture (473 bytes once inflated).
+    std::fs::write(&config, "max_memory = 100\n").expect("config");
+    let config = config.to_str().expect("utf-8 path");
+    let clean = "fixtures/pytorch/deflated.pt";
+    let (code, files) = audit(&["--config", config, clean]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        files,
+        [[(
+            "TP502".to_owned(),
+            format!("{clean}: exceeds the memory budget (473 > 100): inflating deflated/data.pkl")
+        )]]
+    );
+    let (code, files) = audit(&["--config", config, "--max-memory", "1MiB", clean]);
+    assert_eq!(code, Some(0), "{files:?}");
+
+    std::fs::write(dir.0.join("tensorplay.toml"), "max_memory = \"lots\"\n").expect("config");
+    let out = tensorplay(&["audit", "--ci-mode", "--config", config, clean]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("tensorplay.toml:1: `max_memory`: unknown unit 'lots'"),
+        "{}",
+        stderr(&out)
+    );
 }
