@@ -17,6 +17,7 @@ mod html_report;
 mod inspect;
 mod legacy_streams;
 mod pytorch;
+mod read_only;
 mod renderers;
 mod robustness;
 mod zip_layouts;
