@@ -73,7 +73,7 @@ impl<'a> Archive<'a> {
 }
 
 fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
-    let zip = Zip::open(buffer.source(), buffer.bytes())?;
+    let zip = Zip::open(buffer.source(), buffer.bytes(), &meter)?;
     let zip_err = |detail: String| Error::Archive {
         path: buffer.source().to_owned(),
         part: "zip".into(),
