@@ -25,6 +25,8 @@ struct Run {
 
 /// Runs `tensorplay audit --ci-mode --max-memory <budget> <path>` and waits for it with
 /// `wait4`, whose resource usage is that one child's.
+// `wait4` reaps the child, which std's `Child::wait` cannot see.
+#[allow(clippy::zombie_processes)]
 fn audit(path: &Path, budget: u64) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
         .args(["audit", "--ci-mode", "--max-memory", &budget.to_string()])
