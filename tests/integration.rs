@@ -13,8 +13,6 @@ mod did_you_mean;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;
-// wait4 for each audit's peak memory: Unix only.
-#[cfg(unix)]
 mod hostile_memory;
 mod html_report;
 mod inspect;

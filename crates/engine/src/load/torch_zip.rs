@@ -2,8 +2,9 @@
 //!
 //! [`Zip`] opens the archive as PyTorch's own reader does and refuses one any other reader
 //! could read differently; stored records (every storage `torch.save` writes) are then
-//! borrowed straight from the mapped file, and compressed ones are inflated into bounded heap
-//! buffers. Besides the pickles `torch.load` runs, every other pickle in the archive has its
+//! borrowed straight from the mapped file; deflated ones stay compressed there
+//! ([`DataPtr::deferred`]), checked by inflating them in [`INFLATE_CHUNK`] pieces, and are
+//! inflated whole onto the heap only for a load that needs every byte in memory. Besides the pickles `torch.load` runs, every other pickle in the archive has its
 //! globals audited: another loader may run it.
 
 use super::limits::Meter;
@@ -18,6 +19,11 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
+
+/// Bytes of a deflated record inflated at a time: what streaming it costs in memory.
+pub const INFLATE_CHUNK: usize = 1 << 20;
+
+pub(crate) use super::zip::inflate_chunks;
 
 struct Archive<'a> {
     buffer: &'a Arc<HostBuffer>,
@@ -264,10 +270,16 @@ impl StorageSource for Records<'_, '_> {
             return DataPtr::host(Arc::clone(self.archive.buffer), start..end).map(Some);
         }
         let archive = &mut *self.archive;
-        if !archive.meter.limits.storage_bytes && !archive.big_endian {
-            // `--metadata-only`: where the record is and what it declares is all that is read.
+        let limits = archive.meter.limits;
+        if !limits.hold_storages && !archive.big_endian {
             if let Some(compressed) = archive.zip.deflated_range(&entry)? {
                 archive.read.insert(entry.name.clone());
+                if limits.storage_bytes {
+                    // torch.load inflates every record and refuses one of the wrong size:
+                    // checked here, one piece at a time, so a scan later cannot meet it.
+                    archive.zip.inflate_each(&entry, INFLATE_CHUNK, |_, _| {})?;
+                }
+                // The bytes stay compressed in the file; a scan inflates them piece by piece.
                 let buffer = Arc::clone(archive.buffer);
                 return Ok(Some(DataPtr::deferred(buffer, compressed, nbytes)));
             }

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub(crate) use central::Entry;
+pub(crate) use inflate::chunks as inflate_chunks;
 
 /// A validated archive over the file's bytes.
 pub(crate) struct Zip<'a> {
@@ -80,6 +81,19 @@ impl<'a> Zip<'a> {
                 format!("compression method {other} is not supported"),
             )),
         }
+    }
+
+    /// Inflates a deflated entry in pieces of `chunk` bytes (see [`inflate_chunks`]), checking
+    /// that it gives exactly its declared size; the error names the entry.
+    pub fn inflate_each(
+        &self,
+        entry: &Entry,
+        chunk: usize,
+        each: impl FnMut(u64, &[u8]),
+    ) -> Result<()> {
+        let compressed = self.compressed(entry)?;
+        inflate::chunks(compressed, entry.size, chunk, each)
+            .map_err(|detail| self.file.damaged(&entry.name, detail))
     }
 
     /// Where a deflated entry's compressed bytes lie in the file, once it is known to be
