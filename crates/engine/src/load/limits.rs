@@ -16,13 +16,15 @@ pub const DEFAULT_MAX_MEMORY: u64 = 1 << 30;
 pub struct ReadLimits {
     /// Bytes allocated from file contents that the read may hold at once.
     pub max_memory: u64,
-    /// Whether storage bytes are read at all. `true`: a deflated record is inflated once, in
-    /// fixed-size pieces, to check it gives exactly its declared size, and stays compressed
-    /// in the file ([`Owner::Deferred`](crate::Owner::Deferred)) for a scan to inflate again
-    /// piece by piece. `false` (`--metadata-only`): only where it is and its size are read.
+    /// Whether storage bytes are read at all. `true` without `hold_storages`: a deflated
+    /// record is inflated once, in fixed-size pieces, to check it gives exactly its declared
+    /// size, and stays compressed in the file ([`Owner::Deferred`](crate::Owner::Deferred))
+    /// for a scan to inflate again piece by piece. `false` (`--metadata-only`): only where it
+    /// is and its size are read.
     pub storage_bytes: bool,
     /// Whether deflated records are inflated whole onto the heap, charged to the budget, for
-    /// a consumer that needs every byte in memory at once (a load onto a GPU).
+    /// a consumer that needs every byte in memory at once, as torch.load holds them (the
+    /// default: `inspect`, a load onto a GPU). The audit sets it `false` and streams them.
     pub hold_storages: bool,
 }
 
@@ -31,7 +33,7 @@ impl Default for ReadLimits {
         ReadLimits {
             max_memory: DEFAULT_MAX_MEMORY,
             storage_bytes: true,
-            hold_storages: false,
+            hold_storages: true,
         }
     }
 }
