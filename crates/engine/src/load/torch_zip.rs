@@ -25,6 +25,19 @@ pub const INFLATE_CHUNK: usize = 1 << 20;
 
 pub(crate) use super::zip::inflate_chunks;
 
+/// Compressed bytes worth releasing at once: a release is a system call.
+const RELEASE_MIN: u64 = 256 << 10;
+
+/// Releases the mapped pages of `from..to` once they are worth it, so the compressed record
+/// read through is not kept resident; returns where the next release starts.
+pub(crate) fn release_read(buffer: &HostBuffer, from: u64, to: u64) -> u64 {
+    if to.saturating_sub(from) < RELEASE_MIN {
+        return from;
+    }
+    buffer.release(from..to);
+    to
+}
+
 struct Archive<'a> {
     buffer: &'a Arc<HostBuffer>,
     zip: Zip<'a>,
@@ -277,7 +290,13 @@ impl StorageSource for Records<'_, '_> {
                 if limits.storage_bytes {
                     // torch.load inflates every record and refuses one of the wrong size:
                     // checked here, one piece at a time, so a scan later cannot meet it.
-                    archive.zip.inflate_each(&entry, INFLATE_CHUNK, |_, _| {})?;
+                    let buffer = archive.buffer;
+                    let mut released = compressed.start;
+                    archive
+                        .zip
+                        .inflate_each(&entry, INFLATE_CHUNK, |_, _, consumed| {
+                            released = release_read(buffer, released, consumed);
+                        })?;
                 }
                 // The bytes stay compressed in the file; a scan inflates them piece by piece.
                 let buffer = Arc::clone(archive.buffer);

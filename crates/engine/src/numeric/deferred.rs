@@ -1,7 +1,7 @@
 //! Storages left compressed in the file (a deflated zip record, [`Owner::Deferred`]): the
 //! record is inflated once, in fixed-size pieces, and every view of the storage is scanned as
 //! the pieces go by. Memory is one piece and a partial element per view, whatever the
-//! record's size.
+//! record's size; the mapped pages of the compressed record are released once read through.
 //!
 //! Pieces arrive in storage order, so each view reads its byte range front to back: an element
 //! cut by a piece boundary is carried over to the next piece. A contiguous view counts as the
@@ -15,7 +15,7 @@
 
 use super::{classify_element, scan_bytes, scannable, Class, NonFinite};
 use crate::data_ptr::Owner;
-use crate::load::torch_zip::inflate_chunks;
+use crate::load::torch_zip::{inflate_chunks, release_read};
 use crate::tensor_impl::TensorImpl;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,7 +59,9 @@ pub(super) fn scan_deferred(
     let Some(bytes) = bytes else {
         return done;
     };
-    let inflated = inflate_chunks(bytes, *len, chunk, |at, piece| {
+    let mut released = compressed.start;
+    let inflated = inflate_chunks(bytes, *len, chunk, |at, piece, consumed| {
+        released = release_read(buffer, released, compressed.start.saturating_add(consumed));
         for (_, view) in &mut streaming {
             let fed = view.feed(at, piece);
             if let (Some(counter), true) = (progress, view.contiguous()) {

@@ -27,14 +27,15 @@ pub(super) fn all(compressed: &[u8], size: u64) -> Result<Vec<u8>, String> {
 }
 
 /// Inflates a member that must give exactly `size` bytes, handing them to `each` in order
-/// (with the offset of the first) in pieces of `chunk` bytes, the last one shorter: memory is
-/// one piece, whatever the member's size. A stream that runs past `size` stops at the first
-/// piece beyond it; one that ends early or breaks is an error after the pieces it gave.
+/// (with the offset of the first, and how many compressed bytes have been consumed so far) in
+/// pieces of `chunk` bytes, the last one shorter: memory is one piece, whatever the member's
+/// size. A stream that runs past `size` stops at the first piece beyond it; one that ends
+/// early or breaks is an error after the pieces it gave.
 pub(crate) fn chunks(
     compressed: &[u8],
     size: u64,
     chunk: usize,
-    mut each: impl FnMut(u64, &[u8]),
+    mut each: impl FnMut(u64, &[u8], u64),
 ) -> Result<(), String> {
     let mut stream = DeflateDecoder::new(compressed).take(size.saturating_add(1));
     let mut piece = vec![0u8; chunk.max(1)];
@@ -56,7 +57,7 @@ pub(crate) fn chunks(
             return Err(format!("inflates past its declared {size} bytes"));
         }
         if !got.is_empty() {
-            each(at, got);
+            each(at, got, stream.get_ref().total_in());
         }
         at = end;
         if filled < piece.len() {

@@ -84,16 +84,20 @@ impl<'a> Zip<'a> {
     }
 
     /// Inflates a deflated entry in pieces of `chunk` bytes (see [`inflate_chunks`]), checking
-    /// that it gives exactly its declared size; the error names the entry.
+    /// that it gives exactly its declared size; the error names the entry. `each` also gets
+    /// the file offset up to which the compressed bytes have been consumed.
     pub fn inflate_each(
         &self,
         entry: &Entry,
         chunk: usize,
-        each: impl FnMut(u64, &[u8]),
+        mut each: impl FnMut(u64, &[u8], u64),
     ) -> Result<()> {
         let compressed = self.compressed(entry)?;
-        inflate::chunks(compressed, entry.size, chunk, each)
-            .map_err(|detail| self.file.damaged(&entry.name, detail))
+        let start = entry.data_start;
+        inflate::chunks(compressed, entry.size, chunk, |at, piece, consumed| {
+            each(at, piece, start.saturating_add(consumed))
+        })
+        .map_err(|detail| self.file.damaged(&entry.name, detail))
     }
 
     /// Where a deflated entry's compressed bytes lie in the file, once it is known to be
