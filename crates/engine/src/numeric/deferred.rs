@@ -60,13 +60,16 @@ pub(super) fn scan_deferred(
         return done;
     };
     let mut released = compressed.start;
+    let mut counted = 0u64;
     let inflated = inflate_chunks(bytes, *len, chunk, |at, piece, consumed| {
         released = release_read(buffer, released, compressed.start.saturating_add(consumed));
+        // Progress counts bytes of the file, so a deflated record counts what it weighs there.
+        if let Some(counter) = progress {
+            counter.fetch_add(consumed.saturating_sub(counted), Ordering::Relaxed);
+            counted = consumed;
+        }
         for (_, view) in &mut streaming {
-            let fed = view.feed(at, piece);
-            if let (Some(counter), true) = (progress, view.contiguous()) {
-                counter.fetch_add(fed, Ordering::Relaxed);
-            }
+            view.feed(at, piece);
         }
     });
     if inflated.is_ok() {
@@ -146,12 +149,8 @@ impl View {
         }))
     }
 
-    fn contiguous(&self) -> bool {
-        matches!(self.plan, Plan::Contiguous)
-    }
-
-    /// Takes what `piece` (storage bytes from `at`) holds of the range; returns how many bytes.
-    fn feed(&mut self, at: u64, piece: &[u8]) -> u64 {
+    /// Takes what `piece` (storage bytes from `at`) holds of the range.
+    fn feed(&mut self, at: u64, piece: &[u8]) {
         let piece_end = at.saturating_add(piece.len() as u64);
         let start = self
             .pos
@@ -164,9 +163,8 @@ impl View {
             .zip(usize::try_from(end.saturating_sub(at)).ok())
             .and_then(|(s, e)| piece.get(s..e));
         let Some(mut bytes) = slice.filter(|_| start < end) else {
-            return 0;
+            return;
         };
-        let fed = bytes.len() as u64;
         let width = usize::try_from(self.width).unwrap_or(usize::MAX);
         if !self.carry.is_empty() {
             let take = width.saturating_sub(self.carry.len()).min(bytes.len());
@@ -174,7 +172,7 @@ impl View {
             self.carry.extend_from_slice(head);
             bytes = rest;
             if self.carry.len() < width {
-                return fed;
+                return;
             }
             let element = std::mem::take(&mut self.carry);
             self.elements(&element);
@@ -185,7 +183,6 @@ impl View {
             self.elements(elements);
         }
         self.carry.extend_from_slice(rest);
-        fed
     }
 
     /// Whole elements beginning at storage byte `self.pos`; advances it past them.
@@ -384,6 +381,20 @@ mod tests {
             }
         }
         let d = view(&deferred, DType::Float32, &[40], &[1], 0).unwrap();
+        // Progress counts the record as it weighs in the file, once for all its views.
+        let progress = AtomicU64::new(0);
+        let t = view(&deferred, DType::Float32, &[5, 8], &[1, 5], 0).unwrap();
+        assert_eq!(
+            scan_deferred(&[(0, &d), (1, &t)], 7, Some(&progress)).len(),
+            2
+        );
+        let Owner::Deferred { compressed, .. } = deferred.data_ptr().owner() else {
+            panic!("deferred")
+        };
+        assert_eq!(
+            progress.load(Ordering::Relaxed),
+            compressed.end - compressed.start
+        );
         let found = streamed(&d, 3).unwrap();
         assert_eq!(
             (found.nan, found.neg_inf, found.pos_inf, found.first),
