@@ -15,12 +15,14 @@ mod diff;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;
+mod hostile_memory;
 mod html_report;
 mod inspect;
 mod legacy_streams;
 mod models;
 mod partition;
 mod pytorch;
+mod read_only;
 mod renderers;
 mod robustness;
 mod terminal;

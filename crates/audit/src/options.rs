@@ -51,11 +51,12 @@ impl Options {
     }
 
     /// What a file's read may take. Metadata-only leaves compressed storages unread, unless
-    /// the checkpoint is also loaded onto a GPU, which needs every byte.
+    /// the checkpoint is also loaded onto a GPU, which needs every byte in memory.
     pub fn read_limits(&self, loads_to_gpu: bool) -> ReadLimits {
         ReadLimits {
             max_memory: self.max_memory.unwrap_or(DEFAULT_MAX_MEMORY),
             storage_bytes: !self.metadata_only || loads_to_gpu,
+            hold_storages: loads_to_gpu,
         }
     }
 

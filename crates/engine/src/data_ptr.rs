@@ -26,8 +26,9 @@ pub enum Owner {
     },
     /// Nothing: the storage has no bytes (meta tensors).
     None,
-    /// Bytes left compressed and unread (`--metadata-only`): the record's `compressed` range
-    /// of a buffer, which inflates to `len` bytes.
+    /// Bytes left compressed in the file (a deflated zip record): the record's `compressed`
+    /// range of a buffer, which inflates to `len` bytes. Never held whole: a scan inflates it
+    /// piece by piece, and `--metadata-only` not at all.
     Deferred {
         /// The buffer holding the compressed record.
         buffer: Arc<HostBuffer>,
@@ -78,7 +79,7 @@ impl DataPtr {
         }
     }
 
-    /// A storage whose bytes are compressed at `compressed` of `buffer` and are not read:
+    /// A storage whose bytes are compressed at `compressed` of `buffer`, not held in memory:
     /// [`bytes`](Self::bytes) has none, [`len`](Self::len) is the declared `len`.
     pub fn deferred(buffer: Arc<HostBuffer>, compressed: Range<u64>, len: u64) -> Self {
         DataPtr {

@@ -1,12 +1,14 @@
 //! `tensorplay.toml`: rule levels, thresholds, allowed devices, the tied-weight allowlist,
-//! per-path ignores and allocator settings. Read in two steps: [`parse`] reads the TOML's
+//! per-path ignores, allocator settings and the memory budget of a read. Read in two steps: [`parse`] reads the TOML's
 //! shape without knowing any rule; [`validate`] resolves rule names against the registry,
 //! compiles globs and checks values. Both report every problem with its line.
 
 mod parse;
+mod size;
 mod snippet;
 mod validate;
 
+pub use size::parse_size;
 pub use snippet::{diagram, Spot};
 
 use crate::error::{Error, Result};
@@ -64,6 +66,8 @@ pub struct Config {
     pub settings: RuleSettings,
     /// Caching-allocator settings for the simulated load (TP302, TP303).
     pub allocator: AllocatorConfig,
+    /// Memory one file's read may hold (`max_memory`); `--max-memory` overrides it.
+    pub max_memory: Option<u64>,
 }
 
 impl Config {
@@ -305,6 +309,40 @@ conf = "max_split_size_mb:4"
         assert_eq!(c.allocator.max_split_size, 128 << 20);
         let e = problems("\n[allocator]\nconf = \"max_split_size_mb:4\"\n");
         assert!(e[0].starts_with("tensorplay.toml:3: "), "{e:?}");
+    }
+
+    #[test]
+    fn max_memory_takes_the_flag_s_sizes_or_bytes() {
+        assert_eq!(
+            parse("max_memory = \"512MiB\"\n").unwrap().max_memory,
+            Some(512 << 20)
+        );
+        assert_eq!(
+            parse("max_memory = \"1.5 GB\"\n").unwrap().max_memory,
+            Some(1_500_000_000)
+        );
+        assert_eq!(parse("max_memory = 4096\n").unwrap().max_memory, Some(4096));
+        assert_eq!(parse("").unwrap().max_memory, None);
+        assert_eq!(
+            problems("\nmax_memory = \"12 parsecs\"\n"),
+            ["tensorplay.toml:2: `max_memory`: unknown unit 'parsecs' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)"]
+        );
+        assert_eq!(
+            problems("max_memory = 0\n"),
+            ["tensorplay.toml:1: `max_memory`: '0' is out of range"]
+        );
+        assert_eq!(
+            problems("max_memory = true\n"),
+            ["tensorplay.toml:1: `max_memory`: expected a size like \"512MiB\" or a number of bytes"]
+        );
+        // The caret sits under the value, as for the other keys.
+        let Err(e) = parse("max_memory = \"lots\"\n") else {
+            panic!("not a size");
+        };
+        let text = e.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "  1 | max_memory = \"lots\"", "{text}");
+        assert_eq!(lines[2], "    |              ^^^^^^", "{text}");
     }
 
     #[test]

@@ -35,6 +35,15 @@ pub(crate) struct Parsed {
     pub allocator_conf: Option<At<String>>,
     /// `[pickle] allow_globals`, checked by validate.
     pub allow_globals: Vec<At<String>>,
+    /// `max_memory` as written: a size string or a number of bytes, checked by `validate`.
+    pub max_memory: Option<At<MaxMemory>>,
+}
+
+/// `max_memory` before its size is checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum MaxMemory {
+    Text(String),
+    Bytes(i64),
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -45,6 +54,7 @@ const TOP_KEYS: &[&str] = &[
     "ignore",
     "allocator",
     "pickle",
+    "max_memory",
 ];
 const THRESHOLD_KEYS: &[&str] = &[
     "storage_bloat_bytes",
@@ -132,6 +142,7 @@ impl Reader<'_> {
                 }
                 "ignore" => self.ignores(value, out),
                 "pickle" => self.pickle(value, out),
+                "max_memory" => out.max_memory = self.max_memory(value),
                 _ => {
                     if let Some(table) = self.table(key, value) {
                         for (key, value) in self.entries(table, &["conf"]) {
@@ -259,6 +270,25 @@ impl Reader<'_> {
         };
         let all: Vec<Option<At<String>>> = items.iter().map(|v| self.string(key, v)).collect();
         all.into_iter().collect()
+    }
+
+    /// A size (`"512MiB"`) or a number of bytes; anything else is a problem here.
+    fn max_memory(&mut self, value: &Value<'_>) -> Option<At<MaxMemory>> {
+        let spot = self.spot(value.span());
+        let parsed = match value.get_ref() {
+            DeValue::String(s) => Some(MaxMemory::Text(s.to_string())),
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .map(MaxMemory::Bytes),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.problem(
+                spot,
+                "`max_memory`: expected a size like \"512MiB\" or a number of bytes",
+            );
+        }
+        parsed.map(|value| At { value, spot })
     }
 
     fn set_u64(&mut self, key: &str, value: &Value<'_>, out: &mut u64) {

@@ -1,7 +1,7 @@
 //! Second step of reading `tensorplay.toml`: what was written, checked against the rules
 //! this build has. Every problem is collected; the config is used only when there are none.
 
-use super::parse::{At, Parsed};
+use super::parse::{At, MaxMemory, Parsed};
 use super::{Config, Problem, Spot};
 use crate::registry;
 use crate::settings::RuleSettings;
@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use tensorplay_engine::alloc::AllocatorConfig;
 
 /// Builds the config from what was parsed, adding a problem for each rule that does not
-/// exist or cannot be configured, each glob that does not compile, each bad allocator setting.
+/// exist or cannot be configured, each glob that does not compile, each bad allocator setting
+/// and a `max_memory` that is not a size.
 pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
     let mut levels = HashMap::new();
     for (name, level) in &parsed.levels {
@@ -37,6 +38,17 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
             AllocatorConfig::default()
         }),
     };
+    let max_memory = parsed.max_memory.as_ref().and_then(|at| {
+        let size = match &at.value {
+            MaxMemory::Text(text) => super::parse_size(text),
+            MaxMemory::Bytes(n) if *n > 0 => Ok(n.unsigned_abs()),
+            MaxMemory::Bytes(n) => Err(format!("'{n}' is out of range")),
+        };
+        size.map_err(|detail| {
+            problems.push(Problem::new(at.spot, format!("`max_memory`: {detail}")))
+        })
+        .ok()
+    });
     let defaults = RuleSettings::default();
     Config {
         levels,
@@ -48,6 +60,7 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
             allow_globals: allow_globals(&parsed.allow_globals, problems),
         },
         allocator,
+        max_memory,
     }
 }
 

@@ -132,7 +132,9 @@ fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
 pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let config = load_config(args.config.as_deref())?;
     let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
-    (options.gpu_budget, options.max_memory) = (args.gpu_budget, args.max_memory);
+    options.gpu_budget = args.gpu_budget;
+    // The flag overrides the file's `max_memory`.
+    options.max_memory = args.max_memory.or(config.max_memory);
     options.expect = match &args.expect {
         Some(path) => Some(std::sync::Arc::new(crate::expect::load_layout(path)?)),
         None => None,

@@ -1,5 +1,6 @@
 //! One memory budget per read: every allocation sized from file contents (inflated zip
-//! members, storages held on the heap, a pickle's values) is accounted against it, so a file
+//! members, a zip's central directory, storages held on the heap, a pickle's values) is
+//! accounted against it, so a file
 //! that would take more is refused with [`Error::MemoryBudget`] instead of exhausting the
 //! machine.
 
@@ -15,9 +16,16 @@ pub const DEFAULT_MAX_MEMORY: u64 = 1 << 30;
 pub struct ReadLimits {
     /// Bytes allocated from file contents that the read may hold at once.
     pub max_memory: u64,
-    /// Whether storages whose bytes need work to reach (deflated or byte-swapped records)
-    /// are materialised; `false` (`--metadata-only`) records where they are and their size.
+    /// Whether storage bytes are read at all. `true` without `hold_storages`: a deflated
+    /// record is inflated once, in fixed-size pieces, to check it gives exactly its declared
+    /// size, and stays compressed in the file ([`Owner::Deferred`](crate::Owner::Deferred))
+    /// for a scan to inflate again piece by piece. `false` (`--metadata-only`): only where it
+    /// is and its size are read.
     pub storage_bytes: bool,
+    /// Whether deflated records are inflated whole onto the heap, charged to the budget, for
+    /// a consumer that needs every byte in memory at once, as torch.load holds them (the
+    /// default: `inspect`, a load onto a GPU). The audit sets it `false` and streams them.
+    pub hold_storages: bool,
 }
 
 impl Default for ReadLimits {
@@ -25,6 +33,7 @@ impl Default for ReadLimits {
         ReadLimits {
             max_memory: DEFAULT_MAX_MEMORY,
             storage_bytes: true,
+            hold_storages: true,
         }
     }
 }
@@ -90,7 +99,7 @@ mod tests {
     fn holds_until_the_budget_then_refuses_naming_it() {
         let meter = Meter::new(ReadLimits {
             max_memory: 100,
-            storage_bytes: true,
+            ..ReadLimits::default()
         });
         let path = Path::new("f.pt");
         meter.hold(path, 60, || "a".into()).unwrap();

@@ -2,8 +2,9 @@
 //!
 //! [`Zip`] opens the archive as PyTorch's own reader does and refuses one any other reader
 //! could read differently; stored records (every storage `torch.save` writes) are then
-//! borrowed straight from the mapped file, and compressed ones are inflated into bounded heap
-//! buffers. Besides the pickles `torch.load` runs, every other pickle in the archive has its
+//! borrowed straight from the mapped file; deflated ones stay compressed there
+//! ([`DataPtr::deferred`]), checked by inflating them in [`INFLATE_CHUNK`] pieces, and are
+//! inflated whole onto the heap only for a load that needs every byte in memory. Besides the pickles `torch.load` runs, every other pickle in the archive has its
 //! globals audited: another loader may run it.
 
 use super::limits::Meter;
@@ -18,6 +19,24 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
+
+/// Bytes of a deflated record inflated at a time: what streaming it costs in memory.
+pub const INFLATE_CHUNK: usize = 1 << 20;
+
+pub(crate) use super::zip::inflate_chunks;
+
+/// Compressed bytes worth releasing at once: a release is a system call.
+const RELEASE_MIN: u64 = 256 << 10;
+
+/// Releases the mapped pages of `from..to` once they are worth it, so the compressed record
+/// read through is not kept resident; returns where the next release starts.
+pub(crate) fn release_read(buffer: &HostBuffer, from: u64, to: u64) -> u64 {
+    if to.saturating_sub(from) < RELEASE_MIN {
+        return from;
+    }
+    buffer.release(from..to);
+    to
+}
 
 struct Archive<'a> {
     buffer: &'a Arc<HostBuffer>,
@@ -73,7 +92,7 @@ impl<'a> Archive<'a> {
 }
 
 fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
-    let zip = Zip::open(buffer.source(), buffer.bytes())?;
+    let zip = Zip::open(buffer.source(), buffer.bytes(), &meter)?;
     let zip_err = |detail: String| Error::Archive {
         path: buffer.source().to_owned(),
         part: "zip".into(),
@@ -264,10 +283,22 @@ impl StorageSource for Records<'_, '_> {
             return DataPtr::host(Arc::clone(self.archive.buffer), start..end).map(Some);
         }
         let archive = &mut *self.archive;
-        if !archive.meter.limits.storage_bytes && !archive.big_endian {
-            // `--metadata-only`: where the record is and what it declares is all that is read.
+        let limits = archive.meter.limits;
+        if !limits.hold_storages && !archive.big_endian {
             if let Some(compressed) = archive.zip.deflated_range(&entry)? {
                 archive.read.insert(entry.name.clone());
+                if limits.storage_bytes {
+                    // torch.load inflates every record and refuses one of the wrong size:
+                    // checked here, one piece at a time, so a scan later cannot meet it.
+                    let buffer = archive.buffer;
+                    let mut released = compressed.start;
+                    archive
+                        .zip
+                        .inflate_each(&entry, INFLATE_CHUNK, |_, _, consumed| {
+                            released = release_read(buffer, released, consumed);
+                        })?;
+                }
+                // The bytes stay compressed in the file; a scan inflates them piece by piece.
                 let buffer = Arc::clone(archive.buffer);
                 return Ok(Some(DataPtr::deferred(buffer, compressed, nbytes)));
             }

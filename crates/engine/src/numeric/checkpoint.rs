@@ -1,12 +1,18 @@
 //! A whole checkpoint: every floating tensor scanned once, in parallel over tensors and over
-//! chunks of large contiguous ones, with the pages of a mapped file released once scanned.
+//! chunks of large contiguous ones, with the pages of a mapped file released once scanned;
+//! storages left compressed in the file are inflated piece by piece, once each.
 
+use super::deferred::scan_deferred;
 use super::{scan_bytes, scan_tensor, scannable, NonFinite};
+use crate::data_ptr::Owner;
+use crate::load::torch_zip::INFLATE_CHUNK;
+use crate::storage::Storage;
 use crate::tensor_impl::TensorImpl;
 use crate::Checkpoint;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Bytes of a contiguous tensor scanned as one unit of parallel work. A multiple of every
 /// element size, so chunks split no element.
@@ -24,20 +30,38 @@ const RELEASE_MIN: u64 = 256 << 10;
 /// resident memory stays bounded whatever the checkpoint's size. `progress`, when given, is
 /// advanced by the bytes of each contiguous chunk scanned.
 ///
-/// A tensor is missing from the map when [`scan_tensor`] would give `None` (no host bytes, or
-/// a view inconsistent with its storage). A view that reaches its elements many times over
+/// A tensor is missing from the map when [`scan_tensor`] would give `None` (no bytes, or a
+/// view inconsistent with its storage). A storage left compressed in the file is inflated in
+/// [`INFLATE_CHUNK`] pieces and its views scanned as the pieces pass, with the same counts and
+/// first index as on held bytes. A view that reaches its elements many times over
 /// without broadcasting (only a crafted file has one) is scanned over its distinct bytes,
 /// each element once, with no first index: walking it would cost its logical element count.
 pub fn scan_checkpoint(
     ckpt: &Checkpoint,
     progress: Option<&AtomicU64>,
 ) -> HashMap<usize, NonFinite> {
-    let work: Vec<(usize, u64)> = ckpt
-        .tensors
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| scannable(t.tensor_impl().dtype()))
-        .flat_map(|(i, t)| (0..chunks(t.tensor_impl())).map(move |c| (i, c)))
+    // Views of a storage left compressed in the file are scanned together, as one stream of
+    // its inflated bytes (`deferred.rs`); the others by chunks of their held bytes.
+    let mut deferred: HashMap<*const Storage, Vec<(usize, &TensorImpl)>> = HashMap::new();
+    let mut work: Vec<(usize, u64)> = Vec::new();
+    for (i, t) in ckpt.tensors.iter().enumerate() {
+        let imp = t.tensor_impl();
+        if !scannable(imp.dtype()) {
+            continue;
+        }
+        if matches!(imp.storage().data_ptr().owner(), Owner::Deferred { .. }) {
+            deferred
+                .entry(Arc::as_ptr(imp.storage()))
+                .or_default()
+                .push((i, imp));
+        } else {
+            work.extend((0..chunks(imp)).map(|c| (i, c)));
+        }
+    }
+    let deferred: Vec<Vec<(usize, &TensorImpl)>> = deferred.into_values().collect();
+    let streamed: Vec<(usize, NonFinite)> = deferred
+        .par_iter()
+        .flat_map_iter(|views| scan_deferred(views, INFLATE_CHUNK, progress))
         .collect();
     // An indexed parallel collect keeps the work's order: each tensor's chunks in sequence.
     let found: Vec<Option<NonFinite>> = work
@@ -60,6 +84,7 @@ pub fn scan_checkpoint(
         let total = merged.entry(i).or_default();
         *total = total.merge(found, offset);
     }
+    merged.extend(streamed);
     merged
 }
 

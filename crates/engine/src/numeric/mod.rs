@@ -7,7 +7,9 @@
 //! counters, so the compiler can vectorise it; only a chunk that has a hit is searched again
 //! for the first index. The tests hold the two to the same answer on every float dtype.
 //! [`scan_tensor`] (`tensor.rs`) applies the fast path to a view through its layout's walk;
-//! [`scan_checkpoint`] (`checkpoint.rs`) scans every tensor of a checkpoint in parallel.
+//! [`scan_checkpoint`] (`checkpoint.rs`) scans every tensor of a checkpoint in parallel; a
+//! storage left compressed in the file is inflated in fixed-size pieces and its views scanned
+//! as they pass (`deferred.rs`), never held whole.
 //!
 //! Encodings (elements are little-endian in memory):
 //!
@@ -23,6 +25,7 @@
 //! A complex element counts once: as NaN if either part is NaN, otherwise with the sign of the
 
 mod checkpoint;
+mod deferred;
 mod fast;
 mod non_finite;
 mod reference;

@@ -26,6 +26,50 @@ pub(super) fn all(compressed: &[u8], size: u64) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// Inflates a member that must give exactly `size` bytes, handing them to `each` in order
+/// (with the offset of the first, and how many compressed bytes have been consumed so far) in
+/// pieces of `chunk` bytes, the last one shorter: memory is one piece, whatever the member's
+/// size. A stream that runs past `size` stops at the first piece beyond it; one that ends
+/// early or breaks is an error after the pieces it gave.
+pub(crate) fn chunks(
+    compressed: &[u8],
+    size: u64,
+    chunk: usize,
+    mut each: impl FnMut(u64, &[u8], u64),
+) -> Result<(), String> {
+    let mut stream = DeflateDecoder::new(compressed).take(size.saturating_add(1));
+    let mut piece = vec![0u8; chunk.max(1)];
+    let mut at = 0u64;
+    loop {
+        // Filled whole before it is handed on, so pieces begin at multiples of `chunk`.
+        let mut filled = 0;
+        while let Some(rest) = piece.get_mut(filled..).filter(|r| !r.is_empty()) {
+            match stream.read(rest) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("cannot inflate after {at} bytes: {e}")),
+            }
+        }
+        let got = piece.get(..filled).unwrap_or_default();
+        let end = at.saturating_add(filled as u64);
+        if end > size {
+            return Err(format!("inflates past its declared {size} bytes"));
+        }
+        if !got.is_empty() {
+            each(at, got, stream.get_ref().total_in());
+        }
+        at = end;
+        if filled < piece.len() {
+            break;
+        }
+    }
+    if at < size {
+        return Err(format!("inflates to {at} bytes, not the declared {size}"));
+    }
+    Ok(())
+}
+
 /// Up to `n` leading bytes; fewer (possibly none) when the stream is shorter or broken.
 pub(super) fn prefix(compressed: &[u8], n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n);

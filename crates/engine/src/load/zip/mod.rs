@@ -19,12 +19,14 @@ mod local;
 #[cfg(test)]
 mod tests;
 
+use super::limits::Meter;
 use crate::error::{Error, Result};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
 pub(crate) use central::Entry;
+pub(crate) use inflate::chunks as inflate_chunks;
 
 /// A validated archive over the file's bytes.
 pub(crate) struct Zip<'a> {
@@ -35,10 +37,14 @@ pub(crate) struct Zip<'a> {
 }
 
 impl<'a> Zip<'a> {
-    /// Reads and checks the end records, the central directory and every local header.
-    pub fn open(path: &'a Path, bytes: &'a [u8]) -> Result<Self> {
+    /// Reads and checks the end records, the central directory and every local header; what
+    /// the directory will take in memory is held against `meter` before it is read.
+    pub fn open(path: &'a Path, bytes: &'a [u8], meter: &Meter) -> Result<Self> {
         let file = File { path, bytes };
         let end = end::locate(&file)?;
+        meter.hold(path, directory_cost(&end), || {
+            format!("the central directory's {} entries", end.count)
+        })?;
         let mut entries = central::read(&file, &end)?;
         let by_name = unique_names(&file, &entries)?;
         local::check(&file, &mut entries, end.cd_offset)?;
@@ -77,6 +83,23 @@ impl<'a> Zip<'a> {
         }
     }
 
+    /// Inflates a deflated entry in pieces of `chunk` bytes (see [`inflate_chunks`]), checking
+    /// that it gives exactly its declared size; the error names the entry. `each` also gets
+    /// the file offset up to which the compressed bytes have been consumed.
+    pub fn inflate_each(
+        &self,
+        entry: &Entry,
+        chunk: usize,
+        mut each: impl FnMut(u64, &[u8], u64),
+    ) -> Result<()> {
+        let compressed = self.compressed(entry)?;
+        let start = entry.data_start;
+        inflate::chunks(compressed, entry.size, chunk, |at, piece, consumed| {
+            each(at, piece, start.saturating_add(consumed))
+        })
+        .map_err(|detail| self.file.damaged(&entry.name, detail))
+    }
+
     /// Where a deflated entry's compressed bytes lie in the file, once it is known to be
     /// readable, without inflating them; `None` when the entry is not deflated.
     pub fn deflated_range(&self, entry: &Entry) -> Result<Option<std::ops::Range<u64>>> {
@@ -112,6 +135,18 @@ impl<'a> Zip<'a> {
         file.slice(entry.data_start, entry.compressed)
             .ok_or_else(|| file.damaged(&entry.name, "data runs past the end of the file"))
     }
+}
+
+/// An upper bound on the memory the directory takes once read: per entry its [`Entry`], a
+/// lookup slot (at the map's worst load) and a place in the local-order check; its names
+/// twice (each entry's and the lookup key), bounded by the directory's size.
+fn directory_cost(end: &end::End) -> u64 {
+    const SLOT: u64 = (std::mem::size_of::<(String, usize)>() as u64 + 1) * 2;
+    const PER_ENTRY: u64 =
+        std::mem::size_of::<Entry>() as u64 + SLOT + std::mem::size_of::<&Entry>() as u64;
+    end.count
+        .saturating_mul(PER_ENTRY)
+        .saturating_add(end.cd_size.saturating_mul(2))
 }
 
 /// Refuses two names that are one to miniz (equal ignoring ASCII case); returns the lookup.

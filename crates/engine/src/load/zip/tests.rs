@@ -2,6 +2,7 @@
 //! zip64 end records), then bent one field at a time.
 
 use super::Zip;
+use crate::load::limits::{Meter, ReadLimits};
 use std::io::Write;
 use std::path::Path;
 
@@ -130,7 +131,7 @@ fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
 
 /// The reader's verdict: `Ok` names, or the error's text after the path.
 fn open(bytes: &[u8]) -> Result<Vec<String>, String> {
-    Zip::open(Path::new("t.pt"), bytes)
+    Zip::open(Path::new("t.pt"), bytes, &Meter::default())
         .map(|z| z.entries().iter().map(|e| e.name.clone()).collect())
         .map_err(|e| e.to_string().trim_start_matches("t.pt: ").to_owned())
 }
@@ -146,13 +147,39 @@ fn refused(bytes: &[u8], expected: &str) {
 #[test]
 fn reads_torch_layout_and_finds_names_ignoring_case() {
     let built = build(&two(), b"");
-    let zip = Zip::open(Path::new("t.pt"), &built.bytes).expect("reads");
+    let zip = Zip::open(Path::new("t.pt"), &built.bytes, &Meter::default()).expect("reads");
     let names: Vec<&str> = zip.entries().iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["a/data.pkl", "a/data/0"]);
     let entry = zip.find("A/DATA/0").expect("found ignoring case");
     assert_eq!(&*zip.read(entry).expect("read"), &[7; 8]);
     assert_eq!(entry.data_start(), 60 + 30 + 8);
     assert!(zip.find("a/data/1").is_none());
+}
+
+#[test]
+fn the_directory_is_held_against_the_budget_before_it_is_read() {
+    let built = build(&two(), b"");
+    let meter = |max_memory| {
+        Meter::new(ReadLimits {
+            max_memory,
+            ..ReadLimits::default()
+        })
+    };
+    let roomy = meter(1 << 20);
+    Zip::open(Path::new("t.pt"), &built.bytes, &roomy).expect("reads");
+    let held = roomy.held();
+    // Two entries and their names: more than the names alone, far less than a page.
+    assert!((2 * 18..4096).contains(&held), "{held}");
+    let e = Zip::open(Path::new("t.pt"), &built.bytes, &meter(held - 1))
+        .err()
+        .expect("refused");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "t.pt: exceeds the memory budget ({held} > {}): the central directory's 2 entries",
+            held - 1
+        )
+    );
 }
 
 #[test]
@@ -184,12 +211,12 @@ fn deflated_members_inflate_to_exactly_their_size() {
         ..stored("a/data.pkl", &compressed)
     };
     let built = build(&[member(text.len() as u64)], b"");
-    let zip = Zip::open(Path::new("t.pt"), &built.bytes).expect("reads");
+    let zip = Zip::open(Path::new("t.pt"), &built.bytes, &Meter::default()).expect("reads");
     assert_eq!(&*zip.read(&zip.entries()[0]).unwrap(), &text[..]);
     assert_eq!(&*zip.peek(&zip.entries()[0], 4).unwrap(), b"tens");
 
     let built = build(&[member(text.len() as u64 - 1)], b"");
-    let zip = Zip::open(Path::new("t.pt"), &built.bytes).expect("opens");
+    let zip = Zip::open(Path::new("t.pt"), &built.bytes, &Meter::default()).expect("opens");
     let e = zip.read(&zip.entries()[0]).unwrap_err().to_string();
     assert_eq!(e, "t.pt: a/data.pkl: inflates past its declared 42 bytes");
 }

@@ -1,0 +1,348 @@
+//! Memory under hostile input: files that claim far more than they hold, or hold very many
+//! members, stay under the memory budget, with a clean finding or TP502, or read correctly.
+//! Each audit runs as a child process whose peak resident memory `/usr/bin/time` reports
+//! (where the machine has it) and is printed; the bound asserted is generous (1.5 × the
+//! budget): memory, never time.
+//!
+//! The 2^62-element claims are committed (`fixtures/hostile/budget/`, made by
+//! `make_budget.py` with the real libraries' verdicts); the 300 000-member archive is built
+//! here, in a temp folder, as no fixture should weigh that much.
+
+use crate::common::{read_json, root};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BUDGET: u64 = 64 << 20;
+const TRUTH: &str = "fixtures/hostile/budget/truth.json";
+
+/// One audit's verdict: exit code, each file's error findings (code, message), and the peak
+/// resident memory of the process in bytes, when `/usr/bin/time` is there to measure it.
+struct Run {
+    code: Option<i32>,
+    errors: Vec<Vec<(String, String)>>,
+    peak_rss: Option<u64>,
+}
+
+/// Runs `tensorplay audit --ci-mode --max-memory <budget> <path>`, under `/usr/bin/time`
+/// when the machine has it. Not `wait4` on the audit itself: a child spawned from this
+/// (large, multi-threaded) test process inherits the parent's high-water mark at exec, while
+/// `time`'s child is forked from a small process and reports only its own.
+fn audit(path: &Path, budget: u64) -> Run {
+    let time = Path::new("/usr/bin/time");
+    let report = std::env::temp_dir().join(format!(
+        "tensorplay-peak-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let mut command = if time.exists() {
+        let mut c = Command::new(time);
+        c.args(["-f", "%M", "-o"])
+            .arg(&report)
+            .arg(env!("CARGO_BIN_EXE_tensorplay"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+    };
+    let out = command
+        .args(["audit", "--ci-mode", "--max-memory", &budget.to_string()])
+        .arg(path)
+        .current_dir(root())
+        .output()
+        .expect("tensorplay runs");
+    // GNU time reports the peak in KiB, on the last line.
+    let peak_rss = std::fs::read_to_string(&report).ok().and_then(|text| {
+        let kib: u64 = text.lines().last()?.trim().parse().ok()?;
+        Some(kib * 1024)
+    });
+    std::fs::remove_file(&report).ok();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let errors = report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|file| {
+            file["findings"]
+                .as_array()
+                .expect("findings")
+                .iter()
+                .filter(|f| f["severity"] == "error")
+                .map(|f| {
+                    let text = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
+                    (text("code"), text("message"))
+                })
+                .collect()
+        })
+        .collect();
+    Run {
+        code: out.status.code(),
+        errors,
+        peak_rss,
+    }
+}
+
+/// Names each run's report apart: tests run in parallel.
+static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Prints the peak and holds it under 1.5 × the budget.
+fn within_budget(what: &str, run: &Run, budget: u64) {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let Some(peak) = run.peak_rss else {
+        println!(
+            "{what}: peak RSS not measured (no /usr/bin/time), exit {:?}",
+            run.code
+        );
+        return;
+    };
+    println!(
+        "{what}: peak RSS {:.1} MiB (budget {:.0} MiB), exit {:?}",
+        mib(peak),
+        mib(budget),
+        run.code
+    );
+    assert!(
+        peak < budget + budget / 2,
+        "{what}: peak RSS {peak} bytes against a {budget}-byte budget"
+    );
+}
+
+#[test]
+fn claims_of_2_to_the_62_elements_are_refused_without_allocating_them() {
+    let truth = read_json(TRUTH);
+    // The real libraries refuse each one too.
+    for (file, key) in [
+        ("claim_2e62.safetensors", "safe_open_get_tensor"),
+        ("claim_shape_2e62.pt", "torch_load_weights_only"),
+        ("claim_storage_2e62.pt", "torch_load_weights_only"),
+    ] {
+        let verdict = truth[file][key].as_str().expect("verdict");
+        assert!(verdict.starts_with("refused: "), "{file}: {verdict}");
+    }
+    let cases = [
+        (
+            "claim_2e62.safetensors",
+            "TP502",
+            "tensor 'claim': element count × dtype width overflows",
+        ),
+        (
+            "claim_shape_2e62.pt",
+            "TP107",
+            "'claim': view byte extent overflows 64-bit arithmetic",
+        ),
+        (
+            "claim_storage_2e62.pt",
+            "TP502",
+            "archive/data.pkl at byte 174: storage '0': size overflows",
+        ),
+    ];
+    for (file, rule, detail) in cases {
+        let path = format!("fixtures/hostile/budget/{file}");
+        let run = audit(Path::new(&path), BUDGET);
+        assert_eq!(run.code, Some(1), "{file}");
+        let [errors] = run.errors.as_slice() else {
+            panic!("{file}: {:?}", run.errors)
+        };
+        let [(code, message)] = errors.as_slice() else {
+            panic!("{file}: {errors:?}")
+        };
+        assert_eq!(code, rule, "{file}: {message}");
+        assert!(message.ends_with(detail), "{file}: {message}");
+        within_budget(file, &run, BUDGET);
+    }
+}
+
+/// 64 MiB of zeros in a 66 KB deflated record: checked and scanned one 1 MiB piece at a
+/// time, it passes under a budget a quarter of its size.
+#[test]
+fn an_inflate_bomb_streams_within_the_budget() {
+    let budget = 16 << 20;
+    let run = audit(Path::new("fixtures/hostile/budget/inflate_bomb.pt"), budget);
+    assert_eq!(run.code, Some(0));
+    assert_eq!(run.errors, [Vec::<(String, String)>::new()]);
+    within_budget("inflate bomb (64 MiB deflated)", &run, budget);
+}
+
+/// A temp folder, removed at drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("tensorplay-hostile-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+/// CRC-32 (IEEE), bit by bit: the members are tiny.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Stored members, the central directory, and zip64 end records when the count needs them:
+/// the layout `torch.save`'s writer produces, minus its alignment padding.
+#[derive(Default)]
+struct ZipWriter {
+    out: Vec<u8>,
+    central: Vec<u8>,
+    count: u64,
+}
+
+impl ZipWriter {
+    fn add(&mut self, name: &str, data: &[u8]) {
+        let offset = u32::try_from(self.out.len()).expect("small archive");
+        let (crc, len) = (crc32(data), u32::try_from(data.len()).expect("small"));
+        let name_len = u16::try_from(name.len()).expect("short name");
+        // Version 20, no flags, stored, 1980-01-01 00:00.
+        let common = |out: &mut Vec<u8>| {
+            for v in [0u16, 0, 0, 0x21] {
+                out.extend(v.to_le_bytes());
+            }
+            for v in [crc, len, len] {
+                out.extend(v.to_le_bytes());
+            }
+            out.extend(name_len.to_le_bytes());
+            out.extend(0u16.to_le_bytes());
+        };
+        self.out.extend(b"PK\x03\x04");
+        self.out.extend(20u16.to_le_bytes());
+        common(&mut self.out);
+        self.out.extend(name.as_bytes());
+        self.out.extend(data);
+
+        self.central.extend(b"PK\x01\x02");
+        self.central.extend(20u16.to_le_bytes());
+        self.central.extend(20u16.to_le_bytes());
+        common(&mut self.central);
+        // Comment length, disk, internal and external attributes, local header offset.
+        for v in [0u16, 0, 0] {
+            self.central.extend(v.to_le_bytes());
+        }
+        self.central.extend(0u32.to_le_bytes());
+        self.central.extend(offset.to_le_bytes());
+        self.central.extend(name.as_bytes());
+        self.count += 1;
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        let cd_offset = self.out.len() as u64;
+        let cd_size = self.central.len() as u64;
+        self.out.append(&mut self.central);
+        let count16 = u16::try_from(self.count).unwrap_or(0xFFFF);
+        if count16 == 0xFFFF {
+            let record = self.out.len() as u64;
+            self.out.extend(b"PK\x06\x06");
+            self.out.extend(44u64.to_le_bytes());
+            self.out.extend(45u16.to_le_bytes());
+            self.out.extend(45u16.to_le_bytes());
+            self.out.extend(0u32.to_le_bytes());
+            self.out.extend(0u32.to_le_bytes());
+            for v in [self.count, self.count, cd_size, cd_offset] {
+                self.out.extend(v.to_le_bytes());
+            }
+            self.out.extend(b"PK\x06\x07");
+            self.out.extend(0u32.to_le_bytes());
+            self.out.extend(record.to_le_bytes());
+            self.out.extend(1u32.to_le_bytes());
+        }
+        self.out.extend(b"PK\x05\x06");
+        for v in [0u16, 0, count16, count16] {
+            self.out.extend(v.to_le_bytes());
+        }
+        let cd_size32 = u32::try_from(cd_size).expect("under 4 GiB");
+        let cd_offset32 = u32::try_from(cd_offset).expect("under 4 GiB");
+        self.out.extend(cd_size32.to_le_bytes());
+        self.out.extend(cd_offset32.to_le_bytes());
+        self.out.extend(0u16.to_le_bytes());
+        self.out
+    }
+}
+
+/// `torch.save({"w": tensor([1.0, nan, 2.0, 3.0])})`'s data.pkl, written out opcode by
+/// opcode (protocol 2): `_rebuild_tensor_v2` over storage '0' (4 float32 on the CPU).
+fn state_dict_pickle() -> Vec<u8> {
+    let mut p = b"\x80\x02}q\x00X\x01\x00\x00\x00w".to_vec();
+    p.extend(b"ctorch._utils\n_rebuild_tensor_v2\n(");
+    p.extend(b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\n");
+    p.extend(b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04tQ");
+    p.extend(b"K\x00K\x04\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRs.");
+    p
+}
+
+/// A torch-style archive of one float32 tensor holding a NaN, and `extra` more members.
+fn many_members(extra: u32) -> Vec<u8> {
+    let mut zip = ZipWriter::default();
+    zip.add("archive/data.pkl", &state_dict_pickle());
+    zip.add("archive/byteorder", b"little");
+    let values: Vec<u8> = [1.0f32, f32::NAN, 2.0, 3.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    zip.add("archive/data/0", &values);
+    for i in 0..extra {
+        zip.add(&format!("archive/extra/{i:06}"), b"x");
+    }
+    zip.add("archive/version", b"3\n");
+    zip.finish()
+}
+
+#[test]
+fn a_300_000_member_archive_reads_within_the_budget_or_is_refused_cleanly() {
+    let dir = TempDir::new("members");
+    // The same archive with a few members first: the tensor and its NaN are found.
+    let small = dir.0.join("small.pt");
+    std::fs::write(&small, many_members(3)).expect("archive");
+    let run = audit(&small, BUDGET);
+    assert_eq!(run.code, Some(1));
+    let codes: Vec<&str> = run.errors[0].iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(codes, ["TP401"], "{:?}", run.errors);
+
+    let path = dir.0.join("members.pt");
+    std::fs::write(&path, many_members(300_000)).expect("archive");
+    let shown = path.display().to_string();
+    // At the default-sized budgets the members are read and the tensor scanned.
+    for budget in [256 << 20, 1 << 30] {
+        let run = audit(&path, budget);
+        assert_eq!(run.code, Some(1));
+        let codes: Vec<&str> = run.errors[0].iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(codes, ["TP401"], "{:?}", run.errors);
+        within_budget("300 000 members", &run, budget);
+    }
+    // Under a budget smaller than their directory, a clean refusal naming it.
+    let run = audit(&path, BUDGET);
+    assert_eq!(run.code, Some(1));
+    let [errors] = run.errors.as_slice() else {
+        panic!("{:?}", run.errors)
+    };
+    let [(code, message)] = errors.as_slice() else {
+        panic!("{errors:?}")
+    };
+    assert_eq!(code, "TP502");
+    assert!(
+        message.starts_with(&format!("{shown}: exceeds the memory budget (")),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("): the central directory's 300004 entries"),
+        "{message}"
+    );
+    within_budget("300 000 members, small budget", &run, BUDGET);
+}
