@@ -19,4 +19,5 @@ mod legacy_streams;
 mod pytorch;
 mod renderers;
 mod robustness;
+mod scale;
 mod zip_layouts;

@@ -6,13 +6,19 @@
 //! header as the authority; its reading must agree with tensorplay's, entry for entry, or the
 //! file is refused as a parser differential.
 
-use super::json::Entries;
+use super::limits::{Meter, CRATE_ENTRY_BYTES};
 use super::Parts;
 use crate::error::{Error, Result};
+use crate::layout::Dims;
 use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
 use crate::{Owner, TensorImpl};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -23,15 +29,17 @@ const METADATA_KEY: &str = "__metadata__";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawEntry {
-    dtype: String,
-    shape: Vec<u64>,
+struct RawEntry<'a> {
+    // Borrowed and inline: no allocation per entry for what is parsed and dropped.
+    #[serde(borrow)]
+    dtype: Cow<'a, str>,
+    shape: Dims,
     data_offsets: (u64, u64),
 }
 
 /// One validated header entry.
 struct Entry {
-    name: String,
+    name: Arc<str>,
     dtype: DType,
     layout: Layout,
     start: u64,
@@ -45,21 +53,30 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     let bytes = buffer.bytes();
     let (header, data_start) = split_header(path, bytes)?;
     let first_id = parts.storages.len();
-    // The crate parses the same header on a second thread while tensorplay parses it and
-    // builds the tensors here; nothing is handed out before both readings agree.
-    let (built, crate_reading) = std::thread::scope(|scope| {
-        let crate_reading = scope.spawn(|| safetensors::SafeTensors::read_metadata(bytes));
-        let built = parse_header(path, header).and_then(|(metadata, entries)| {
-            build(buffer, data_start, first_id, entries).map(|t| (metadata, t))
-        });
-        (built, crate_reading.join())
+    let raw = split_entries(path, header, &parts.meter)?;
+    // The crate's reading of the same header is transient but large; it must fit beside
+    // what is held before it starts.
+    let crate_bytes = raw.iter().fold(0u64, |acc, (name, _)| {
+        acc.saturating_add(CRATE_ENTRY_BYTES + 2 * name.len() as u64)
+    });
+    parts.meter.check(path, crate_bytes, || {
+        "the safetensors crate's reading of the header".to_owned()
+    })?;
+    // The crate reads first, alone: its transient peak is the largest of the read, and it
+    // passes before tensorplay's entries are built, so the two never add up. Nothing is
+    // handed out before both readings agree.
+    let crate_reading = std::panic::catch_unwind(|| safetensors::SafeTensors::deserialize(bytes));
+    let built = parse_entries(path, raw).and_then(|(metadata, entries)| {
+        build(buffer, data_start, first_id, entries).map(|t| (metadata, t))
     });
     let (metadata, tensors) = built?;
     let crate_reading = crate_reading.map_err(|_| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail: "the safetensors crate panicked".into(),
     })?;
-    cross_check_with_crate(path, crate_reading, data_start, &tensors)?;
+    cross_check_with_crate(path, crate_reading, bytes, data_start, &tensors)?;
+    parts.storages.reserve(tensors.len());
+    parts.tensors.reserve(tensors.len());
     for tensor in tensors {
         parts
             .storages
@@ -97,7 +114,7 @@ fn build(
         let nbytes = entry.end - entry.start;
         let storage = Arc::new(Storage::new(
             first_id + i,
-            entry.name.clone(),
+            Arc::clone(&entry.name),
             entry.dtype,
             nbytes,
             "cpu",
@@ -151,9 +168,12 @@ fn split_header<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a str, u64)> {
     Ok((header, data_start))
 }
 
-/// Parses and validates the header: metadata, then entries sorted by data offset (ties,
-/// which only zero-size tensors can make, by name) that tile the data region exactly.
-fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, Vec<Entry>)> {
+/// The header's keys, in file order, each with its value's text; a name without escapes
+/// stays borrowed from the header. Every entry is charged to the meter as it is met, so a
+/// header declaring more tensors than the budget holds is refused while it is read.
+type RawEntries<'h> = Vec<(Cow<'h, str>, &'h RawValue)>;
+
+fn split_entries<'h>(path: &Path, header: &'h str, meter: &Meter) -> Result<RawEntries<'h>> {
     let syntax = |detail: String| Error::HeaderSyntax {
         path: path.to_owned(),
         detail,
@@ -167,19 +187,101 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
             "must begin with '{{' but begins with {found}"
         )));
     }
-    // Entries stay borrowed slices of the header until each is parsed on its own.
-    let raw: Entries<&serde_json::value::RawValue> =
-        serde_json::from_str(header).map_err(|e| syntax(format!("invalid JSON: {e}")))?;
-    if let Some(name) = raw.first_duplicate() {
-        return Err(Error::DuplicateTensor {
-            path: path.to_owned(),
-            name: name.to_owned(),
-        });
+    let refused = RefCell::new(None);
+    let seed = EntriesSeed {
+        path,
+        meter,
+        refused: &refused,
+    };
+    let mut de = serde_json::Deserializer::from_str(header);
+    let parsed = de
+        .deserialize_map(seed)
+        .and_then(|raw| de.end().map(|()| raw));
+    if let Some(e) = refused.into_inner() {
+        return Err(e);
+    }
+    parsed.map_err(|e| syntax(format!("invalid JSON: {e}")))
+}
+
+struct EntriesSeed<'p> {
+    path: &'p Path,
+    meter: &'p Meter,
+    refused: &'p RefCell<Option<Error>>,
+}
+
+impl<'de> Visitor<'de> for EntriesSeed<'_> {
+    type Value = RawEntries<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
     }
 
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Key(key)) = map.next_key()? {
+            let value: &'de RawValue = map.next_value()?;
+            if key != METADATA_KEY {
+                if let Err(e) = self.meter.hold_tensor(self.path, key.len()) {
+                    *self.refused.borrow_mut() = Some(e);
+                    return Err(serde::de::Error::custom("memory budget"));
+                }
+            }
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+}
+
+/// A key, borrowed from the header unless it holds escapes (serde's own `Cow` always copies).
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Parses and validates the entries: metadata, then entries sorted by data offset (ties,
+/// which only zero-size tensors can make, by name) that tile the data region exactly.
+fn parse_entries(
+    path: &Path,
+    raw: RawEntries<'_>,
+) -> Result<(BTreeMap<String, String>, Vec<Entry>)> {
+    let syntax = |detail: String| Error::HeaderSyntax {
+        path: path.to_owned(),
+        detail,
+    };
+    let mut seen = HashSet::with_capacity(raw.len());
+    if let Some((name, _)) = raw.iter().find(|(name, _)| !seen.insert(name.as_ref())) {
+        return Err(Error::DuplicateTensor {
+            path: path.to_owned(),
+            name: name.clone().into_owned(),
+        });
+    }
+    drop(seen);
+
     let mut metadata = BTreeMap::new();
-    let mut entries = Vec::with_capacity(raw.0.len());
-    for (name, value) in raw.0 {
+    let mut entries = Vec::with_capacity(raw.len());
+    for (name, value) in raw {
         if name == METADATA_KEY {
             metadata = serde_json::from_str(value.get())
                 .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
@@ -187,22 +289,22 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
             entries.push(parse_entry(path, name, value.get())?);
         }
     }
-    entries.sort_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
+    entries.sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
     check_tiling(path, &entries)?;
     Ok((metadata, entries))
 }
 
 /// One tensor's entry: a known dtype, a shape, and offsets spanning exactly its bytes.
-fn parse_entry(path: &Path, name: String, json: &str) -> Result<Entry> {
+fn parse_entry(path: &Path, name: Cow<'_, str>, json: &str) -> Result<Entry> {
     let invalid = |detail: String| Error::InvalidTensor {
         path: path.to_owned(),
-        tensor: name.clone(),
+        tensor: name.as_ref().to_owned(),
         detail,
     };
     let raw: RawEntry = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
     let dtype = DType::from_safetensors_code(&raw.dtype)
         .ok_or_else(|| invalid(format!("unknown dtype '{}'", raw.dtype)))?;
-    let layout = Layout::contiguous(raw.shape).map_err(|e| invalid(e.to_string()))?;
+    let layout = Layout::contiguous(&raw.shape).map_err(|e| invalid(e.to_string()))?;
     let (start, end) = raw.data_offsets;
     let Some(span) = end.checked_sub(start) else {
         return Err(invalid(format!(
@@ -227,7 +329,7 @@ fn parse_entry(path: &Path, name: String, json: &str) -> Result<Entry> {
         )));
     }
     Ok(Entry {
-        name,
+        name: Arc::from(name.as_ref()),
         dtype,
         layout,
         start,
@@ -247,7 +349,7 @@ fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
                 entry.start - expected
             )
         } else if entry.start < expected {
-            let other = previous.map_or("", |p| p.name.as_str());
+            let other = previous.map_or("", |p| &*p.name);
             format!(
                 "data_offsets [{}, {}] overlap tensor '{other}', which ends at {expected}",
                 entry.start, entry.end
@@ -258,7 +360,7 @@ fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
         };
         return Err(Error::InvalidTensor {
             path: path.to_owned(),
-            tensor: entry.name.clone(),
+            tensor: entry.name.to_string(),
             detail: problem,
         });
     }
@@ -268,10 +370,8 @@ fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
 /// Demands that the `safetensors` crate's reading of the same bytes agrees, tensor for tensor.
 fn cross_check_with_crate(
     path: &Path,
-    crate_reading: std::result::Result<
-        (usize, safetensors::tensor::Metadata),
-        safetensors::SafeTensorError,
-    >,
+    crate_reading: std::result::Result<safetensors::SafeTensors<'_>, safetensors::SafeTensorError>,
+    bytes: &[u8],
     data_start: u64,
     tensors: &[Tensor],
 ) -> Result<()> {
@@ -279,34 +379,48 @@ fn cross_check_with_crate(
         path: path.to_owned(),
         detail,
     };
-    let (_, metadata) = crate_reading.map_err(|e| rejected(format!("{e:?}")))?;
-    let infos = metadata.tensors();
-    if infos.len() != tensors.len() {
+    let reading = crate_reading.map_err(|e| rejected(format!("{e:?}")))?;
+    if reading.len() != tensors.len() {
         return Err(rejected(format!(
             "the crate reads {} tensors, tensorplay {}",
-            infos.len(),
+            reading.len(),
             tensors.len()
         )));
     }
+    let base = bytes.as_ptr() as u64;
+    // Dtypes repeat: the crate's code is translated once per distinct dtype, not per tensor.
+    let mut last: Option<(safetensors::Dtype, Option<DType>)> = None;
     for tensor in tensors {
         let imp = tensor.tensor_impl();
         let offsets = match imp.storage().data_ptr().owner() {
             Owner::Host { range, .. } => Some((range.start - data_start, range.end - data_start)),
             Owner::None | Owner::Deferred { .. } => None,
         };
-        let agrees = infos.get(tensor.name()).is_some_and(|info| {
-            let code = serde_json::to_value(info.dtype).ok();
-            let dtype = code
-                .as_ref()
-                .and_then(|c| c.as_str())
-                .and_then(DType::from_safetensors_code);
+        let agrees = reading.tensor(tensor.name()).is_ok_and(|view| {
+            let dtype = match last {
+                Some((code, ours)) if code == view.dtype() => ours,
+                _ => {
+                    let ours = serde_json::to_value(view.dtype())
+                        .ok()
+                        .as_ref()
+                        .and_then(|c| c.as_str())
+                        .and_then(DType::from_safetensors_code);
+                    last = Some((view.dtype(), ours));
+                    ours
+                }
+            };
+            // The view borrows the file's bytes: its place in them is the crate's offsets.
+            let start = (view.data().as_ptr() as u64)
+                .checked_sub(base)
+                .and_then(|at| at.checked_sub(data_start));
+            let crate_offsets = start.map(|s| (s, s + view.data().len() as u64));
             dtype == Some(imp.dtype())
-                && info
-                    .shape
+                && view
+                    .shape()
                     .iter()
                     .map(|&s| s as u64)
                     .eq(imp.layout().sizes().iter().copied())
-                && Some((info.data_offsets.0 as u64, info.data_offsets.1 as u64)) == offsets
+                && crate_offsets == offsets
         });
         if !agrees {
             return Err(rejected(format!(

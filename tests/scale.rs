@@ -1,0 +1,99 @@
+//! Per-tensor metadata is charged to the memory budget (`--max-memory`): a safetensors file
+//! declaring a million tensors (generated here, 87 MB, never committed) is refused TP502
+//! under a small budget before its tensors are built, and read whole under a budget that
+//! holds them. The peak RSS of each run is recorded from `getrusage` and bounded generously.
+
+use crate::common::{stderr, stdout};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TENSORS: usize = 1_000_000;
+
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `n` one-element float32 tensors, as a state dict's names.
+fn many_tensors(n: usize) -> TempFile {
+    let mut header = String::from(r#"{"__metadata__":{"format":"pt"}"#);
+    for i in 0..n {
+        header.push_str(&format!(
+            r#","blocks.{i}.weight":{{"dtype":"F32","shape":[1],"data_offsets":[{},{}]}}"#,
+            4 * i,
+            4 * i + 4
+        ));
+    }
+    header.push('}');
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.resize(bytes.len() + 4 * n, 0);
+    let path = std::env::temp_dir().join(format!(
+        "tensorplay-scale-{}-{n}.safetensors",
+        std::process::id()
+    ));
+    std::fs::write(&path, bytes).expect("write the generated file");
+    TempFile(path)
+}
+
+/// Runs an audit and returns its JSON report and the peak RSS (bytes) of the child.
+fn audit(file: &Path, max_memory: &str) -> (serde_json::Value, u64) {
+    let before = children_peak_rss();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args([
+            "audit",
+            "--ci-mode",
+            "--metadata-only",
+            "--max-memory",
+            max_memory,
+        ])
+        .arg(file)
+        .env_remove("GITHUB_ACTIONS")
+        .output()
+        .expect("tensorplay runs");
+    let report =
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    let after = children_peak_rss();
+    // The maximum over waited-for children: this run's peak when it is the largest so far,
+    // which the bounds below only need as an upper bound.
+    eprintln!(
+        "peak RSS under --max-memory {max_memory}: {} MiB",
+        after.max(before) >> 20
+    );
+    (report, after.max(before))
+}
+
+fn children_peak_rss() -> u64 {
+    // SAFETY: getrusage writes one plain struct it is handed.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    u64::try_from(usage.ru_maxrss).expect("non-negative") * 1024 // KiB on Linux
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_million_tensors_are_charged_to_the_budget() {
+    let file = many_tensors(TENSORS);
+
+    let (report, small_peak) = audit(&file.0, "64MiB");
+    let findings = &report["files"][0]["findings"];
+    assert_eq!(findings[0]["code"], "TP502", "{report}");
+    let message = findings[0]["message"].as_str().expect("message");
+    assert!(
+        message.contains("exceeds the memory budget") && message.contains("> 67108864"),
+        "{message}"
+    );
+    assert!(message.ends_with("per-tensor metadata"), "{message}");
+    assert_eq!(report["files"][0]["tensors"], 0);
+    // The header is mapped (87 MB); refused entries are never built.
+    assert!(small_peak < 400 << 20, "{} MiB", small_peak >> 20);
+
+    let (report, peak) = audit(&file.0, "2GiB");
+    assert_eq!(report["files"][0]["tensors"], TENSORS, "{report}");
+    assert_eq!(report["summary"]["errors"], 0, "{report}");
+    assert!(peak < 2 << 30, "{} MiB", peak >> 20);
+}
