@@ -1,11 +1,11 @@
 //! Per-tensor metadata is charged to the memory budget (`--max-memory`): a safetensors file
 //! declaring a million tensors (generated here, 87 MB, never committed) is refused TP502
-//! under a small budget before its tensors are built, and read whole under a budget that
-//! holds them. The peak RSS of each run is recorded from `getrusage` and bounded generously.
+//! under a small budget before its tensors are built, and read whole under the default
+//! budget. The peak RSS of each run is recorded from `getrusage` and bounded generously.
 
-use crate::common::{stderr, stdout};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 const TENSORS: usize = 1_000_000;
 
@@ -39,39 +39,43 @@ fn many_tensors(n: usize) -> TempFile {
     TempFile(path)
 }
 
-/// Runs an audit and returns its JSON report and the peak RSS (bytes) of the child.
-fn audit(file: &Path, max_memory: &str) -> (serde_json::Value, u64) {
-    let before = children_peak_rss();
-    let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
-        .args([
-            "audit",
-            "--ci-mode",
-            "--metadata-only",
-            "--max-memory",
-            max_memory,
-        ])
+/// Runs an audit and returns its JSON report and the peak RSS (bytes) of that child alone
+/// (`wait4`'s usage: other tests run children in parallel).
+fn audit(file: &Path, max_memory: Option<&str>) -> (serde_json::Value, u64) {
+    let mut args = vec!["audit", "--ci-mode", "--metadata-only"];
+    if let Some(max) = max_memory {
+        args.extend(["--max-memory", max]);
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args(args)
         .arg(file)
         .env_remove("GITHUB_ACTIONS")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
         .expect("tensorplay runs");
-    let report =
-        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
-    let after = children_peak_rss();
-    // The maximum over waited-for children: this run's peak when it is the largest so far,
-    // which the bounds below only need as an upper bound.
-    eprintln!(
-        "peak RSS under --max-memory {max_memory}: {} MiB",
-        after.max(before) >> 20
-    );
-    (report, after.max(before))
-}
-
-fn children_peak_rss() -> u64 {
-    // SAFETY: getrusage writes one plain struct it is handed.
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut text)
+        .expect("read the report");
+    let pid = i32::try_from(child.id()).expect("pid");
+    let mut status = 0;
+    // SAFETY: wait4 reaps this child and fills the two plain values it is handed.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    assert_eq!(rc, 0, "getrusage");
-    u64::try_from(usage.ru_maxrss).expect("non-negative") * 1024 // KiB on Linux
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "wait4");
+    let report = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {}", &text[..text.len().min(500)]));
+    let peak = u64::try_from(usage.ru_maxrss).expect("non-negative") * 1024; // KiB on Linux
+    eprintln!(
+        "peak RSS under --max-memory {}: {} MiB",
+        max_memory.unwrap_or("(default)"),
+        peak >> 20
+    );
+    (report, peak)
 }
 
 #[test]
@@ -79,7 +83,7 @@ fn children_peak_rss() -> u64 {
 fn a_million_tensors_are_charged_to_the_budget() {
     let file = many_tensors(TENSORS);
 
-    let (report, small_peak) = audit(&file.0, "64MiB");
+    let (report, small_peak) = audit(&file.0, Some("64MiB"));
     let findings = &report["files"][0]["findings"];
     assert_eq!(findings[0]["code"], "TP502", "{report}");
     let message = findings[0]["message"].as_str().expect("message");
@@ -87,13 +91,13 @@ fn a_million_tensors_are_charged_to_the_budget() {
         message.contains("exceeds the memory budget") && message.contains("> 67108864"),
         "{message}"
     );
-    assert!(message.ends_with("per-tensor metadata"), "{message}");
     assert_eq!(report["files"][0]["tensors"], 0);
     // The header is mapped (87 MB); refused entries are never built.
     assert!(small_peak < 400 << 20, "{} MiB", small_peak >> 20);
 
-    let (report, peak) = audit(&file.0, "2GiB");
+    let (report, peak) = audit(&file.0, None);
     assert_eq!(report["files"][0]["tensors"], TENSORS, "{report}");
     assert_eq!(report["summary"]["errors"], 0, "{report}");
-    assert!(peak < 2 << 30, "{} MiB", peak >> 20);
+    // What the budget admits, plus the mapped file and the audit's own structures.
+    assert!(peak < 3 << 29, "{} MiB", peak >> 20);
 }

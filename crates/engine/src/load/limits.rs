@@ -117,15 +117,20 @@ pub(crate) const TENSOR_METADATA_BYTES: u64 = (std::mem::size_of::<crate::Tensor
     + 2 * 16 // the two `Arc` counters
     + 3 * 16) as u64; // malloc's header and rounding, per allocation
 
+/// What one safetensors header entry holds while the header is read: its key and value as
+/// slices of the header (40 bytes) and its slot in the set that finds duplicate names.
+pub(crate) const HEADER_ENTRY_BYTES: u64 = 64;
+
 /// What the `safetensors` crate holds per entry while it reads a header for the cross-check
 /// (measured with heaptrack: serde's buffered `Content` for the entry, then its map and
 /// index entries), beyond twice the name's length.
 pub(crate) const CRATE_ENTRY_BYTES: u64 = 640;
 
 impl Meter {
-    /// Charges one tensor entry named with `name_len` bytes, held for the rest of the read.
-    pub fn hold_tensor(&self, path: &Path, name_len: usize) -> Result<()> {
-        let bytes = TENSOR_METADATA_BYTES.saturating_add(name_len as u64);
+    /// Charges one tensor's metadata and `beyond` bytes more (its name, what reading it
+    /// takes), held for the rest of the read.
+    pub fn hold_tensor(&self, path: &Path, beyond: usize) -> Result<()> {
+        let bytes = TENSOR_METADATA_BYTES.saturating_add(beyond as u64);
         self.hold(path, bytes, || "per-tensor metadata".to_owned())
     }
 }

@@ -6,12 +6,12 @@
 //! header as the authority; its reading must agree with tensorplay's, entry for entry, or the
 //! file is refused as a parser differential.
 
-use super::limits::{Meter, CRATE_ENTRY_BYTES};
+use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
 use super::Parts;
 use crate::error::{Error, Result};
 use crate::layout::Dims;
+use crate::TensorImpl;
 use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
-use crate::{Owner, TensorImpl};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -48,78 +48,74 @@ struct Entry {
 
 /// Appends the file's tensors and storages (one storage per tensor, as PyTorch's loader
 /// makes them, all pointing into the one buffer) and records its `__metadata__`.
+///
+/// The phases are ordered so their transient memory never adds up: the header's entries
+/// as slices of it, then the crate's reading (the largest), then tensorplay's entries,
+/// compared with the crate's before it is dropped, and only then the four layers. Each is
+/// charged to the meter before it is taken.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
     let path = buffer.source();
     let bytes = buffer.bytes();
     let (header, data_start) = split_header(path, bytes)?;
-    let first_id = parts.storages.len();
     let raw = split_entries(path, header, &parts.meter)?;
-    // The crate's reading of the same header is transient but large; it must fit beside
-    // what is held before it starts.
     let crate_bytes = raw.iter().fold(0u64, |acc, (name, _)| {
         acc.saturating_add(CRATE_ENTRY_BYTES + 2 * name.len() as u64)
     });
     parts.meter.check(path, crate_bytes, || {
         "the safetensors crate's reading of the header".to_owned()
     })?;
-    // The crate reads first, alone: its transient peak is the largest of the read, and it
-    // passes before tensorplay's entries are built, so the two never add up. Nothing is
-    // handed out before both readings agree.
     let crate_reading = std::panic::catch_unwind(|| safetensors::SafeTensors::deserialize(bytes));
-    let built = parse_entries(path, raw).and_then(|(metadata, entries)| {
-        build(buffer, data_start, first_id, entries).map(|t| (metadata, t))
-    });
-    let (metadata, tensors) = built?;
+    let (metadata, entries) = parse_entries(path, raw, &parts.meter)?;
+    check_data_len(buffer, data_start, &entries)?;
     let crate_reading = crate_reading.map_err(|_| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail: "the safetensors crate panicked".into(),
     })?;
-    cross_check_with_crate(path, crate_reading, bytes, data_start, &tensors)?;
-    parts.storages.reserve(tensors.len());
-    parts.tensors.reserve(tensors.len());
-    for tensor in tensors {
-        parts
-            .storages
-            .push(Arc::clone(tensor.tensor_impl().storage()));
-        parts.tensors.push(tensor);
-    }
+    cross_check_with_crate(path, crate_reading, bytes, data_start, &entries)?;
+    build_into(buffer, data_start, entries, parts)?;
     parts.metadata = metadata;
     Ok(Format::Safetensors)
 }
 
-/// The four layers of validated entries: one storage per tensor, ids from `first_id`.
-fn build(
-    buffer: &Arc<HostBuffer>,
-    data_start: u64,
-    first_id: usize,
-    entries: Vec<Entry>,
-) -> Result<Vec<Tensor>> {
-    let path = buffer.source();
+/// The data region must end where the file does.
+fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry]) -> Result<()> {
     let data_end = entries.last().map_or(0, |e| e.end);
     let file_end = data_start.checked_add(data_end).ok_or(Error::Overflow {
         what: "data end offset",
     })?;
     if file_end != buffer.len() {
         return Err(Error::DataLength {
-            path: path.to_owned(),
+            path: buffer.source().to_owned(),
             data_end: file_end,
             file_len: buffer.len(),
         });
     }
-    let mut tensors = Vec::with_capacity(entries.len());
-    for (i, entry) in entries.into_iter().enumerate() {
-        // Tiling puts every offset at or below `data_end`, so no sum here passes `file_end`.
+    Ok(())
+}
+
+/// The four layers of validated entries, appended to `parts`: one storage per tensor.
+fn build_into(
+    buffer: &Arc<HostBuffer>,
+    data_start: u64,
+    entries: Vec<Entry>,
+    parts: &mut Parts,
+) -> Result<()> {
+    parts.storages.reserve(entries.len());
+    parts.tensors.reserve(entries.len());
+    for entry in entries {
+        // Tiling and the data length put every offset inside the file: no sum here overflows.
         let range = (data_start + entry.start)..(data_start + entry.end);
         let data_ptr = DataPtr::host(Arc::clone(buffer), range)?;
         let nbytes = entry.end - entry.start;
         let storage = Arc::new(Storage::new(
-            first_id + i,
+            parts.storages.len(),
             Arc::clone(&entry.name),
             entry.dtype,
             nbytes,
             "cpu",
             data_ptr,
         ));
+        parts.storages.push(Arc::clone(&storage));
         let imp = TensorImpl::new(
             entry.layout,
             entry.dtype,
@@ -128,9 +124,9 @@ fn build(
             false,
             storage,
         );
-        tensors.push(Tensor::new(entry.name, Arc::new(imp)));
+        parts.tensors.push(Tensor::new(entry.name, Arc::new(imp)));
     }
-    Ok(tensors)
+    Ok(())
 }
 
 /// The header text and the file offset where tensor data begins.
@@ -223,11 +219,19 @@ impl<'de> Visitor<'de> for EntriesSeed<'_> {
         let mut out = Vec::new();
         while let Some(Key(key)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
-            if key != METADATA_KEY {
-                if let Err(e) = self.meter.hold_tensor(self.path, key.len()) {
-                    *self.refused.borrow_mut() = Some(e);
-                    return Err(serde::de::Error::custom("memory budget"));
-                }
+            // The slices, a key copied when it held escapes, and its slot in the set that
+            // finds duplicates.
+            let copied = match &key {
+                Cow::Owned(k) => k.len() as u64,
+                Cow::Borrowed(_) => 0,
+            };
+            let bytes = HEADER_ENTRY_BYTES.saturating_add(copied);
+            if let Err(e) = self
+                .meter
+                .hold(self.path, bytes, || "the header's entries".into())
+            {
+                *self.refused.borrow_mut() = Some(e);
+                return Err(serde::de::Error::custom("memory budget"));
             }
             out.push((key, value));
         }
@@ -265,6 +269,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
 fn parse_entries(
     path: &Path,
     raw: RawEntries<'_>,
+    meter: &Meter,
 ) -> Result<(BTreeMap<String, String>, Vec<Entry>)> {
     let syntax = |detail: String| Error::HeaderSyntax {
         path: path.to_owned(),
@@ -286,6 +291,9 @@ fn parse_entries(
             metadata = serde_json::from_str(value.get())
                 .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
         } else {
+            // Charged before it is built: the entry itself, and the layers it becomes.
+            let beyond = std::mem::size_of::<Entry>() + name.len();
+            meter.hold_tensor(path, beyond)?;
             entries.push(parse_entry(path, name, value.get())?);
         }
     }
@@ -367,36 +375,32 @@ fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
     Ok(())
 }
 
-/// Demands that the `safetensors` crate's reading of the same bytes agrees, tensor for tensor.
+/// Demands that the `safetensors` crate's reading of the same bytes agrees, entry for entry.
+/// The reading is dropped on return, before any tensor is built.
 fn cross_check_with_crate(
     path: &Path,
     crate_reading: std::result::Result<safetensors::SafeTensors<'_>, safetensors::SafeTensorError>,
     bytes: &[u8],
     data_start: u64,
-    tensors: &[Tensor],
+    entries: &[Entry],
 ) -> Result<()> {
     let rejected = |detail: String| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail,
     };
     let reading = crate_reading.map_err(|e| rejected(format!("{e:?}")))?;
-    if reading.len() != tensors.len() {
+    if reading.len() != entries.len() {
         return Err(rejected(format!(
             "the crate reads {} tensors, tensorplay {}",
             reading.len(),
-            tensors.len()
+            entries.len()
         )));
     }
     let base = bytes.as_ptr() as u64;
     // Dtypes repeat: the crate's code is translated once per distinct dtype, not per tensor.
     let mut last: Option<(safetensors::Dtype, Option<DType>)> = None;
-    for tensor in tensors {
-        let imp = tensor.tensor_impl();
-        let offsets = match imp.storage().data_ptr().owner() {
-            Owner::Host { range, .. } => Some((range.start - data_start, range.end - data_start)),
-            Owner::None | Owner::Deferred { .. } => None,
-        };
-        let agrees = reading.tensor(tensor.name()).is_ok_and(|view| {
+    for entry in entries {
+        let agrees = reading.tensor(&entry.name).is_ok_and(|view| {
             let dtype = match last {
                 Some((code, ours)) if code == view.dtype() => ours,
                 _ => {
@@ -413,19 +417,19 @@ fn cross_check_with_crate(
             let start = (view.data().as_ptr() as u64)
                 .checked_sub(base)
                 .and_then(|at| at.checked_sub(data_start));
-            let crate_offsets = start.map(|s| (s, s + view.data().len() as u64));
-            dtype == Some(imp.dtype())
+            let offsets = start.map(|s| (s, s + view.data().len() as u64));
+            dtype == Some(entry.dtype)
                 && view
                     .shape()
                     .iter()
                     .map(|&s| s as u64)
-                    .eq(imp.layout().sizes().iter().copied())
-                && crate_offsets == offsets
+                    .eq(entry.layout.sizes().iter().copied())
+                && offsets == Some((entry.start, entry.end))
         });
         if !agrees {
             return Err(rejected(format!(
                 "the crate reads tensor '{}' differently",
-                tensor.name()
+                entry.name
             )));
         }
     }
