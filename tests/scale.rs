@@ -41,6 +41,7 @@ fn many_tensors(n: usize) -> TempFile {
 
 /// Runs an audit and returns its JSON report and the peak RSS (bytes) of that child alone
 /// (`wait4`'s usage: other tests run children in parallel).
+#[allow(clippy::zombie_processes)] // reaped by `wait4`, which clippy does not see
 fn audit(file: &Path, max_memory: Option<&str>) -> (serde_json::Value, u64) {
     let mut args = vec!["audit", "--ci-mode", "--metadata-only"];
     if let Some(max) = max_memory {

@@ -167,7 +167,7 @@ mod tests {
     use proptest::prelude::*;
 
     pub(super) fn l(sizes: &[u64], strides: &[u64], off: u64) -> Layout {
-        Layout::new(sizes.to_vec(), strides.to_vec(), off).expect("valid layout")
+        Layout::new(sizes, strides, off).expect("valid layout")
     }
 
     #[test]
