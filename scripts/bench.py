@@ -250,7 +250,7 @@ def scale(args):
     st = [r for r in rows if r["kind"] == "safetensors"]
     if len(st) >= 2:
         flat = st[-1]["tp"][0] / st[-1]["n"] <= 2 * st[1]["tp"][0] / st[1]["n"]
-        checks.append(("per-tensor cost flat 10k → 1M (within 2×)", flat,
+        checks.append(("per-tensor wall time 10k → 1M within 2× (no superlinear step)", flat,
                        f"{us(st[1]['tp'][0], st[1]['n'])} → {us(st[-1]['tp'][0], st[-1]['n'])}"))
     for what, ok, got in checks:
         out.append(f"- {what}: {got}, {'met' if ok else 'not met'}\n")
