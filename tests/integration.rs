@@ -25,5 +25,6 @@ mod pytorch;
 mod read_only;
 mod renderers;
 mod robustness;
+mod scale;
 mod terminal;
 mod zip_layouts;

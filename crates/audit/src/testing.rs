@@ -39,7 +39,7 @@ pub fn tensor(
     offset: u64,
     device: Device,
 ) -> Tensor {
-    let layout = Layout::new(sizes.to_vec(), strides.to_vec(), offset).expect("layout");
+    let layout = Layout::new(sizes, strides, offset).expect("layout");
     let imp = TensorImpl::new(
         layout,
         DType::Float32,

@@ -28,6 +28,9 @@ pub struct MergeArgs {
     /// Colour the human log: auto (a terminal; NO_COLOR, FORCE_COLOR, CLICOLOR_FORCE honoured).
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorArg::Auto)]
     color: ColorArg,
+    /// List every tensor of every finding in the human output (otherwise the first 10).
+    #[arg(long)]
+    verbose: bool,
     /// Write the merged JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -83,6 +86,7 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<ExitStatus> {
     }
     let style = render::human::Style {
         color: crate::color::enabled(args.color, false),
+        verbose: args.verbose,
     };
     crate::exit::print(&render::stdout::render(report, format, style)?)?;
 

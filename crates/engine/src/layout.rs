@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::DType;
+use smallvec::SmallVec;
 use std::ops::Range;
 
 mod walk;
@@ -13,17 +14,27 @@ pub use walk::{Run, Runs, Walk};
 /// so the accessors below never overflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
-    sizes: Vec<u64>,
-    strides: Vec<u64>,
+    // Inline up to four dimensions: nearly every tensor, and no allocation per tensor.
+    sizes: Dims,
+    strides: Dims,
     storage_offset: u64,
     numel: u64,
     /// One past the highest element index the view reaches; `storage_offset` when empty.
     element_end: u64,
 }
 
+/// Sizes or strides of one layout.
+pub type Dims = SmallVec<[u64; 4]>;
+
 impl Layout {
     /// A layout from explicit sizes, strides and offset.
-    pub fn new(sizes: Vec<u64>, strides: Vec<u64>, storage_offset: u64) -> Result<Self> {
+    pub fn new(
+        sizes: impl AsRef<[u64]>,
+        strides: impl AsRef<[u64]>,
+        storage_offset: u64,
+    ) -> Result<Self> {
+        let sizes = Dims::from_slice(sizes.as_ref());
+        let strides = Dims::from_slice(strides.as_ref());
         if sizes.len() != strides.len() {
             return Err(Error::RankMismatch {
                 sizes: sizes.len(),
@@ -62,8 +73,9 @@ impl Layout {
 
     /// A C-contiguous layout at offset 0, with the strides PyTorch gives a fresh tensor
     /// (size-0 dimensions count as 1 when striding).
-    pub fn contiguous(sizes: Vec<u64>) -> Result<Self> {
-        let mut strides = vec![1u64; sizes.len()];
+    pub fn contiguous(sizes: impl AsRef<[u64]>) -> Result<Self> {
+        let sizes = sizes.as_ref();
+        let mut strides: Dims = smallvec::smallvec![1u64; sizes.len()];
         for i in (1..sizes.len()).rev() {
             // Indices are in range by the loop bounds; sizes and strides have one length.
             strides[i - 1] = strides[i]
@@ -155,7 +167,7 @@ mod tests {
     use proptest::prelude::*;
 
     pub(super) fn l(sizes: &[u64], strides: &[u64], off: u64) -> Layout {
-        Layout::new(sizes.to_vec(), strides.to_vec(), off).expect("valid layout")
+        Layout::new(sizes, strides, off).expect("valid layout")
     }
 
     #[test]

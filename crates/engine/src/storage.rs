@@ -3,15 +3,19 @@
 use crate::data_ptr::DataPtr;
 use crate::device::Device;
 use crate::dtype::DType;
+use std::borrow::Cow;
+use std::sync::Arc;
 
 /// One storage of a checkpoint. Shared by its tensors through `Arc`; never cloned.
 #[derive(Debug)]
 pub struct Storage {
     id: usize,
-    key: String,
+    // Shared, not copied: a safetensors storage's key is its tensor's name.
+    key: Arc<str>,
     dtype: DType,
     nbytes: u64,
-    location: String,
+    // Borrowed for the common locations, so a million storages hold no location strings.
+    location: Cow<'static, str>,
     device: Device,
     data_ptr: DataPtr,
 }
@@ -20,20 +24,20 @@ impl Storage {
     /// A storage numbered `id` in its checkpoint, with its key and location as the file records them.
     pub fn new(
         id: usize,
-        key: impl Into<String>,
+        key: impl Into<Arc<str>>,
         dtype: DType,
         nbytes: u64,
-        location: impl Into<String>,
+        location: impl AsRef<str>,
         data_ptr: DataPtr,
     ) -> Self {
-        let location = location.into();
+        let location = location.as_ref();
         Storage {
             id,
             key: key.into(),
             dtype,
             nbytes,
-            device: Device::parse(&location),
-            location,
+            device: Device::parse(location),
+            location: intern_location(location),
             data_ptr,
         }
     }
@@ -71,5 +75,17 @@ impl Storage {
     /// Where its bytes really are.
     pub fn data_ptr(&self) -> &DataPtr {
         &self.data_ptr
+    }
+}
+
+/// The location as written, borrowed from a static string when it is a common one.
+fn intern_location(location: &str) -> Cow<'static, str> {
+    const COMMON: [&str; 11] = [
+        "cpu", "meta", "cuda", "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5",
+        "cuda:6", "cuda:7",
+    ];
+    match COMMON.iter().find(|&&c| c == location) {
+        Some(&c) => Cow::Borrowed(c),
+        None => Cow::Owned(location.to_owned()),
     }
 }

@@ -6,13 +6,14 @@ use std::sync::Arc;
 /// A named tensor of a checkpoint.
 #[derive(Debug, Clone)]
 pub struct Tensor {
-    name: String,
+    // Shared with the storage key where the format makes them one (safetensors).
+    name: Arc<str>,
     imp: Arc<TensorImpl>,
 }
 
 impl Tensor {
     /// A handle named `name` over `imp`.
-    pub fn new(name: impl Into<String>, imp: Arc<TensorImpl>) -> Self {
+    pub fn new(name: impl Into<Arc<str>>, imp: Arc<TensorImpl>) -> Self {
         Tensor {
             name: name.into(),
             imp,

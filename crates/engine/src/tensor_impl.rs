@@ -183,7 +183,7 @@ pub(crate) mod tests {
         strides: &[u64],
         offset: u64,
     ) -> TensorImpl {
-        let layout = Layout::new(sizes.to_vec(), strides.to_vec(), offset).expect("layout");
+        let layout = Layout::new(sizes, strides, offset).expect("layout");
         TensorImpl::new(
             layout,
             storage.dtype(),

@@ -74,8 +74,18 @@ pub struct SharedStorage<'a> {
 /// Every storage that more than one tensor name views, in storage order. A view whose
 /// extent overflows counts as reaching no bytes.
 pub fn shared_storages(ckpt: &Checkpoint) -> Vec<SharedStorage<'_>> {
+    // Count first: most storages have one view, and then no list is built for them.
+    let mut counts = vec![0u32; ckpt.storages.len()];
+    for tensor in &ckpt.tensors {
+        if let Some(n) = counts.get_mut(tensor.tensor_impl().storage().id()) {
+            *n = n.saturating_add(1);
+        }
+    }
     let mut views: Vec<Vec<View<'_>>> = vec![Vec::new(); ckpt.storages.len()];
     for tensor in &ckpt.tensors {
+        if counts.get(tensor.tensor_impl().storage().id()) < Some(&2) {
+            continue;
+        }
         let imp = tensor.tensor_impl();
         if let Some(list) = views.get_mut(imp.storage().id()) {
             list.push(View {

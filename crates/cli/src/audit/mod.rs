@@ -73,6 +73,9 @@ pub struct AuditArgs {
     /// Read no tensor bytes: skip the rules that scan values (TP401).
     #[arg(long)]
     metadata_only: bool,
+    /// List every tensor of every finding in the human output (otherwise the first 10).
+    #[arg(long)]
+    verbose: bool,
     /// GPU memory the simulated load must fit (TP303), e.g. 24GiB.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     gpu_budget: Option<u64>,
@@ -227,7 +230,10 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         render::github::append_step_summary(&report);
     }
     let color = crate::color::enabled(args.color, args.ci_mode);
-    let style = render::human::Style { color };
+    let style = render::human::Style {
+        color,
+        verbose: args.verbose,
+    };
     crate::exit::print(&render::stdout::render(&report, format, style)?)?;
 
     if !unreadable.is_empty() {

@@ -11,10 +11,17 @@ use tensorplay_audit::Severity;
 /// Beyond this many, skipped files are counted rather than listed.
 const MAX_SKIPPED_LISTED: usize = 10;
 
-/// How to paint.
+/// Beyond this many, a finding's tensors are cut to the first few and counted (`--verbose`
+/// lists them all; the JSON report always does), so a finding over a million tensors stays
+/// one readable line.
+const MAX_TENSORS_LISTED: usize = 10;
+
+/// How to paint, and how much to list.
 #[derive(Debug, Clone, Copy)]
 pub struct Style {
     pub color: bool,
+    /// Every tensor of every finding, however many.
+    pub verbose: bool,
 }
 
 impl Style {
@@ -38,6 +45,19 @@ impl Style {
 
 fn bold(color: Option<AnsiColor>) -> Paint {
     Paint::new().bold().fg_color(color.map(Into::into))
+}
+
+/// The names joined, cut to [`MAX_TENSORS_LISTED`] unless `all`.
+fn tensor_list(names: &[String], all: bool) -> String {
+    if all || names.len() <= MAX_TENSORS_LISTED {
+        return names.join(", ");
+    }
+    let shown = names.get(..MAX_TENSORS_LISTED).unwrap_or(names);
+    format!(
+        "{} … and {} more (--verbose lists all)",
+        shown.join(", "),
+        names.len() - shown.len()
+    )
 }
 
 pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
@@ -89,7 +109,11 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
                     f.message
                 )?;
                 if !f.tensors.is_empty() {
-                    writeln!(out, "    tensors: {}", f.tensors.join(", "))?;
+                    writeln!(
+                        out,
+                        "    tensors: {}",
+                        tensor_list(&f.tensors, style.verbose)
+                    )?;
                 }
                 writeln!(out, "    fix: {}", f.fix)?;
             }
@@ -152,4 +176,74 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
         report.skipped.len()
     )?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensorplay_audit::finding::Finding;
+    use tensorplay_audit::registry::RULES;
+    use tensorplay_audit::report::{FailOn, FileReport};
+
+    fn report(tensors: usize) -> Report {
+        let code = RULES[0].code();
+        let names: Vec<String> = (0..tensors).map(|i| format!("layers.{i}.weight")).collect();
+        let file = FileReport {
+            path: "many.safetensors".into(),
+            format: Some("safetensors".into()),
+            tensors,
+            storages: tensors,
+            bytes: 4 * tensors as u64,
+            devices: vec!["cpu".into()],
+            dtypes: vec!["float32".into()],
+            checked: vec![code],
+            findings: vec![Finding {
+                code,
+                severity: Severity::Warning,
+                tensors: names,
+                storage: None,
+                message: "a finding over many tensors".into(),
+                fix: "fix them".into(),
+            }],
+            suppressed: Vec::new(),
+            allowed_globals: Vec::new(),
+            memory: None,
+            device: None,
+            layout: None,
+        };
+        Report::new(vec![file], Vec::new(), FailOn::Error)
+    }
+
+    fn plain(verbose: bool) -> Style {
+        Style {
+            color: false,
+            verbose,
+        }
+    }
+
+    #[test]
+    fn many_tensors_are_cut_to_the_first_ten_and_counted() {
+        let text = render(&report(25), plain(false)).unwrap();
+        insta::assert_snapshot!("human_many_tensors_cut", text);
+        assert!(text.contains("layers.9.weight … and 15 more"), "{text}");
+        assert!(!text.contains("layers.10.weight"), "{text}");
+    }
+
+    #[test]
+    fn verbose_lists_every_tensor() {
+        let text = render(&report(25), plain(true)).unwrap();
+        insta::assert_snapshot!("human_many_tensors_verbose", text);
+        assert!(
+            text.contains("layers.23.weight, layers.24.weight\n"),
+            "{text}"
+        );
+        assert!(!text.contains("more"), "{text}");
+    }
+
+    #[test]
+    fn ten_tensors_are_listed_without_a_count() {
+        let text = render(&report(10), plain(false)).unwrap();
+        assert!(text.contains("layers.9.weight\n"), "{text}");
+        assert!(!text.contains("more"), "{text}");
+    }
 }

@@ -113,3 +113,55 @@ mod tests {
         assert!(meter.check(path, u64::MAX, || "d".into()).is_err());
     }
 }
+
+/// What one tensor's metadata holds for the rest of the read, beyond its name: the four
+/// layers (a `Tensor` with its `Arc<TensorImpl>`, the `Storage` behind its `Arc`), the
+/// checkpoint's slots for both, and the allocator's per-block overhead on the three
+/// allocations. Charged per entry as it is read, so a file declaring more tensors than fit
+/// is refused before they are built.
+pub(crate) const TENSOR_METADATA_BYTES: u64 = (std::mem::size_of::<crate::Tensor>()
+    + std::mem::size_of::<crate::TensorImpl>()
+    + std::mem::size_of::<crate::Storage>()
+    + std::mem::size_of::<std::sync::Arc<crate::Storage>>()
+    + 2 * 16 // the two `Arc` counters
+    + 3 * 16) as u64; // malloc's header and rounding, per allocation
+
+/// What one safetensors header entry holds while the header is read: its key and value as
+/// slices of the header (40 bytes) and its slot in the set that finds duplicate names.
+pub(crate) const HEADER_ENTRY_BYTES: u64 = 64;
+
+/// What the `safetensors` crate holds per entry while it reads a header for the cross-check
+/// (measured with heaptrack: serde's buffered `Content` for the entry, then its map and
+/// index entries), beyond twice the name's length.
+pub(crate) const CRATE_ENTRY_BYTES: u64 = 640;
+
+impl Meter {
+    /// Charges one tensor's metadata and `beyond` bytes more (its name, what reading it
+    /// takes), held for the rest of the read.
+    pub fn hold_tensor(&self, path: &Path, beyond: usize) -> Result<()> {
+        let bytes = TENSOR_METADATA_BYTES.saturating_add(beyond as u64);
+        self.hold(path, bytes, || "per-tensor metadata".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tensor_tests {
+    use super::*;
+
+    #[test]
+    fn tensors_are_charged_until_they_no_longer_fit() {
+        let per = TENSOR_METADATA_BYTES + 10;
+        let meter = Meter::new(ReadLimits {
+            max_memory: 3 * per,
+            ..ReadLimits::default()
+        });
+        let path = Path::new("m.safetensors");
+        for _ in 0..3 {
+            meter.hold_tensor(path, 10).unwrap();
+        }
+        let e = meter.hold_tensor(path, 10).unwrap_err();
+        assert!(matches!(e, Error::MemoryBudget { .. }), "{e}");
+        assert!(e.to_string().ends_with("per-tensor metadata"), "{e}");
+        assert_eq!(meter.held(), 3 * per);
+    }
+}

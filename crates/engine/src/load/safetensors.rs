@@ -6,13 +6,19 @@
 //! header as the authority; its reading must agree with tensorplay's, entry for entry, or the
 //! file is refused as a parser differential.
 
-use super::json::Entries;
+use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
 use super::Parts;
 use crate::error::{Error, Result};
+use crate::layout::Dims;
+use crate::TensorImpl;
 use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
-use crate::{Owner, TensorImpl};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -23,15 +29,17 @@ const METADATA_KEY: &str = "__metadata__";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawEntry {
-    dtype: String,
-    shape: Vec<u64>,
+struct RawEntry<'a> {
+    // Borrowed and inline: no allocation per entry for what is parsed and dropped.
+    #[serde(borrow)]
+    dtype: Cow<'a, str>,
+    shape: Dims,
     data_offsets: (u64, u64),
 }
 
 /// One validated header entry.
 struct Entry {
-    name: String,
+    name: Arc<str>,
     dtype: DType,
     layout: Layout,
     start: u64,
@@ -40,69 +48,74 @@ struct Entry {
 
 /// Appends the file's tensors and storages (one storage per tensor, as PyTorch's loader
 /// makes them, all pointing into the one buffer) and records its `__metadata__`.
+///
+/// The phases are ordered so their transient memory never adds up: the header's entries
+/// as slices of it, then the crate's reading (the largest), then tensorplay's entries,
+/// compared with the crate's before it is dropped, and only then the four layers. Each is
+/// charged to the meter before it is taken.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
     let path = buffer.source();
     let bytes = buffer.bytes();
     let (header, data_start) = split_header(path, bytes)?;
-    let first_id = parts.storages.len();
-    // The crate parses the same header on a second thread while tensorplay parses it and
-    // builds the tensors here; nothing is handed out before both readings agree.
-    let (built, crate_reading) = std::thread::scope(|scope| {
-        let crate_reading = scope.spawn(|| safetensors::SafeTensors::read_metadata(bytes));
-        let built = parse_header(path, header).and_then(|(metadata, entries)| {
-            build(buffer, data_start, first_id, entries).map(|t| (metadata, t))
-        });
-        (built, crate_reading.join())
+    let raw = split_entries(path, header, &parts.meter)?;
+    let crate_bytes = raw.iter().fold(0u64, |acc, (name, _)| {
+        acc.saturating_add(CRATE_ENTRY_BYTES + 2 * name.len() as u64)
     });
-    let (metadata, tensors) = built?;
+    parts.meter.check(path, crate_bytes, || {
+        "the safetensors crate's reading of the header".to_owned()
+    })?;
+    let crate_reading = std::panic::catch_unwind(|| safetensors::SafeTensors::deserialize(bytes));
+    let (metadata, entries) = parse_entries(path, raw, &parts.meter)?;
+    check_data_len(buffer, data_start, &entries)?;
     let crate_reading = crate_reading.map_err(|_| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail: "the safetensors crate panicked".into(),
     })?;
-    cross_check_with_crate(path, crate_reading, data_start, &tensors)?;
-    for tensor in tensors {
-        parts
-            .storages
-            .push(Arc::clone(tensor.tensor_impl().storage()));
-        parts.tensors.push(tensor);
-    }
+    cross_check_with_crate(path, crate_reading, bytes, data_start, &entries)?;
+    build_into(buffer, data_start, entries, parts)?;
     parts.metadata = metadata;
     Ok(Format::Safetensors)
 }
 
-/// The four layers of validated entries: one storage per tensor, ids from `first_id`.
-fn build(
-    buffer: &Arc<HostBuffer>,
-    data_start: u64,
-    first_id: usize,
-    entries: Vec<Entry>,
-) -> Result<Vec<Tensor>> {
-    let path = buffer.source();
+/// The data region must end where the file does.
+fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry]) -> Result<()> {
     let data_end = entries.last().map_or(0, |e| e.end);
     let file_end = data_start.checked_add(data_end).ok_or(Error::Overflow {
         what: "data end offset",
     })?;
     if file_end != buffer.len() {
         return Err(Error::DataLength {
-            path: path.to_owned(),
+            path: buffer.source().to_owned(),
             data_end: file_end,
             file_len: buffer.len(),
         });
     }
-    let mut tensors = Vec::with_capacity(entries.len());
-    for (i, entry) in entries.into_iter().enumerate() {
-        // Tiling puts every offset at or below `data_end`, so no sum here passes `file_end`.
+    Ok(())
+}
+
+/// The four layers of validated entries, appended to `parts`: one storage per tensor.
+fn build_into(
+    buffer: &Arc<HostBuffer>,
+    data_start: u64,
+    entries: Vec<Entry>,
+    parts: &mut Parts,
+) -> Result<()> {
+    parts.storages.reserve(entries.len());
+    parts.tensors.reserve(entries.len());
+    for entry in entries {
+        // Tiling and the data length put every offset inside the file: no sum here overflows.
         let range = (data_start + entry.start)..(data_start + entry.end);
         let data_ptr = DataPtr::host(Arc::clone(buffer), range)?;
         let nbytes = entry.end - entry.start;
         let storage = Arc::new(Storage::new(
-            first_id + i,
-            entry.name.clone(),
+            parts.storages.len(),
+            Arc::clone(&entry.name),
             entry.dtype,
             nbytes,
             "cpu",
             data_ptr,
         ));
+        parts.storages.push(Arc::clone(&storage));
         let imp = TensorImpl::new(
             entry.layout,
             entry.dtype,
@@ -111,9 +124,9 @@ fn build(
             false,
             storage,
         );
-        tensors.push(Tensor::new(entry.name, Arc::new(imp)));
+        parts.tensors.push(Tensor::new(entry.name, Arc::new(imp)));
     }
-    Ok(tensors)
+    Ok(())
 }
 
 /// The header text and the file offset where tensor data begins.
@@ -151,9 +164,12 @@ fn split_header<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a str, u64)> {
     Ok((header, data_start))
 }
 
-/// Parses and validates the header: metadata, then entries sorted by data offset (ties,
-/// which only zero-size tensors can make, by name) that tile the data region exactly.
-fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, Vec<Entry>)> {
+/// The header's keys, in file order, each with its value's text; a name without escapes
+/// stays borrowed from the header. Every entry is charged to the meter as it is met, so a
+/// header declaring more tensors than the budget holds is refused while it is read.
+type RawEntries<'h> = Vec<(Cow<'h, str>, &'h RawValue)>;
+
+fn split_entries<'h>(path: &Path, header: &'h str, meter: &Meter) -> Result<RawEntries<'h>> {
     let syntax = |detail: String| Error::HeaderSyntax {
         path: path.to_owned(),
         detail,
@@ -167,42 +183,136 @@ fn parse_header(path: &Path, header: &str) -> Result<(BTreeMap<String, String>, 
             "must begin with '{{' but begins with {found}"
         )));
     }
-    // Entries stay borrowed slices of the header until each is parsed on its own.
-    let raw: Entries<&serde_json::value::RawValue> =
-        serde_json::from_str(header).map_err(|e| syntax(format!("invalid JSON: {e}")))?;
-    if let Some(name) = raw.first_duplicate() {
-        return Err(Error::DuplicateTensor {
-            path: path.to_owned(),
-            name: name.to_owned(),
-        });
+    let refused = RefCell::new(None);
+    let seed = EntriesSeed {
+        path,
+        meter,
+        refused: &refused,
+    };
+    let mut de = serde_json::Deserializer::from_str(header);
+    let parsed = de
+        .deserialize_map(seed)
+        .and_then(|raw| de.end().map(|()| raw));
+    if let Some(e) = refused.into_inner() {
+        return Err(e);
+    }
+    parsed.map_err(|e| syntax(format!("invalid JSON: {e}")))
+}
+
+struct EntriesSeed<'p> {
+    path: &'p Path,
+    meter: &'p Meter,
+    refused: &'p RefCell<Option<Error>>,
+}
+
+impl<'de> Visitor<'de> for EntriesSeed<'_> {
+    type Value = RawEntries<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
     }
 
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Key(key)) = map.next_key()? {
+            let value: &'de RawValue = map.next_value()?;
+            // The slices, a key copied when it held escapes, and its slot in the set that
+            // finds duplicates.
+            let copied = match &key {
+                Cow::Owned(k) => k.len() as u64,
+                Cow::Borrowed(_) => 0,
+            };
+            let bytes = HEADER_ENTRY_BYTES.saturating_add(copied);
+            if let Err(e) = self
+                .meter
+                .hold(self.path, bytes, || "the header's entries".into())
+            {
+                *self.refused.borrow_mut() = Some(e);
+                return Err(serde::de::Error::custom("memory budget"));
+            }
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+}
+
+/// A key, borrowed from the header unless it holds escapes (serde's own `Cow` always copies).
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Parses and validates the entries: metadata, then entries sorted by data offset (ties,
+/// which only zero-size tensors can make, by name) that tile the data region exactly.
+fn parse_entries(
+    path: &Path,
+    raw: RawEntries<'_>,
+    meter: &Meter,
+) -> Result<(BTreeMap<String, String>, Vec<Entry>)> {
+    let syntax = |detail: String| Error::HeaderSyntax {
+        path: path.to_owned(),
+        detail,
+    };
+    let mut seen = HashSet::with_capacity(raw.len());
+    if let Some((name, _)) = raw.iter().find(|(name, _)| !seen.insert(name.as_ref())) {
+        return Err(Error::DuplicateTensor {
+            path: path.to_owned(),
+            name: name.clone().into_owned(),
+        });
+    }
+    drop(seen);
+
     let mut metadata = BTreeMap::new();
-    let mut entries = Vec::with_capacity(raw.0.len());
-    for (name, value) in raw.0 {
+    let mut entries = Vec::with_capacity(raw.len());
+    for (name, value) in raw {
         if name == METADATA_KEY {
             metadata = serde_json::from_str(value.get())
                 .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
         } else {
+            // Charged before it is built: the entry itself, and the layers it becomes.
+            let beyond = std::mem::size_of::<Entry>() + name.len();
+            meter.hold_tensor(path, beyond)?;
             entries.push(parse_entry(path, name, value.get())?);
         }
     }
-    entries.sort_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
+    entries.sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
     check_tiling(path, &entries)?;
     Ok((metadata, entries))
 }
 
 /// One tensor's entry: a known dtype, a shape, and offsets spanning exactly its bytes.
-fn parse_entry(path: &Path, name: String, json: &str) -> Result<Entry> {
+fn parse_entry(path: &Path, name: Cow<'_, str>, json: &str) -> Result<Entry> {
     let invalid = |detail: String| Error::InvalidTensor {
         path: path.to_owned(),
-        tensor: name.clone(),
+        tensor: name.as_ref().to_owned(),
         detail,
     };
     let raw: RawEntry = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
     let dtype = DType::from_safetensors_code(&raw.dtype)
         .ok_or_else(|| invalid(format!("unknown dtype '{}'", raw.dtype)))?;
-    let layout = Layout::contiguous(raw.shape).map_err(|e| invalid(e.to_string()))?;
+    let layout = Layout::contiguous(&raw.shape).map_err(|e| invalid(e.to_string()))?;
     let (start, end) = raw.data_offsets;
     let Some(span) = end.checked_sub(start) else {
         return Err(invalid(format!(
@@ -227,7 +337,7 @@ fn parse_entry(path: &Path, name: String, json: &str) -> Result<Entry> {
         )));
     }
     Ok(Entry {
-        name,
+        name: Arc::from(name.as_ref()),
         dtype,
         layout,
         start,
@@ -247,7 +357,7 @@ fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
                 entry.start - expected
             )
         } else if entry.start < expected {
-            let other = previous.map_or("", |p| p.name.as_str());
+            let other = previous.map_or("", |p| &*p.name);
             format!(
                 "data_offsets [{}, {}] overlap tensor '{other}', which ends at {expected}",
                 entry.start, entry.end
@@ -258,60 +368,68 @@ fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
         };
         return Err(Error::InvalidTensor {
             path: path.to_owned(),
-            tensor: entry.name.clone(),
+            tensor: entry.name.to_string(),
             detail: problem,
         });
     }
     Ok(())
 }
 
-/// Demands that the `safetensors` crate's reading of the same bytes agrees, tensor for tensor.
+/// Demands that the `safetensors` crate's reading of the same bytes agrees, entry for entry.
+/// The reading is dropped on return, before any tensor is built.
 fn cross_check_with_crate(
     path: &Path,
-    crate_reading: std::result::Result<
-        (usize, safetensors::tensor::Metadata),
-        safetensors::SafeTensorError,
-    >,
+    crate_reading: std::result::Result<safetensors::SafeTensors<'_>, safetensors::SafeTensorError>,
+    bytes: &[u8],
     data_start: u64,
-    tensors: &[Tensor],
+    entries: &[Entry],
 ) -> Result<()> {
     let rejected = |detail: String| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail,
     };
-    let (_, metadata) = crate_reading.map_err(|e| rejected(format!("{e:?}")))?;
-    let infos = metadata.tensors();
-    if infos.len() != tensors.len() {
+    let reading = crate_reading.map_err(|e| rejected(format!("{e:?}")))?;
+    if reading.len() != entries.len() {
         return Err(rejected(format!(
             "the crate reads {} tensors, tensorplay {}",
-            infos.len(),
-            tensors.len()
+            reading.len(),
+            entries.len()
         )));
     }
-    for tensor in tensors {
-        let imp = tensor.tensor_impl();
-        let offsets = match imp.storage().data_ptr().owner() {
-            Owner::Host { range, .. } => Some((range.start - data_start, range.end - data_start)),
-            Owner::None | Owner::Deferred { .. } => None,
-        };
-        let agrees = infos.get(tensor.name()).is_some_and(|info| {
-            let code = serde_json::to_value(info.dtype).ok();
-            let dtype = code
-                .as_ref()
-                .and_then(|c| c.as_str())
-                .and_then(DType::from_safetensors_code);
-            dtype == Some(imp.dtype())
-                && info
-                    .shape
+    let base = bytes.as_ptr() as u64;
+    // Dtypes repeat: the crate's code is translated once per distinct dtype, not per tensor.
+    let mut last: Option<(safetensors::Dtype, Option<DType>)> = None;
+    for entry in entries {
+        let agrees = reading.tensor(&entry.name).is_ok_and(|view| {
+            let dtype = match last {
+                Some((code, ours)) if code == view.dtype() => ours,
+                _ => {
+                    let ours = serde_json::to_value(view.dtype())
+                        .ok()
+                        .as_ref()
+                        .and_then(|c| c.as_str())
+                        .and_then(DType::from_safetensors_code);
+                    last = Some((view.dtype(), ours));
+                    ours
+                }
+            };
+            // The view borrows the file's bytes: its place in them is the crate's offsets.
+            let start = (view.data().as_ptr() as u64)
+                .checked_sub(base)
+                .and_then(|at| at.checked_sub(data_start));
+            let offsets = start.map(|s| (s, s + view.data().len() as u64));
+            dtype == Some(entry.dtype)
+                && view
+                    .shape()
                     .iter()
                     .map(|&s| s as u64)
-                    .eq(imp.layout().sizes().iter().copied())
-                && Some((info.data_offsets.0 as u64, info.data_offsets.1 as u64)) == offsets
+                    .eq(entry.layout.sizes().iter().copied())
+                && offsets == Some((entry.start, entry.end))
         });
         if !agrees {
             return Err(rejected(format!(
                 "the crate reads tensor '{}' differently",
-                tensor.name()
+                entry.name
             )));
         }
     }

@@ -140,8 +140,10 @@ pub(crate) fn add_member(
     let heap = &member.unpickled.heap;
     let mut names =
         named_tensors(heap, member.unpickled.root, budget).map_err(|e| member.err(None, e))?;
-    for (name, _) in &mut names {
-        *name = format!("{}{name}", member.name_prefix);
+    if !member.name_prefix.is_empty() {
+        for (name, _) in &mut names {
+            name.insert_str(0, member.name_prefix);
+        }
     }
     let mut records = StorageRecords::collect(&member)?;
     records.learn_dtypes(heap, &names);

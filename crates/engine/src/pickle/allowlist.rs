@@ -100,7 +100,7 @@ pub fn map_module(module: &str) -> &str {
 
 /// What `module.name` (module already mapped) is, in any loader's table.
 pub fn classify(module: &str, name: &str) -> Class {
-    match weights_only(&full_name(module, name)) {
+    match with_full_name(module, name, weights_only) {
         Some(known) => Class::Known(known),
         None => torchscript_only(module, name).unwrap_or(Class::Unsafe),
     }
@@ -109,13 +109,28 @@ pub fn classify(module: &str, name: &str) -> Class {
 /// Whether `loader` resolves `module.name` (module already mapped) from its own table;
 /// anything else it would import and call.
 pub fn resolves(loader: Loader, module: &str, name: &str) -> bool {
-    weights_only(&full_name(module, name)).is_some()
+    with_full_name(module, name, weights_only).is_some()
         || (loader == Loader::TorchScript && torchscript_only(module, name).is_some())
 }
 
-/// The dotted path a loader resolves: PyTorch's table keys on `f"{module}.{name}"`.
-fn full_name(module: &str, name: &str) -> String {
-    format!("{module}.{name}")
+/// `f` of the dotted path a loader resolves (PyTorch's table keys on `f"{module}.{name}"`),
+/// joined on the stack when it is short: a pickle calls its globals once per tensor.
+fn with_full_name<R>(module: &str, name: &str, f: impl FnOnce(&str) -> R) -> R {
+    let mut buf = [0u8; 128];
+    let len = module.len() + 1 + name.len();
+    if let Some(out) = buf.get_mut(..len) {
+        let (m, rest) = out.split_at_mut(module.len());
+        m.copy_from_slice(module.as_bytes());
+        if let Some((dot, n)) = rest.split_first_mut() {
+            *dot = b'.';
+            n.copy_from_slice(name.as_bytes());
+        }
+        // Two strings joined by an ASCII dot are UTF-8.
+        if let Ok(full) = std::str::from_utf8(out) {
+            return f(full);
+        }
+    }
+    f(&format!("{module}.{name}"))
 }
 
 /// `torch.load`'s table: `_get_allowed_globals()` of torch 2.9.1, name for name.
@@ -244,10 +259,11 @@ fn torchscript_only(module: &str, name: &str) -> Option<Class> {
         _ => {
             // A class compiled from the archive's code, by its qualified name: identifiers
             // joined by dots under `__torch__`.
-            let path = full_name(module, name);
-            let mut parts = path.split('.');
-            (parts.next() == Some("__torch__") && parts.all(is_identifier))
-                .then_some(Class::TorchScript)
+            with_full_name(module, name, |path| {
+                let mut parts = path.split('.');
+                (parts.next() == Some("__torch__") && parts.all(is_identifier))
+                    .then_some(Class::TorchScript)
+            })
         }
     }
 }
