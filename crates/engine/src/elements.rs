@@ -131,7 +131,7 @@ mod tests {
     use std::sync::Arc;
 
     fn tensor(name: &str, storage: &Arc<crate::Storage>, sizes: &[u64], strides: &[u64]) -> Tensor {
-        let layout = Layout::new(sizes.to_vec(), strides.to_vec(), 0).expect("layout");
+        let layout = Layout::new(sizes, strides, 0).expect("layout");
         let imp = TensorImpl::new(
             layout,
             DType::Float32,

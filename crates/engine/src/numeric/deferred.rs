@@ -335,7 +335,7 @@ mod tests {
         strides: &[u64],
         offset: u64,
     ) -> Option<TensorImpl> {
-        let layout = Layout::new(sizes.to_vec(), strides.to_vec(), offset).ok()?;
+        let layout = Layout::new(sizes, strides, offset).ok()?;
         Some(TensorImpl::new(
             layout,
             dtype,
