@@ -29,6 +29,22 @@ fn the_libraries_read_the_crafted_names_back_verbatim() {
 }
 
 #[test]
+fn the_audit_log_escapes_what_the_file_names() {
+    let out = tensorplay(&["audit", "--color", "never", DIR]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let log = stdout(&out);
+    assert_clean("audit", &log);
+    // The findings are there, naming the tensors in escaped form, and the verdict is the
+    // tool's own last line.
+    assert!(log.contains("'w\\u{d}PASSED: 0 errors'"), "{log}");
+    assert!(log.contains("cuda:0\\u{1b}[2K"), "{log}");
+    assert!(
+        log.trim_end().lines().last().unwrap().contains("FAILED"),
+        "{log}"
+    );
+}
+
+#[test]
 fn inspect_views_diff_and_convert_escape_what_the_file_names() {
     for file in ["crafted_names.safetensors", "crafted_names.pt"] {
         let path = format!("{DIR}/{file}");

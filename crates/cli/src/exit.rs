@@ -43,7 +43,10 @@ pub fn error_lines(err: &anyhow::Error) -> Vec<String> {
         }
         line.push_str(&text);
     }
-    line.lines().map(str::to_owned).collect()
+    // Errors quote names from the file: escaped so they cannot rewrite the terminal.
+    line.lines()
+        .map(|l| tensorplay_audit::text::printable(l, false))
+        .collect()
 }
 
 /// Writes a command's whole output to stdout (a closed pipe surfaces as an error that

@@ -5,7 +5,7 @@
 use anstyle::{AnsiColor, Style as Paint};
 use std::fmt::Write;
 use tensorplay_audit::report::Report;
-use tensorplay_audit::text::{human_bytes, plural};
+use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_audit::Severity;
 
 /// Beyond this many, skipped files are counted rather than listed.
@@ -48,6 +48,12 @@ fn bold(color: Option<AnsiColor>) -> Paint {
 }
 
 /// The names joined, cut to [`MAX_TENSORS_LISTED`] unless `all`.
+/// Text from a file (paths, tensor names, messages that quote them) as the log may show it:
+/// a crafted name cannot rewrite the line that reports it.
+fn shown(text: &str) -> String {
+    printable(text, false)
+}
+
 fn tensor_list(names: &[String], all: bool) -> String {
     if all || names.len() <= MAX_TENSORS_LISTED {
         return names.join(", ");
@@ -72,7 +78,11 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
             ),
             None => "unreadable".to_owned(),
         };
-        writeln!(out, "{} ({what})", style.paint(bold(None), &file.path))?;
+        writeln!(
+            out,
+            "{} ({what})",
+            style.paint(bold(None), &shown(&file.path))
+        )?;
         if let (Some(device), Some(memory)) = (&file.device, &file.memory) {
             let verdict = if device.reserved_bytes == memory.reserved_bytes {
                 "matches the simulation"
@@ -82,7 +92,7 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
             writeln!(
                 out,
                 "  GPU load on {}: {} checked, {} failed; reserved {} in {} (simulated {}): {verdict}{}",
-                device.device,
+                shown(&device.device),
                 plural(device.storages_checked, "storage"),
                 device.storages_failed,
                 human_bytes(device.reserved_bytes),
@@ -106,23 +116,23 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
                     style.severity(f.severity),
                     f.code,
                     f.code.name(),
-                    f.message
+                    shown(&f.message)
                 )?;
                 if !f.tensors.is_empty() {
                     writeln!(
                         out,
                         "    tensors: {}",
-                        tensor_list(&f.tensors, style.verbose)
+                        shown(&tensor_list(&f.tensors, style.verbose))
                     )?;
                 }
-                writeln!(out, "    fix: {}", f.fix)?;
+                writeln!(out, "    fix: {}", shown(&f.fix))?;
             }
         }
         if !file.allowed_globals.is_empty() {
             writeln!(
                 out,
                 "  allowed by [pickle] allow_globals (never executed): {}",
-                file.allowed_globals.join(", ")
+                shown(&file.allowed_globals.join(", "))
             )?;
         }
         for f in &file.suppressed {
@@ -132,14 +142,14 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
                 f.severity,
                 f.code,
                 f.code.name(),
-                f.message
+                shown(&f.message)
             )?;
         }
         out.push('\n');
     }
     if report.skipped.len() <= MAX_SKIPPED_LISTED {
         for s in &report.skipped {
-            writeln!(out, "skipped {}: {}", s.path, s.reason)?;
+            writeln!(out, "skipped {}: {}", shown(&s.path), shown(&s.reason))?;
         }
     } else {
         writeln!(
