@@ -5,8 +5,7 @@
 //! inflating it; deflated storages are scanned as they stream, and a record that inflates
 //! to another size than it declares is refused.
 
-use crate::common::{read_json, root, stderr, stdout, tensorplay};
-use std::path::PathBuf;
+use crate::common::{read_json, root, stderr, stdout, tensorplay, TempDir};
 use std::process::Command;
 use tensorplay_engine::load::{self, ReadLimits};
 use tensorplay_engine::{numeric, Error, ErrorKind, Owner};
@@ -273,28 +272,10 @@ fn a_record_that_inflates_to_another_size_is_refused() {
     }
 }
 
-/// A temp folder, removed at drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("tensorplay-budget-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.0).ok();
-    }
-}
-
 /// `max_memory` in `tensorplay.toml` sets the budget; `--max-memory` overrides it.
 #[test]
 fn the_config_file_sets_the_budget_and_the_flag_overrides_it() {
-    let dir = TempDir::new("config");
+    let dir = TempDir::new("budget-config");
     let config = dir.0.join("tensorplay.toml");
     // Smaller than what this fixture's central directory takes.
     std::fs::write(&config, "max_memory = 100\n").expect("config");

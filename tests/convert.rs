@@ -2,17 +2,11 @@
 //! (fixtures/convert/truth.json, written by fixtures/make_convert.py, which also checked each
 //! written tensor against torch's own reading of the input).
 
-use crate::common::{read_json, root, stderr, stdout, tensorplay};
+use crate::common::{read_json, root, stderr, stdout, tensorplay, TempDir};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use tensorplay_engine::elements::Elements;
 use tensorplay_engine::load;
-
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tensorplay-convert-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
 
 #[test]
 fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
@@ -25,7 +19,8 @@ fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
     );
     for (k, expected) in truth.iter().enumerate() {
         let input = expected["input"].as_str().unwrap();
-        let dir = temp_dir(&k.to_string());
+        let temp = TempDir::new(&format!("convert-{k}"));
+        let dir = &temp.0;
         let out = dir.join("out.safetensors");
         let mut args = vec!["convert"];
         let flags: Vec<&str> = expected["args"]
@@ -45,7 +40,7 @@ fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
         );
         if let Some(error) = expected["error"].as_str() {
             assert_eq!(stderr(&run).trim(), error, "{input}");
-            let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+            let left: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
             assert!(
                 left.is_empty(),
                 "{input}: a refused conversion left {left:?}"
@@ -115,13 +110,13 @@ fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
             assert_eq!(metadata, want_metadata, "{input}");
         }
         assert!(stdout(&run).contains("every tensor verified"), "{input}");
-        std::fs::remove_dir_all(&dir).ok();
     }
 }
 
 #[test]
 fn unsafe_globals_and_non_finite_values_are_refused_unless_allowed() {
-    let dir = temp_dir("refuse");
+    let temp = TempDir::new("convert-refuse");
+    let dir = &temp.0;
     let out = dir.join("out.safetensors");
     let run = tensorplay(&[
         "convert",
@@ -161,7 +156,6 @@ fn unsafe_globals_and_non_finite_values_are_refused_unless_allowed() {
         nan.to_str().unwrap(),
     ]);
     assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -8,8 +8,8 @@
 //! `make_budget.py` with the real libraries' verdicts); the 300 000-member archive is built
 //! here, in a temp folder, as no fixture should weigh that much.
 
-use crate::common::{read_json, root};
-use std::path::{Path, PathBuf};
+use crate::common::{read_json, root, TempDir};
+use std::path::Path;
 use std::process::Command;
 
 const BUDGET: u64 = 64 << 20;
@@ -163,24 +163,6 @@ fn an_inflate_bomb_streams_within_the_budget() {
     within_budget("inflate bomb (64 MiB deflated)", &run, budget);
 }
 
-/// A temp folder, removed at drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("tensorplay-hostile-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.0).ok();
-    }
-}
-
 /// CRC-32 (IEEE), bit by bit: the members are tiny.
 fn crc32(data: &[u8]) -> u32 {
     let mut crc = !0u32;
@@ -306,7 +288,7 @@ fn many_members(extra: u32) -> Vec<u8> {
 
 #[test]
 fn a_300_000_member_archive_reads_within_the_budget_or_is_refused_cleanly() {
-    let dir = TempDir::new("members");
+    let dir = TempDir::new("hostile-members");
     // The same archive with a few members first: the tensor and its NaN are found.
     let small = dir.0.join("small.pt");
     std::fs::write(&small, many_members(3)).expect("archive");

@@ -6,7 +6,6 @@
 //! tensorplay version, fail-on level and skipped files. Anything else is an error (exit 2):
 //! a merge that silently dropped a part would pass checkpoints nobody audited.
 
-use crate::audit::write_file;
 use crate::color::ColorArg;
 use crate::exit::ExitStatus;
 use crate::partition;
@@ -31,22 +30,8 @@ pub struct MergeArgs {
     /// List every tensor of every finding in the human output (otherwise the first 10).
     #[arg(long)]
     verbose: bool,
-    /// Write the merged JSON report to FILE.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Write a JUnit XML report to FILE (Jenkins, GitLab).
-    #[arg(long, value_name = "FILE")]
-    junit: Option<PathBuf>,
-    /// Write a SARIF 2.1.0 report to FILE (GitHub code scanning).
-    #[arg(long, value_name = "FILE")]
-    sarif: Option<PathBuf>,
-    /// Write a GitLab Code Quality report to FILE.
-    #[arg(long, value_name = "FILE")]
-    gitlab_codequality: Option<PathBuf>,
-    /// Write a self-contained HTML report to FILE (without the segment maps: JSON reports
-    /// do not carry them).
-    #[arg(long, value_name = "FILE")]
-    html: Option<PathBuf>,
+    #[command(flatten)]
+    files: render::files::ReportFiles,
 }
 
 /// A part read back, with where it came from.
@@ -65,21 +50,7 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<ExitStatus> {
     let merged = merge(parts)?;
     let report = &merged.report;
 
-    if let Some(path) = &args.json {
-        write_file(path, &render::json::render(report)?)?;
-    }
-    if let Some(path) = &args.junit {
-        write_file(path, &render::junit::render(report)?)?;
-    }
-    if let Some(path) = &args.sarif {
-        write_file(path, &render::sarif::render(report)?)?;
-    }
-    if let Some(path) = &args.gitlab_codequality {
-        write_file(path, &render::gitlab::render(report)?)?;
-    }
-    if let Some(path) = &args.html {
-        write_file(path, &render::html::render(report)?)?;
-    }
+    args.files.write(report)?;
     let format = render::stdout::Format::choose(args.format, false);
     if format == render::stdout::Format::Github {
         render::github::append_step_summary(report);

@@ -37,21 +37,8 @@ pub struct AuditArgs {
     /// Colour the human log: auto (a terminal; NO_COLOR, FORCE_COLOR, CLICOLOR_FORCE honoured).
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorArg::Auto)]
     color: ColorArg,
-    /// Also write the JSON report to FILE.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Write a JUnit XML report to FILE (Jenkins, GitLab).
-    #[arg(long, value_name = "FILE")]
-    junit: Option<PathBuf>,
-    /// Write a SARIF 2.1.0 report to FILE (GitHub code scanning).
-    #[arg(long, value_name = "FILE")]
-    sarif: Option<PathBuf>,
-    /// Write a GitLab Code Quality report to FILE.
-    #[arg(long, value_name = "FILE")]
-    gitlab_codequality: Option<PathBuf>,
-    /// Write a self-contained HTML report to FILE: findings, storage sizes, segment maps.
-    #[arg(long, value_name = "FILE")]
-    html: Option<PathBuf>,
+    #[command(flatten)]
+    files: render::files::ReportFiles,
     /// Configuration file [default: ./tensorplay.toml if present].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -204,27 +191,13 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let mut report = Report::new(files, found.skipped, fail_on);
     report.partition = partition;
     if let Some(path) = &args.write_baseline {
-        write_file(path, &Baseline::from_report(&report).to_json())?;
+        render::files::write_file(path, &Baseline::from_report(&report).to_json())?;
     }
     if let Some(baseline) = &baseline {
         baseline.suppress(&mut report);
     }
 
-    if let Some(path) = &args.json {
-        write_file(path, &render::json::render(&report)?)?;
-    }
-    if let Some(path) = &args.junit {
-        write_file(path, &render::junit::render(&report)?)?;
-    }
-    if let Some(path) = &args.sarif {
-        write_file(path, &render::sarif::render(&report)?)?;
-    }
-    if let Some(path) = &args.gitlab_codequality {
-        write_file(path, &render::gitlab::render(&report)?)?;
-    }
-    if let Some(path) = &args.html {
-        write_file(path, &render::html::render(&report)?)?;
-    }
+    args.files.write(&report)?;
     let format = render::stdout::Format::choose(args.format, args.ci_mode);
     if format == render::stdout::Format::Github {
         render::github::append_step_summary(&report);
@@ -316,25 +289,4 @@ fn gpu_target(load_to: Option<&str>) -> anyhow::Result<Option<usize>> {
             Ok(None)
         }
     }
-}
-
-/// Writes a report (or a baseline) whole or not at all: into a temporary file beside it, then renamed, so a
-/// killed run never leaves a half-written report that CI would read. Missing folders are made.
-pub(crate) fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    let fail = || format!("{}: cannot write", path.display());
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    std::fs::create_dir_all(dir).with_context(fail)?;
-    let name = path.file_name().with_context(fail)?;
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(name);
-    temp_name.push(format!(".{}.tmp", std::process::id()));
-    let temp = dir.join(temp_name);
-    let written = std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, path));
-    if written.is_err() {
-        std::fs::remove_file(&temp).ok();
-    }
-    written.with_context(fail)
 }

@@ -1,0 +1,70 @@
+//! The report files a run writes, the same flags for `audit` and `merge`, each written whole
+//! or not at all.
+
+use anyhow::Context;
+use clap::Args;
+use std::path::{Path, PathBuf};
+use tensorplay_audit::report::Report;
+
+#[derive(Debug, Args)]
+pub struct ReportFiles {
+    /// Also write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a JUnit XML report to FILE (Jenkins, GitLab).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Write a SARIF 2.1.0 report to FILE (GitHub code scanning).
+    #[arg(long, value_name = "FILE")]
+    sarif: Option<PathBuf>,
+    /// Write a GitLab Code Quality report to FILE.
+    #[arg(long, value_name = "FILE")]
+    gitlab_codequality: Option<PathBuf>,
+    /// Write a self-contained HTML report to FILE: findings, storage sizes, segment maps
+    /// (a merged report has no segment maps: JSON reports do not carry them).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
+
+impl ReportFiles {
+    /// Renders and writes every report asked for.
+    pub fn write(&self, report: &Report) -> anyhow::Result<()> {
+        if let Some(path) = &self.json {
+            write_file(path, &super::json::render(report)?)?;
+        }
+        if let Some(path) = &self.junit {
+            write_file(path, &super::junit::render(report)?)?;
+        }
+        if let Some(path) = &self.sarif {
+            write_file(path, &super::sarif::render(report)?)?;
+        }
+        if let Some(path) = &self.gitlab_codequality {
+            write_file(path, &super::gitlab::render(report)?)?;
+        }
+        if let Some(path) = &self.html {
+            write_file(path, &super::html::render(report)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a report (or a baseline) whole or not at all: into a temporary file beside it, then renamed, so a
+/// killed run never leaves a half-written report that CI would read. Missing folders are made.
+pub fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    let fail = || format!("{}: cannot write", path.display());
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir).with_context(fail)?;
+    let name = path.file_name().with_context(fail)?;
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(".{}.tmp", std::process::id()));
+    let temp = dir.join(temp_name);
+    let written = std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, path));
+    if written.is_err() {
+        std::fs::remove_file(&temp).ok();
+    }
+    written.with_context(fail)
+}
