@@ -1,14 +1,14 @@
 //! Memory under hostile input: files that claim far more than they hold, or hold very many
 //! members, stay under the memory budget, with a clean finding or TP502, or read correctly.
-//! Each audit runs as a child process whose peak resident memory `/usr/bin/time` reports
-//! (where the machine has it) and is printed; the bound asserted is generous (1.5 × the
+//! Each audit runs as a child process whose peak resident memory (its `--verbose` note) is
+//! printed; the bound asserted is generous (1.5 × the
 //! budget): memory, never time.
 //!
 //! The 2^62-element claims are committed (`fixtures/hostile/budget/`, made by
 //! `make_budget.py` with the real libraries' verdicts); the 300 000-member archive is built
 //! here, in a temp folder, as no fixture should weigh that much.
 
-use crate::common::{read_json, root, TempDir};
+use crate::common::{peak_rss, read_json, root, TempDir};
 use std::path::Path;
 use std::process::Command;
 
@@ -16,45 +16,28 @@ const BUDGET: u64 = 64 << 20;
 const TRUTH: &str = "fixtures/hostile/budget/truth.json";
 
 /// One audit's verdict: exit code, each file's error findings (code, message), and the peak
-/// resident memory of the process in bytes, when `/usr/bin/time` is there to measure it.
+/// resident memory of the process in bytes.
 struct Run {
     code: Option<i32>,
     errors: Vec<Vec<(String, String)>>,
-    peak_rss: Option<u64>,
+    peak_rss: u64,
 }
 
-/// Runs `tensorplay audit --ci-mode --max-memory <budget> <path>`, under `/usr/bin/time`
-/// when the machine has it. Not `wait4` on the audit itself: a child spawned from this
-/// (large, multi-threaded) test process inherits the parent's high-water mark at exec, while
-/// `time`'s child is forked from a small process and reports only its own.
+/// Runs `tensorplay audit --ci-mode --verbose --max-memory <budget> <path>`.
 fn audit(path: &Path, budget: u64) -> Run {
-    let time = Path::new("/usr/bin/time");
-    let report = std::env::temp_dir().join(format!(
-        "tensorplay-peak-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let mut command = if time.exists() {
-        let mut c = Command::new(time);
-        c.args(["-f", "%M", "-o"])
-            .arg(&report)
-            .arg(env!("CARGO_BIN_EXE_tensorplay"));
-        c
-    } else {
-        Command::new(env!("CARGO_BIN_EXE_tensorplay"))
-    };
-    let out = command
-        .args(["audit", "--ci-mode", "--max-memory", &budget.to_string()])
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args([
+            "audit",
+            "--ci-mode",
+            "--verbose",
+            "--max-memory",
+            &budget.to_string(),
+        ])
         .arg(path)
         .current_dir(root())
         .output()
         .expect("tensorplay runs");
-    // GNU time reports the peak in KiB, on the last line.
-    let peak_rss = std::fs::read_to_string(&report).ok().and_then(|text| {
-        let kib: u64 = text.lines().last()?.trim().parse().ok()?;
-        Some(kib * 1024)
-    });
-    std::fs::remove_file(&report).ok();
+    let peak_rss = peak_rss(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report: serde_json::Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
@@ -82,19 +65,10 @@ fn audit(path: &Path, budget: u64) -> Run {
     }
 }
 
-/// Names each run's report apart: tests run in parallel.
-static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// Prints the peak and holds it under 1.5 × the budget.
 fn within_budget(what: &str, run: &Run, budget: u64) {
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
-    let Some(peak) = run.peak_rss else {
-        println!(
-            "{what}: peak RSS not measured (no /usr/bin/time), exit {:?}",
-            run.code
-        );
-        return;
-    };
+    let peak = run.peak_rss;
     println!(
         "{what}: peak RSS {:.1} MiB (budget {:.0} MiB), exit {:?}",
         mib(peak),

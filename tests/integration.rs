@@ -15,6 +15,7 @@ mod diff;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;
+mod fuzz_regressions;
 mod hostile_memory;
 mod html_report;
 mod inspect;

@@ -1,11 +1,11 @@
 //! Per-tensor metadata is charged to the memory budget (`--max-memory`): a safetensors file
 //! declaring a million tensors (generated here, 87 MB, never committed) is refused TP502
 //! under a small budget before its tensors are built, and read whole under the default
-//! budget. The peak RSS of each run is recorded from `getrusage` and bounded generously.
+//! budget. The peak RSS of each run is recorded (its own `VmHWM`) and bounded generously.
 
-use std::io::Read;
+use crate::common::peak_rss;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const TENSORS: usize = 1_000_000;
 
@@ -39,38 +39,22 @@ fn many_tensors(n: usize) -> TempFile {
     TempFile(path)
 }
 
-/// Runs an audit and returns its JSON report and the peak RSS (bytes) of that child alone
-/// (`wait4`'s usage: other tests run children in parallel).
-#[allow(clippy::zombie_processes)] // reaped by `wait4`, which clippy does not see
+/// Runs an audit and returns its JSON report and the peak RSS (bytes) it notes.
 fn audit(file: &Path, max_memory: Option<&str>) -> (serde_json::Value, u64) {
-    let mut args = vec!["audit", "--ci-mode", "--metadata-only"];
+    let mut args = vec!["audit", "--ci-mode", "--metadata-only", "--verbose"];
     if let Some(max) = max_memory {
         args.extend(["--max-memory", max]);
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
         .args(args)
         .arg(file)
         .env_remove("GITHUB_ACTIONS")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
+        .output()
         .expect("tensorplay runs");
-    let mut text = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut text)
-        .expect("read the report");
-    let pid = i32::try_from(child.id()).expect("pid");
-    let mut status = 0;
-    // SAFETY: wait4 reaps this child and fills the two plain values it is handed.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid, "wait4");
+    let text = String::from_utf8_lossy(&out.stdout);
     let report = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("{e}: {}", &text[..text.len().min(500)]));
-    let peak = u64::try_from(usage.ru_maxrss).expect("non-negative") * 1024; // KiB on Linux
+    let peak = peak_rss(&out);
     eprintln!(
         "peak RSS under --max-memory {}: {} MiB",
         max_memory.unwrap_or("(default)"),

@@ -86,3 +86,17 @@ impl Drop for TempDir {
         std::fs::remove_dir_all(&self.0).ok();
     }
 }
+
+/// The peak resident memory a `--verbose` audit notes on stderr, in bytes. The run's own
+/// `VmHWM`: a child's `ru_maxrss` would carry the high-water mark of the large test process
+/// that spawned it.
+pub fn peak_rss(out: &Output) -> u64 {
+    let text = stderr(out);
+    let mib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("note: peak resident memory "))
+        .and_then(|rest| rest.strip_suffix(" MiB"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no peak memory note: {text}"));
+    mib << 20
+}

@@ -10,8 +10,10 @@ use crate::report::{DeviceFacts, FileReport, MemoryFacts};
 use crate::rule::{Context, Memory, Rule};
 use crate::Severity;
 use std::collections::BTreeSet;
+use std::path::Path;
 use tensorplay_engine::alloc::device_load::DeviceLoad;
 use tensorplay_engine::alloc::simulate::simulate_load;
+use tensorplay_engine::load::DEFAULT_MAX_MEMORY;
 use tensorplay_engine::{numeric, views, Checkpoint, Error as ReadError};
 
 /// The rules that run on the checkpoint at `path`, each with its final severity.
@@ -42,6 +44,13 @@ pub fn audit(
     options: &Options,
     device_load: Option<&DeviceLoad>,
 ) -> FileReport {
+    let limit = options.max_memory.unwrap_or(DEFAULT_MAX_MEMORY);
+    if let Err(refused) = views::check_budget(ckpt, Path::new(path), limit) {
+        // The memory-budget refusal is always claimed (TP502): the file fails unjudged.
+        if let Some(report) = read_failure(path, &refused) {
+            return report;
+        }
+    }
     let rules = enabled(config, options, path);
     let reads_bytes = rules.iter().any(|(r, _)| r.reads_bytes());
     // The byte scan, the simulated load and the view analysis are independent.
@@ -172,5 +181,55 @@ fn finding(rule: &dyn Rule, severity: Severity, draft: Draft) -> Finding {
         storage: draft.storage,
         message: draft.message,
         fix: draft.fix,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::options::Options;
+    use crate::testing::{checkpoint, storage, tensor};
+    use tensorplay_engine::Device;
+
+    /// Codes found, within `max_memory`, when 2 000 views of one storage have the
+    /// `(size, offset)` that `view` gives each index.
+    fn views_of_one_storage(
+        view: impl Fn(u64) -> (u64, u64),
+        max_memory: u64,
+    ) -> Vec<&'static str> {
+        let s = storage(0, 20_000, "cpu");
+        let tensors = (0..2_000)
+            .map(|i| {
+                let (size, offset) = view(i);
+                tensor(&format!("flat.{i}"), &s, &[size], &[1], offset, Device::Cpu)
+            })
+            .collect();
+        let options = Options {
+            max_memory: Some(max_memory),
+            ..Options::default()
+        };
+        let ckpt = checkpoint(tensors, vec![s]);
+        let report = super::audit(&ckpt, "f.pt", &Default::default(), &options, None);
+        report.findings.iter().map(|f| f.code.as_str()).collect()
+    }
+
+    #[test]
+    fn a_flat_buffer_is_related_and_views_that_all_overlap_are_refused() {
+        const BUDGET: u64 = 64 << 20;
+        // Side by side (a flat buffer), each overlapping its neighbours, or all one view
+        // (ties): 2 million relations (48 MB) and a few findings per view fit.
+        for (expected, view) in [
+            ("TP106", (|i| (4, 4 * i)) as fn(u64) -> (u64, u64)),
+            ("TP101", |i| (4, 3 * i)),
+            ("TP103", |_| (4, 0)),
+        ] {
+            let codes = views_of_one_storage(view, BUDGET);
+            assert!(codes.contains(&expected), "{expected}: {codes:?}");
+            assert!(!codes.contains(&"TP502"), "{expected}: {codes:?}");
+        }
+        // Each view a prefix of the next: every pair shares bytes and may be reported, so
+        // 2 million findings would not fit; refused before relating anything.
+        assert_eq!(views_of_one_storage(|i| (i + 1, 0), BUDGET), ["TP502"]);
+        // And at 16 MiB the relations alone do not fit, even for the flat buffer.
+        assert_eq!(views_of_one_storage(|i| (4, 4 * i), 16 << 20), ["TP502"]);
     }
 }

@@ -11,6 +11,7 @@ mod expect;
 mod inspect;
 mod merge;
 mod partition;
+mod peak;
 mod progress;
 mod render;
 mod rules_cmd;

@@ -1,8 +1,10 @@
 //! The design's `list_shared_storages` and `show_view_chain`: storages that several tensors
 //! view, and how their byte ranges relate.
 
+use crate::error::{Error, Result};
 use crate::{Checkpoint, Storage, Tensor};
 use std::ops::Range;
+use std::path::Path;
 use std::sync::Arc;
 
 /// How the bytes two views of one storage reach relate.
@@ -69,6 +71,101 @@ pub struct SharedStorage<'a> {
     pub views: Vec<View<'a>>,
     /// Every pair `(i, j, relation)` with `i < j`, indices into `views`.
     pub relations: Vec<(usize, usize, Relation)>,
+}
+
+/// What relating two views takes: the relation in [`SharedStorage::relations`].
+const RELATION_BYTES: u64 = std::mem::size_of::<(usize, usize, Relation)>() as u64;
+
+/// What an audit's finding about two overlapping views may take beyond their names (TP101
+/// reports each partly overlapping pair).
+const FINDING_BYTES: u64 = 256;
+
+/// Refuses, before [`shared_storages`] runs, a checkpoint whose view analysis would take more
+/// than `limit` bytes. It relates every pair of views of a storage, and findings name both
+/// tensors of each overlapping pair, so a few kilobytes of pickle naming one tensor thousands
+/// of times would otherwise take gigabytes and minutes. The estimate is an upper bound, exact
+/// where it matters: every pair's relation, and for each pair that shares some but not all
+/// bytes (counted per view in O(n log n)), a finding and its names in up to six strings;
+/// disjoint views (a flat buffer) and tied names cost only their relations.
+pub fn check_budget(ckpt: &Checkpoint, path: &Path, limit: u64) -> Result<()> {
+    // (storage, byte range, name bytes) per view, sorted so views of one storage, and views
+    // of one byte range within it, are side by side.
+    let mut views: Vec<(usize, Option<Range<u64>>, u64)> = ckpt
+        .tensors
+        .iter()
+        .map(|t| {
+            let imp = t.tensor_impl();
+            let range = imp.byte_range().ok().flatten();
+            (imp.storage().id(), range, t.name().len() as u64)
+        })
+        .filter(|(id, _, _)| *id < ckpt.storages.len())
+        .collect();
+    views.sort_unstable_by_key(|(id, range, _)| (*id, range.as_ref().map(|r| (r.start, r.end))));
+    let mut needed = 0u64;
+    let mut largest = (0u64, 0usize);
+    for storage in views.chunk_by(|a, b| a.0 == b.0) {
+        let n = storage.len() as u64;
+        if n < 2 {
+            continue;
+        }
+        needed = needed.saturating_add(storage_cost(storage));
+        largest = largest.max((n, storage[0].0));
+    }
+    if needed > limit {
+        return Err(Error::MemoryBudget {
+            path: path.to_owned(),
+            needed,
+            limit,
+            what: format!(
+                "relating the views of shared storages ({} tensors view storage {})",
+                largest.0, largest.1
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// [`check_budget`]'s bound for the views of one storage, sorted by byte range.
+fn storage_cost(views: &[(usize, Option<Range<u64>>, u64)]) -> u64 {
+    let n = views.len() as u64;
+    let ranges: Vec<&Range<u64>> = views.iter().filter_map(|v| v.1.as_ref()).collect();
+    let m = ranges.len() as u64;
+    let mut starts: Vec<u64> = ranges.iter().map(|r| r.start).collect();
+    let mut ends: Vec<u64> = ranges.iter().map(|r| r.end).collect();
+    starts.sort_unstable();
+    ends.sort_unstable();
+    // Over views that reach bytes: how many others each shares some but not all bytes with
+    // (its degree), and the sum of its name's length times that.
+    let (mut degrees, mut named) = (0u64, 0u64);
+    for same in views.chunk_by(|a, b| a.1 == b.1) {
+        let Some(range) = &same[0].1 else { continue };
+        let identical = same.len() as u64;
+        let degree = if range.is_empty() {
+            // Never built (empty views reach no bytes), but bounded all the same.
+            m - 1
+        } else {
+            // Ranges ending at or before this one's start, or starting at or after its end,
+            // are disjoint from it; those two sets cannot meet for non-empty ranges.
+            let before = ends.partition_point(|&e| e <= range.start) as u64;
+            let after = m - starts.partition_point(|&s| s < range.end) as u64;
+            m.saturating_sub(identical)
+                .saturating_sub(before)
+                .saturating_sub(after)
+        };
+        for view in same {
+            degrees = degrees.saturating_add(degree);
+            named = named.saturating_add(view.2.saturating_mul(degree));
+        }
+    }
+    let names = views.iter().fold(0u64, |acc, v| acc.saturating_add(v.2));
+    let pairs = n.saturating_mul(n - 1) / 2;
+    pairs
+        .saturating_mul(RELATION_BYTES)
+        .saturating_add((degrees / 2).saturating_mul(FINDING_BYTES))
+        // Each overlapping pair's names in its findings (TP101, TP102), and every name in a
+        // storage-wide finding or two (TP103, TP106).
+        .saturating_add(named.saturating_mul(6))
+        .saturating_add(names.saturating_mul(4))
 }
 
 /// Every storage that more than one tensor name views, in storage order. A view whose

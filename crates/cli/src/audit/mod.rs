@@ -60,7 +60,8 @@ pub struct AuditArgs {
     /// Read no tensor bytes: skip the rules that scan values (TP401).
     #[arg(long)]
     metadata_only: bool,
-    /// List every tensor of every finding in the human output (otherwise the first 10).
+    /// List every tensor of every finding in the human output (otherwise the first 10), and
+    /// note the run's peak resident memory on stderr.
     #[arg(long)]
     verbose: bool,
     /// GPU memory the simulated load must fit (TP303), e.g. 24GiB.
@@ -208,6 +209,11 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         verbose: args.verbose,
     };
     crate::exit::print(&render::stdout::render(&report, format, style)?)?;
+    if args.verbose {
+        if let Some(peak) = crate::peak::resident_bytes() {
+            eprintln!("note: peak resident memory {} MiB", peak >> 20);
+        }
+    }
 
     if !unreadable.is_empty() {
         for message in &unreadable {

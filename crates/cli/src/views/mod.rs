@@ -21,6 +21,9 @@ pub struct ViewsArgs {
 
 pub fn run(args: &ViewsArgs) -> anyhow::Result<ExitStatus> {
     let checkpoint = load::open(&args.file)?;
+    // Every pair of views of a storage is related and listed: refuse before that takes more
+    // than a read may.
+    views::check_budget(&checkpoint, &args.file, load::DEFAULT_MAX_MEMORY)?;
     let shared = views::shared_storages(&checkpoint);
     let rendered = match args.format {
         OutputFormat::Text => text::render(&checkpoint, &shared)?,

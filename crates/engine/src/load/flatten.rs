@@ -7,13 +7,32 @@ use crate::pickle::{Budget, Heap, Id, Node};
 /// What a root tensor (`torch.save(tensor)`) is called.
 pub const ROOT_NAME: &str = "<root>";
 
+/// Why a walk stopped.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// The object graph is beyond the walk's budget: why.
+    Graph(String),
+    /// The names kept would bring what the read holds to `needed` bytes, over the budget.
+    Memory { needed: u64 },
+}
+
 /// Every tensor reachable from `root`, with its name, depth first in insertion order. A tensor
-/// reached under two names is listed twice; cycles are followed once.
-pub fn named_tensors(heap: &Heap, root: Id, budget: &Budget) -> Result<Vec<(String, Id)>, String> {
+/// reached under two names is listed twice; cycles are followed once. `held` is what the read
+/// already holds (the stream's values included): the names kept are charged on top of it,
+/// and the bytes of names built count as work against the ops budget, so a long key reached
+/// many times through shared containers can cost neither memory nor time without bound.
+pub(crate) fn named_tensors(
+    heap: &Heap,
+    root: Id,
+    budget: &Budget,
+    held: u64,
+) -> Result<Vec<(String, Id)>, Stop> {
     let mut walk = Walk {
         heap,
         budget,
         visits: 0,
+        held,
+        built: 0,
         path: Vec::new(),
         out: Vec::new(),
     };
@@ -25,24 +44,22 @@ struct Walk<'a> {
     heap: &'a Heap,
     budget: &'a Budget,
     visits: usize,
+    /// Bytes the read holds, the names kept so far included.
+    held: u64,
+    /// Bytes of names built so far, kept or not.
+    built: u64,
     path: Vec<Id>,
     out: Vec<(String, Id)>,
 }
 
 impl Walk<'_> {
-    fn visit(&mut self, id: Id, name: String) -> Result<(), String> {
-        self.visits += 1;
-        if self.visits > self.budget.max_visits {
-            return Err(format!(
-                "object graph has more than {} values to walk",
-                self.budget.max_visits
-            ));
-        }
+    fn visit(&mut self, id: Id, name: String) -> Result<(), Stop> {
+        self.count_visit()?;
         if self.path.len() >= self.budget.max_depth {
-            return Err(format!(
+            return Err(Stop::Graph(format!(
                 "objects nested deeper than {}",
                 self.budget.max_depth
-            ));
+            )));
         }
         if self.path.contains(&id) {
             return Ok(());
@@ -53,7 +70,63 @@ impl Walk<'_> {
         result
     }
 
-    fn children(&mut self, id: Id, name: &str) -> Result<(), String> {
+    fn count_visit(&mut self) -> Result<(), Stop> {
+        self.visits += 1;
+        if self.visits > self.budget.max_visits {
+            return Err(Stop::Graph(format!(
+                "object graph has more than {} values to walk",
+                self.budget.max_visits
+            )));
+        }
+        Ok(())
+    }
+
+    /// Visits `id` as `prefix.key`; a value that holds no tensor is only counted, so that
+    /// scalars cost no name.
+    fn visit_child(
+        &mut self,
+        id: Id,
+        prefix: &str,
+        key: impl FnOnce() -> String,
+    ) -> Result<(), Stop> {
+        if holds_nothing(self.heap.get(id)) {
+            return self.count_visit();
+        }
+        let name = self.join(prefix, &key())?;
+        self.visit(id, name)
+    }
+
+    /// `prefix.key`, counted as work.
+    fn join(&mut self, prefix: &str, key: &str) -> Result<String, Stop> {
+        // +1 for the dot; saturating: the sum only needs to pass the limit.
+        let len = (prefix.len() as u64)
+            .saturating_add(key.len() as u64)
+            .saturating_add(1);
+        self.built = self.built.saturating_add(len);
+        if self.built > self.budget.max_ops {
+            return Err(Stop::Graph(format!(
+                "tensor names take more than {} bytes to build",
+                self.budget.max_ops
+            )));
+        }
+        Ok(join(prefix, key))
+    }
+
+    /// Keeps `name` for tensor `id`, charged against the memory budget.
+    fn keep(&mut self, name: String, id: Id) -> Result<(), Stop> {
+        let entry = std::mem::size_of::<(String, Id)>() as u64;
+        self.held = self
+            .held
+            .saturating_add(name.len() as u64)
+            .saturating_add(entry);
+        if self.held > self.budget.max_memory {
+            return Err(Stop::Memory { needed: self.held });
+        }
+        self.out.push((name, id));
+        Ok(())
+    }
+
+    fn children(&mut self, id: Id, name: &str) -> Result<(), Stop> {
         let heap = self.heap;
         match heap.get(id) {
             Node::Tensor(_) => {
@@ -62,16 +135,16 @@ impl Walk<'_> {
                 } else {
                     name.to_owned()
                 };
-                self.out.push((name, id));
+                self.keep(name, id)?;
             }
             Node::Dict(pairs) => {
                 for &(k, v) in pairs {
-                    self.visit(v, join(name, &key_text(heap, k)))?;
+                    self.visit_child(v, name, || key_text(heap, k))?;
                 }
             }
             Node::List(items) | Node::Tuple(items) | Node::Set(items) => {
                 for (i, &v) in items.iter().enumerate() {
-                    self.visit(v, join(name, &i.to_string()))?;
+                    self.visit_child(v, name, || i.to_string())?;
                 }
             }
             Node::Object { state, items, .. } => {
@@ -79,8 +152,8 @@ impl Walk<'_> {
                     self.object_state(state, name)?;
                 }
                 for (i, &(k, v)) in items.iter().enumerate() {
-                    let key = k.map_or_else(|| i.to_string(), |k| key_text(heap, k));
-                    self.visit(v, join(name, &key))?;
+                    let key = || k.map_or_else(|| i.to_string(), |k| key_text(heap, k));
+                    self.visit_child(v, name, key)?;
                 }
             }
             _ => {}
@@ -89,7 +162,7 @@ impl Walk<'_> {
     }
 
     /// BUILD state: a dict of attributes, or `(dict, slots)`.
-    fn object_state(&mut self, state: Id, name: &str) -> Result<(), String> {
+    fn object_state(&mut self, state: Id, name: &str) -> Result<(), Stop> {
         let heap = self.heap;
         match heap.get(state) {
             Node::Dict(attrs) => {
@@ -108,7 +181,7 @@ impl Walk<'_> {
                     return Ok(());
                 }
                 for &(k, v) in attrs {
-                    self.visit(v, join(name, &key_text(heap, k)))?;
+                    self.visit_child(v, name, || key_text(heap, k))?;
                 }
                 Ok(())
             }
@@ -123,17 +196,33 @@ impl Walk<'_> {
     }
 
     /// A container whose entries take the enclosing name directly (a module's `_parameters`).
-    fn visit_flat(&mut self, id: Id, name: &str) -> Result<(), String> {
-        match self.heap.get(id) {
+    fn visit_flat(&mut self, id: Id, name: &str) -> Result<(), Stop> {
+        let heap = self.heap;
+        match heap.get(id) {
             Node::Dict(pairs) => {
                 for &(k, v) in pairs {
-                    self.visit(v, join(name, &key_text(self.heap, k)))?;
+                    self.visit_child(v, name, || key_text(heap, k))?;
                 }
                 Ok(())
             }
             _ => self.visit(id, name.to_owned()),
         }
     }
+}
+
+/// Whether a value can hold no tensor: a scalar, a string or a name.
+fn holds_nothing(node: &Node) -> bool {
+    matches!(
+        node,
+        Node::None
+            | Node::Bool(_)
+            | Node::Int(_)
+            | Node::BigInt(_)
+            | Node::Float(_)
+            | Node::Str(_)
+            | Node::Bytes(_)
+            | Node::Global { .. }
+    )
 }
 
 fn join(prefix: &str, key: &str) -> String {

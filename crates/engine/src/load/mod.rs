@@ -97,16 +97,33 @@ pub fn read_with(probe: Probe, limits: ReadLimits) -> Result<Checkpoint> {
 /// Reads a single-file checkpoint already in memory (any format but an index), picking the
 /// reader from its first bytes; errors name `buffer.source()`.
 pub fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
+    from_buffer_with(buffer, ReadLimits::default())
+}
+
+/// [`from_buffer`] within `limits`.
+pub fn from_buffer_with(buffer: Arc<HostBuffer>, limits: ReadLimits) -> Result<Checkpoint> {
     let bytes = buffer.bytes();
     let prefix = bytes.get(..sniff::SNIFF_LEN).unwrap_or(bytes);
-    read_file(single_file(buffer.source(), prefix)?.read, &buffer)
+    read_file_with(single_file(buffer.source(), prefix)?.read, &buffer, limits)
 }
 
-/// Runs one reader over one whole file, within the default limits.
-pub(crate) fn read_file(read: ReadFn, buffer: &Arc<HostBuffer>) -> Result<Checkpoint> {
-    read_file_with(read, buffer, ReadLimits::default())
+/// Runs the reader of `kind` over `buffer` whatever its first bytes say, so a fuzzer can
+/// drive one reader directly. Not a stable API: callers should let [`from_buffer`] choose.
+#[doc(hidden)]
+pub fn read_buffer_as(
+    kind: Sniffed,
+    buffer: &Arc<HostBuffer>,
+    limits: ReadLimits,
+) -> Result<Checkpoint> {
+    let Some(reader) = reader(kind) else {
+        let bytes = buffer.bytes();
+        let prefix = bytes.get(..sniff::SNIFF_LEN).unwrap_or(bytes);
+        return Err(probe::refusal(buffer.source(), kind, prefix));
+    };
+    read_file_with(reader.read, buffer, limits)
 }
 
+/// Runs one reader over one whole file within `limits`.
 fn read_file_with(
     read: ReadFn,
     buffer: &Arc<HostBuffer>,

@@ -442,7 +442,11 @@ mod tests {
     use crate::Checkpoint;
 
     fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
-        crate::load::read_file(read_into, &buffer)
+        crate::load::read_buffer_as(
+            crate::load::Sniffed::Safetensors,
+            &buffer,
+            Default::default(),
+        )
     }
 
     fn file(header: &str, data_len: usize) -> Arc<HostBuffer> {

@@ -1,7 +1,7 @@
 //! What every PyTorch format shares once its pickle has run: persistent ids naming storages,
 //! rebuilt tensors viewing them, and the names a user would give them.
 
-use super::flatten::named_tensors;
+use super::flatten::{named_tensors, Stop};
 use super::Parts;
 use crate::error::{Error, Result};
 use crate::pickle::{allowlist, Budget, Heap, Id, Node, TensorSpec, Unpickled};
@@ -138,13 +138,31 @@ pub(crate) fn add_member(
     parts: &mut Parts,
 ) -> Result<()> {
     let heap = &member.unpickled.heap;
+    let held = budget.memory_held.saturating_add(member.unpickled.bytes);
     let mut names =
-        named_tensors(heap, member.unpickled.root, budget).map_err(|e| member.err(None, e))?;
+        named_tensors(heap, member.unpickled.root, budget, held).map_err(|stop| match stop {
+            Stop::Graph(detail) => member.err(None, detail),
+            Stop::Memory { needed } => Error::MemoryBudget {
+                path: member.path.to_owned(),
+                needed,
+                limit: budget.max_memory,
+                what: format!("the tensor names of {}", member.name),
+            },
+        })?;
     if !member.name_prefix.is_empty() {
         for (name, _) in &mut names {
             name.insert_str(0, member.name_prefix);
         }
     }
+    // The names stay with the checkpoint: held for the rest of the read, so the next stream
+    // or shard has that much less.
+    let entry = std::mem::size_of::<(String, Id)>() as u64;
+    let kept = names.iter().fold(0u64, |acc, (name, _)| {
+        acc.saturating_add(name.len() as u64).saturating_add(entry)
+    });
+    parts.meter.hold(member.path, kept, || {
+        format!("the tensor names of {}", member.name)
+    })?;
     let mut records = StorageRecords::collect(&member)?;
     records.learn_dtypes(heap, &names);
     let storages = records.storages(&member, source, parts)?;

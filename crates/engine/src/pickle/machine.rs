@@ -19,6 +19,8 @@ pub struct Unpickled {
     pub root: Id,
     /// Bytes consumed, `STOP` included.
     pub len: u64,
+    /// Bytes its values were charged against the memory budget (they are still held).
+    pub bytes: u64,
     /// Globals outside the allowlist, in stream order.
     pub unsafe_globals: Vec<UnsafeGlobal>,
     /// Persistent ids in the order the stream loads them.
@@ -66,6 +68,7 @@ pub fn unpickle(
         heap: m.heap,
         root,
         len: m.pos as u64,
+        bytes: m.heap_bytes,
         unsafe_globals: m.unsafe_globals,
         persistent: m.persistent,
         torchscript_classes: m.torchscript_classes,

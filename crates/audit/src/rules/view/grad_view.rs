@@ -35,14 +35,20 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             if !view.tensor.tensor_impl().requires_grad() {
                 continue;
             }
+            // Each other view related to this one directly: scanning every pair for each
+            // view would take cubic time in the views of one storage.
             let others: Vec<String> = shared
-                .relations
+                .views
                 .iter()
-                .filter(|&&(a, b, rel)| {
-                    (a == i || b == i) && !matches!(rel, Relation::Disjoint | Relation::Identical)
+                .enumerate()
+                .filter(|&(j, other)| {
+                    j != i
+                        && !matches!(
+                            Relation::of(view.bytes.as_ref(), other.bytes.as_ref()),
+                            Relation::Disjoint | Relation::Identical
+                        )
                 })
-                .filter_map(|&(a, b, _)| shared.views.get(if a == i { b } else { a }))
-                .map(|v| v.tensor.name().to_owned())
+                .map(|(_, v)| v.tensor.name().to_owned())
                 .collect();
             if others.is_empty() {
                 continue;
