@@ -130,9 +130,9 @@ pub(crate) const TENSOR_METADATA_BYTES: u64 = (std::mem::size_of::<crate::Tensor
 /// slices of the header (40 bytes) and its slot in the set that finds duplicate names.
 pub(crate) const HEADER_ENTRY_BYTES: u64 = 64;
 
-/// What the `safetensors` crate holds per entry while it reads a header for the cross-check
-/// (measured with heaptrack: serde's buffered `Content` for the entry, then its map and
-/// index entries), beyond twice the name's length.
+/// What the `safetensors` crate holds per entry while it reads a batch of entries for the
+/// cross-check (measured with heaptrack: serde's buffered `Content` for the entry, then its
+/// map and index entries), beyond the batch's text and the name copied.
 pub(crate) const CRATE_ENTRY_BYTES: u64 = 640;
 
 impl Meter {

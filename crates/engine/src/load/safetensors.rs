@@ -3,8 +3,16 @@
 //! tensorplay first applies the format's rules itself, stricter than the `safetensors` crate
 //! where the spec is (duplicate names, unknown entry fields, text before the opening brace),
 //! so every rejection names the tensor and the bytes at fault. The crate then parses the same
-//! header as the authority; its reading must agree with tensorplay's, entry for entry, or the
+//! entries as the authority; its reading must agree with tensorplay's, entry for entry, or the
 //! file is refused as a parser differential.
+//!
+//! The crate reads a header whole into owned maps (≈ 700 bytes an entry: 700 MB for a million
+//! tensors), so it is handed the entries in bounded batches instead: each batch is the
+//! entries' own value text, verbatim, under a header of their own, preceded by one filler
+//! entry covering the bytes before the batch so that the crate's offset checks (contiguous
+//! from zero, sizes matching dtype × shape) apply to the file's real offsets. What the crate
+//! checks on the whole file only — the length prefix, UTF-8, the data length — tensorplay
+//! checks itself, with the same limits.
 
 use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
 use super::Parts;
@@ -12,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::layout::Dims;
 use crate::TensorImpl;
 use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
+use rayon::prelude::*;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -38,47 +47,42 @@ struct RawEntry<'a> {
 }
 
 /// One validated header entry.
-struct Entry {
+struct Entry<'h> {
     name: Arc<str>,
     dtype: DType,
-    layout: Layout,
+    // The shape alone: the layout (strides and extents, twice the size) is built with the
+    // tensor, so a million entries and their tensors never hold both.
+    shape: Dims,
     start: u64,
     end: u64,
+    // The entry's value text in the header, for the crate's reading.
+    json: &'h str,
 }
+
+/// How many entries the crate reads at once: a few MB of its transient maps.
+const CRATE_BATCH: usize = 4096;
 
 /// Appends the file's tensors and storages (one storage per tensor, as PyTorch's loader
 /// makes them, all pointing into the one buffer) and records its `__metadata__`.
 ///
 /// The phases are ordered so their transient memory never adds up: the header's entries
-/// as slices of it, then the crate's reading (the largest), then tensorplay's entries,
-/// compared with the crate's before it is dropped, and only then the four layers. Each is
-/// charged to the meter before it is taken.
+/// as slices of it, then tensorplay's entries, then the crate's reading of them batch by
+/// batch, and only then the four layers. Each is charged to the meter before it is taken.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
     let path = buffer.source();
     let bytes = buffer.bytes();
     let (header, data_start) = split_header(path, bytes)?;
     let raw = split_entries(path, header, &parts.meter)?;
-    let crate_bytes = raw.iter().fold(0u64, |acc, (name, _)| {
-        acc.saturating_add(CRATE_ENTRY_BYTES + 2 * name.len() as u64)
-    });
-    parts.meter.check(path, crate_bytes, || {
-        "the safetensors crate's reading of the header".to_owned()
-    })?;
-    let crate_reading = std::panic::catch_unwind(|| safetensors::SafeTensors::deserialize(bytes));
-    let (metadata, entries) = parse_entries(path, raw, &parts.meter)?;
+    let (metadata, metadata_json, entries) = parse_entries(path, raw, &parts.meter)?;
     check_data_len(buffer, data_start, &entries)?;
-    let crate_reading = crate_reading.map_err(|_| Error::SafetensorsRejected {
-        path: path.to_owned(),
-        detail: "the safetensors crate panicked".into(),
-    })?;
-    cross_check_with_crate(path, crate_reading, bytes, data_start, &entries)?;
+    cross_check_with_crate(path, metadata_json, &entries, &parts.meter)?;
     build_into(buffer, data_start, entries, parts)?;
     parts.metadata = metadata;
     Ok(Format::Safetensors)
 }
 
 /// The data region must end where the file does.
-fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry]) -> Result<()> {
+fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry<'_>]) -> Result<()> {
     let data_end = entries.last().map_or(0, |e| e.end);
     let file_end = data_start.checked_add(data_end).ok_or(Error::Overflow {
         what: "data end offset",
@@ -97,7 +101,7 @@ fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry]) -> Re
 fn build_into(
     buffer: &Arc<HostBuffer>,
     data_start: u64,
-    entries: Vec<Entry>,
+    entries: Vec<Entry<'_>>,
     parts: &mut Parts,
 ) -> Result<()> {
     parts.storages.reserve(entries.len());
@@ -116,14 +120,12 @@ fn build_into(
             data_ptr,
         ));
         parts.storages.push(Arc::clone(&storage));
-        let imp = TensorImpl::new(
-            entry.layout,
-            entry.dtype,
-            Device::Cpu,
-            false,
-            false,
-            storage,
-        );
+        let layout = Layout::contiguous(&entry.shape).map_err(|e| Error::InvalidTensor {
+            path: buffer.source().to_owned(),
+            tensor: entry.name.to_string(),
+            detail: e.to_string(),
+        })?;
+        let imp = TensorImpl::new(layout, entry.dtype, Device::Cpu, false, false, storage);
         parts.tensors.push(Tensor::new(entry.name, Arc::new(imp)));
     }
     Ok(())
@@ -264,13 +266,12 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
+/// The `__metadata__` map, its value text, and the entries.
+type Parsed<'h> = (BTreeMap<String, String>, Option<&'h str>, Vec<Entry<'h>>);
+
 /// Parses and validates the entries: metadata, then entries sorted by data offset (ties,
 /// which only zero-size tensors can make, by name) that tile the data region exactly.
-fn parse_entries(
-    path: &Path,
-    raw: RawEntries<'_>,
-    meter: &Meter,
-) -> Result<(BTreeMap<String, String>, Vec<Entry>)> {
+fn parse_entries<'h>(path: &Path, raw: RawEntries<'h>, meter: &Meter) -> Result<Parsed<'h>> {
     let syntax = |detail: String| Error::HeaderSyntax {
         path: path.to_owned(),
         detail,
@@ -285,11 +286,13 @@ fn parse_entries(
     drop(seen);
 
     let mut metadata = BTreeMap::new();
+    let mut metadata_json = None;
     let mut entries = Vec::with_capacity(raw.len());
     for (name, value) in raw {
         if name == METADATA_KEY {
             metadata = serde_json::from_str(value.get())
                 .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
+            metadata_json = Some(value.get());
         } else {
             // Charged before it is built: the entry itself, and the layers it becomes.
             let beyond = std::mem::size_of::<Entry>() + name.len();
@@ -299,11 +302,11 @@ fn parse_entries(
     }
     entries.sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
     check_tiling(path, &entries)?;
-    Ok((metadata, entries))
+    Ok((metadata, metadata_json, entries))
 }
 
 /// One tensor's entry: a known dtype, a shape, and offsets spanning exactly its bytes.
-fn parse_entry(path: &Path, name: Cow<'_, str>, json: &str) -> Result<Entry> {
+fn parse_entry<'h>(path: &Path, name: Cow<'_, str>, json: &'h str) -> Result<Entry<'h>> {
     let invalid = |detail: String| Error::InvalidTensor {
         path: path.to_owned(),
         tensor: name.as_ref().to_owned(),
@@ -339,15 +342,16 @@ fn parse_entry(path: &Path, name: Cow<'_, str>, json: &str) -> Result<Entry> {
     Ok(Entry {
         name: Arc::from(name.as_ref()),
         dtype,
-        layout,
+        shape: raw.shape,
         start,
         end,
+        json,
     })
 }
 
 /// Entries sorted by offset must follow one another with neither gap nor overlap.
-fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
-    let mut previous: Option<&Entry> = None;
+fn check_tiling(path: &Path, entries: &[Entry<'_>]) -> Result<()> {
+    let mut previous: Option<&Entry<'_>> = None;
     for entry in entries {
         let expected = previous.map_or(0, |p| p.end);
         let problem = if entry.start > expected {
@@ -375,56 +379,102 @@ fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
     Ok(())
 }
 
-/// Demands that the `safetensors` crate's reading of the same bytes agrees, entry for entry.
-/// The reading is dropped on return, before any tensor is built.
+/// Demands that the `safetensors` crate's reading of the entries agrees with tensorplay's,
+/// entry for entry, batch by batch (in parallel: each batch stands alone).
 fn cross_check_with_crate(
     path: &Path,
-    crate_reading: std::result::Result<safetensors::SafeTensors<'_>, safetensors::SafeTensorError>,
-    bytes: &[u8],
-    data_start: u64,
-    entries: &[Entry],
+    metadata_json: Option<&str>,
+    entries: &[Entry<'_>],
+    meter: &Meter,
 ) -> Result<()> {
+    let batch_bytes = |batch: &[Entry<'_>]| {
+        batch.iter().fold(0u64, |acc, e| {
+            let text = e.json.len() + 2 * e.name.len();
+            acc.saturating_add(CRATE_ENTRY_BYTES + text as u64)
+        })
+    };
+    // The batches read at once, one per worker: the largest of them, that many times.
+    let largest = entries
+        .chunks(CRATE_BATCH)
+        .map(batch_bytes)
+        .max()
+        .unwrap_or(0);
+    let at_once = rayon::current_num_threads().min(entries.len().div_ceil(CRATE_BATCH)) as u64;
+    meter.check(path, largest.saturating_mul(at_once.max(1)), || {
+        "the safetensors crate's reading of the header".to_owned()
+    })?;
+    if entries.is_empty() {
+        return check_batch(path, metadata_json, &[]);
+    }
+    entries
+        .par_chunks(CRATE_BATCH)
+        .enumerate()
+        .try_for_each(|(i, batch)| check_batch(path, metadata_json.filter(|_| i == 0), batch))
+}
+
+/// The crate's reading of one batch: a header of the batch's entries, their value text
+/// verbatim, after a filler entry of bytes `[0, start)` named apart from every entry.
+fn check_batch(path: &Path, metadata_json: Option<&str>, batch: &[Entry<'_>]) -> Result<()> {
     let rejected = |detail: String| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail,
     };
-    let reading = crate_reading.map_err(|e| rejected(format!("{e:?}")))?;
-    if reading.len() != entries.len() {
-        return Err(rejected(format!(
-            "the crate reads {} tensors, tensorplay {}",
-            reading.len(),
-            entries.len()
-        )));
+    let start = batch.first().map_or(0, |e| e.start);
+    let mut filler = String::from("tensorplay.filler");
+    while batch.iter().any(|e| *e.name == *filler) {
+        filler.push('_');
     }
-    let base = bytes.as_ptr() as u64;
+    let quoted = |name: &str| serde_json::to_string(name).unwrap_or_default();
+    let text_len: usize = batch.iter().map(|e| e.name.len() + e.json.len() + 8).sum();
+    let mut header = String::with_capacity(text_len + 128);
+    header.push('{');
+    if let Some(json) = metadata_json {
+        header.push_str("\"__metadata__\":");
+        header.push_str(json);
+        header.push(',');
+    }
+    header.push_str(&format!(
+        "{}:{{\"dtype\":\"U8\",\"shape\":[{start}],\"data_offsets\":[0,{start}]}}",
+        quoted(&filler)
+    ));
+    for entry in batch {
+        header.push(',');
+        header.push_str(&quoted(&entry.name));
+        header.push(':');
+        header.push_str(entry.json);
+    }
+    header.push('}');
+
+    let reading =
+        std::panic::catch_unwind(|| serde_json::from_str::<safetensors::tensor::Metadata>(&header))
+            .map_err(|_| rejected("the safetensors crate panicked".into()))?
+            .map_err(|e| rejected(e.to_string()))?;
+    // The header holds exactly the batch's names (and the filler): every one must be found
+    // as tensorplay read it.
     // Dtypes repeat: the crate's code is translated once per distinct dtype, not per tensor.
     let mut last: Option<(safetensors::Dtype, Option<DType>)> = None;
-    for entry in entries {
-        let agrees = reading.tensor(&entry.name).is_ok_and(|view| {
+    for entry in batch {
+        let agrees = reading.info(&entry.name).is_some_and(|info| {
             let dtype = match last {
-                Some((code, ours)) if code == view.dtype() => ours,
+                Some((code, ours)) if code == info.dtype => ours,
                 _ => {
-                    let ours = serde_json::to_value(view.dtype())
+                    let ours = serde_json::to_value(info.dtype)
                         .ok()
                         .as_ref()
                         .and_then(|c| c.as_str())
                         .and_then(DType::from_safetensors_code);
-                    last = Some((view.dtype(), ours));
+                    last = Some((info.dtype, ours));
                     ours
                 }
             };
-            // The view borrows the file's bytes: its place in them is the crate's offsets.
-            let start = (view.data().as_ptr() as u64)
-                .checked_sub(base)
-                .and_then(|at| at.checked_sub(data_start));
-            let offsets = start.map(|s| (s, s + view.data().len() as u64));
+            let (s, e) = info.data_offsets;
             dtype == Some(entry.dtype)
-                && view
-                    .shape()
+                && info
+                    .shape
                     .iter()
                     .map(|&s| s as u64)
-                    .eq(entry.layout.sizes().iter().copied())
-                && offsets == Some((entry.start, entry.end))
+                    .eq(entry.shape.iter().copied())
+                && (s as u64, e as u64) == (entry.start, entry.end)
         });
         if !agrees {
             return Err(rejected(format!(
@@ -530,6 +580,73 @@ mod tests {
             1,
         );
         assert!(e.contains("tensor 'x': invalid value: integer `-1`"), "{e}");
+    }
+
+    #[test]
+    fn the_crate_reads_every_batch_at_its_real_offsets() {
+        // More entries than one batch, one named like the filler, and metadata: the crate
+        // sees every entry, the second batch after a filler of the first batch's bytes.
+        let n = CRATE_BATCH + 3;
+        let mut header = String::from(r#"{"__metadata__":{"format":"pt"}"#);
+        for i in 0..n {
+            let name = if i == CRATE_BATCH + 1 {
+                "tensorplay.filler".to_owned()
+            } else {
+                format!("t{i}")
+            };
+            header.push_str(&format!(
+                r#","{name}":{{"dtype":"I16","shape":[1],"data_offsets":[{},{}]}}"#,
+                2 * i,
+                2 * i + 2
+            ));
+        }
+        header.push('}');
+        let ckpt = from_buffer(file(&header, 2 * n)).unwrap();
+        assert_eq!(ckpt.tensors.len(), n);
+        assert_eq!(ckpt.tensors[CRATE_BATCH + 1].name(), "tensorplay.filler");
+    }
+
+    #[test]
+    fn a_reading_the_crate_does_not_share_is_refused() {
+        let json = r#"{"dtype":"F16","shape":[2],"data_offsets":[4,8]}"#;
+        let entry = |dtype, shape: &[u64], start, end| Entry {
+            name: Arc::from("x"),
+            dtype,
+            shape: Dims::from_slice(shape),
+            start,
+            end,
+            json,
+        };
+        let path = Path::new("t.safetensors");
+        assert!(check_batch(path, None, &[entry(DType::Float16, &[2], 4, 8)]).is_ok());
+        for wrong in [
+            entry(DType::BFloat16, &[2], 4, 8),
+            entry(DType::Float16, &[2, 1], 4, 8),
+        ] {
+            let e = check_batch(path, None, &[wrong]).unwrap_err().to_string();
+            assert!(e.contains("the crate reads tensor 'x' differently"), "{e}");
+        }
+        // Other offsets than the text's: the crate finds the entry where the filler does not end.
+        let e = check_batch(path, None, &[entry(DType::Float16, &[2], 0, 4)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid offset for tensor `x`"), "{e}");
+        // Offsets the crate refuses (a size that does not match) are the crate's verdict.
+        let bad = r#"{"dtype":"F16","shape":[3],"data_offsets":[4,8]}"#;
+        let e = check_batch(
+            path,
+            None,
+            &[Entry {
+                json: bad,
+                ..entry(DType::Float16, &[3], 4, 8)
+            }],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("rejected by the safetensors format rules"),
+            "{e}"
+        );
     }
 
     #[test]
