@@ -175,3 +175,48 @@ fn the_input_is_never_the_output() {
     );
     assert_eq!(std::fs::read(&input).unwrap(), before);
 }
+
+#[test]
+fn a_cast_that_overflows_is_refused_unless_non_finite_values_are_allowed() {
+    let temp = TempDir::new("convert-overflow");
+    let dir = &temp.0;
+    // 1.0 and 70 000 as float32: the second is past float16's largest finite value (65 504).
+    let header = r#"{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&1.0f32.to_le_bytes());
+    bytes.extend_from_slice(&70000f32.to_le_bytes());
+    let input = dir.join("in.safetensors");
+    std::fs::write(&input, bytes).unwrap();
+    let out = dir.join("out.safetensors");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["convert", "--dtype", "float16"];
+        a.extend_from_slice(extra);
+        a
+    };
+    let paths = [input.to_str().unwrap(), out.to_str().unwrap()];
+    let run = tensorplay(&[args(&[]).as_slice(), &paths].concat());
+    assert_eq!(run.status.code(), Some(1));
+    assert!(
+        stderr(&run).contains("tensor 'x': 1 of its finite values overflow float16"),
+        "{}",
+        stderr(&run)
+    );
+    assert!(!out.exists());
+
+    let run = tensorplay(&[args(&["--allow-nonfinite"]).as_slice(), &paths].concat());
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let written = load::open(&out).expect("converted");
+    let x = &written.tensors[0];
+    assert_eq!(x.tensor_impl().dtype().name(), "float16");
+    let elements: Vec<&[u8]> = Elements::of(x).unwrap().map(|e| e.unwrap()).collect();
+    assert_eq!(elements, [&[0x00, 0x3c][..], &[0x00, 0x7c][..]]); // 1.0, +Inf
+
+    let run = tensorplay(&["convert", "--dtype", "int8", paths[0], paths[1]]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        stderr(&run).contains("expected float16, bfloat16, float32 or float64, not 'int8'"),
+        "{}",
+        stderr(&run)
+    );
+}

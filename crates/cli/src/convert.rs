@@ -6,7 +6,7 @@ use clap::Args;
 use std::path::PathBuf;
 use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::convert::{to_safetensors, ConvertError, ConvertOptions};
-use tensorplay_engine::load;
+use tensorplay_engine::{load, DType};
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
@@ -26,6 +26,29 @@ pub struct ConvertArgs {
     /// writes them.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     max_shard_size: Option<u64>,
+    /// Cast every floating-point tensor to DTYPE as `Tensor.to(dtype)` does (float16,
+    /// bfloat16, float32 or float64; also half, float, double); integer and boolean tensors
+    /// are written as they are. Values that overflow DTYPE refuse the conversion unless
+    /// --allow-nonfinite.
+    #[arg(long, value_name = "DTYPE", value_parser = parse_float_dtype)]
+    dtype: Option<DType>,
+    /// Where the tensors go: only `cpu`, as safetensors holds host bytes (recorded devices
+    /// such as cuda:1 are always mapped to it); accepted for `torch.load` habits.
+    #[arg(long, value_name = "DEVICE", value_parser = ["cpu"], default_value = "cpu")]
+    map_location: String,
+}
+
+/// PyTorch's names of the floating-point dtypes a conversion writes.
+fn parse_float_dtype(text: &str) -> Result<DType, String> {
+    let name = match text {
+        "half" => "float16",
+        "float" => "float32",
+        "double" => "float64",
+        other => other.strip_prefix("torch.").unwrap_or(other),
+    };
+    DType::from_name(name)
+        .filter(|d| tensorplay_engine::cast::casts(*d))
+        .ok_or_else(|| format!("expected float16, bfloat16, float32 or float64, not '{text}'"))
 }
 
 pub fn run(args: &ConvertArgs) -> anyhow::Result<ExitStatus> {
@@ -34,12 +57,17 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<ExitStatus> {
         allow_globals: args.allow_global.clone(),
         allow_nonfinite: args.allow_nonfinite,
         max_shard_size: args.max_shard_size,
+        dtype: args.dtype,
     };
     let converted = match to_safetensors(&input, &args.output, &options) {
         Ok(c) => c,
         // The input is what it is: refusing it is a verdict on the file (exit 1), not a
         // failure to judge it.
-        Err(e @ (ConvertError::UnsafeGlobals { .. } | ConvertError::NonFinite { .. })) => {
+        Err(
+            e @ (ConvertError::UnsafeGlobals { .. }
+            | ConvertError::NonFinite { .. }
+            | ConvertError::Overflow { .. }),
+        ) => {
             eprintln!("error: {}", printable(&e.to_string(), false));
             return Ok(ExitStatus::Findings);
         }

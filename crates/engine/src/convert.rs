@@ -3,9 +3,11 @@
 //! out of their storages, recorded devices are dropped: safetensors holds host bytes); names
 //! that are exactly the same view (tied weights) are written once, and the others recorded in
 //! `__metadata__` as `{removed: kept}`, the convention `safetensors.torch.save_model` uses.
-//! The output is re-read and every tensor's elements compared with the input's before it is
-//! renamed into place.
+//! With a target dtype, floating-point tensors are cast as `Tensor.to(dtype)` casts them
+//! ([`crate::cast`]). The output is re-read and every tensor's elements compared with the
+//! input's (cast, where it was) before it is renamed into place.
 
+use crate::cast::{cast_into, casts};
 use crate::elements::Elements;
 use crate::load;
 use crate::numeric::scan_checkpoint;
@@ -25,6 +27,9 @@ pub struct ConvertOptions {
     /// Split the output into shards of at most this many tensor bytes (a tensor larger than
     /// that gets a shard of its own), with a `.index.json` as transformers writes it.
     pub max_shard_size: Option<u64>,
+    /// Cast every floating-point tensor to this dtype (one of [`crate::cast::FLOATS`]);
+    /// other tensors are written as they are.
+    pub dtype: Option<DType>,
 }
 
 /// What a conversion wrote.
@@ -63,6 +68,21 @@ pub enum ConvertError {
         /// How many.
         count: u64,
     },
+    /// Casting to a narrower dtype turns finite values into ±Inf.
+    #[error("{path}: tensor '{tensor}': {count} of its finite values overflow {dtype}; pass --allow-nonfinite to write them as ±Inf")]
+    Overflow {
+        /// The input.
+        path: PathBuf,
+        /// Its name.
+        tensor: String,
+        /// The target dtype.
+        dtype: DType,
+        /// How many.
+        count: u64,
+    },
+    /// The target dtype is not a floating-point dtype safetensors stores.
+    #[error("--dtype {0}: expected float16, bfloat16, float32 or float64")]
+    TargetDtype(DType),
     /// safetensors has no code for the dtype.
     #[error("{path}: tensor '{tensor}' is {dtype}, which safetensors cannot store")]
     Dtype {
@@ -156,6 +176,8 @@ struct Record<'a> {
     dtype: Dtype,
     shape: Vec<usize>,
     len: usize,
+    /// The dtype its elements are cast to, when they are.
+    cast: Option<DType>,
 }
 
 impl View for Record<'_> {
@@ -167,6 +189,13 @@ impl View for Record<'_> {
     }
     fn data(&self) -> Cow<'_, [u8]> {
         let imp = self.tensor.tensor_impl();
+        if let Some(to) = self.cast {
+            let mut out = Vec::with_capacity(self.len);
+            for element in Elements::of(self.tensor).into_iter().flatten().flatten() {
+                cast_into(imp.dtype(), to, element, &mut out);
+            }
+            return Cow::Owned(out);
+        }
         if imp.layout().is_contiguous() {
             if let Some(bytes) = imp.view_bytes() {
                 return Cow::Borrowed(bytes);
@@ -220,7 +249,10 @@ pub fn to_safetensors(
             }
         }
     }
-    let (records, aliases, cloned) = records(ckpt)?;
+    if let Some(target) = options.dtype.filter(|d| !casts(*d)) {
+        return Err(ConvertError::TargetDtype(target));
+    }
+    let (records, aliases, cloned) = records(ckpt, options)?;
     let mut metadata: HashMap<String, String> = ckpt
         .metadata
         .iter()
@@ -240,9 +272,25 @@ pub fn to_safetensors(
     let shards = shard(records, options.max_shard_size);
     let files = if shards.len() == 1 {
         let records = shards.into_iter().flatten();
-        write_one(ckpt, records, metadata, out, &written, &aliases)?
+        write_one(
+            ckpt,
+            records,
+            metadata,
+            out,
+            &written,
+            &aliases,
+            options.dtype,
+        )?
     } else {
-        write_sharded(ckpt, shards, &metadata, out, &written, &aliases)?
+        write_sharded(
+            ckpt,
+            shards,
+            &metadata,
+            out,
+            &written,
+            &aliases,
+            options.dtype,
+        )?
     };
     Ok(Converted {
         written,
@@ -282,10 +330,11 @@ fn write_one<'a>(
     out: &Path,
     written: &[String],
     aliases: &BTreeMap<String, String>,
+    target: Option<DType>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
     let temp = temporary_beside(out);
     let result = serialize(records, metadata, &temp, out)
-        .and_then(|()| verify(ckpt, &temp, out, written, aliases));
+        .and_then(|()| verify(ckpt, &temp, out, written, aliases, target));
     if let Err(e) = result {
         let _ = std::fs::remove_file(&temp);
         return Err(e);
@@ -304,6 +353,7 @@ fn write_sharded(
     out: &Path,
     written: &[String],
     aliases: &BTreeMap<String, String>,
+    target: Option<DType>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
     let file_name = out
         .file_name()
@@ -342,7 +392,7 @@ fn write_sharded(
         let index_path = staging.join(&index_name);
         std::fs::write(&index_path, text).map_err(io(&index_path))?;
         names.push(index_name.clone());
-        verify(ckpt, &index_path, out, written, aliases)
+        verify(ckpt, &index_path, out, written, aliases, target)
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&staging);
@@ -390,7 +440,10 @@ type Records<'a> = (
 type ViewKey<'a> = (usize, u64, &'a [u64], &'a [u64], DType);
 
 /// The records to write, the tied names left out and the views cloned.
-fn records(ckpt: &Checkpoint) -> Result<Records<'_>, ConvertError> {
+fn records<'a>(
+    ckpt: &'a Checkpoint,
+    options: &ConvertOptions,
+) -> Result<Records<'a>, ConvertError> {
     // Names that are the very same view: one record.
     let mut ties: BTreeMap<ViewKey<'_>, Vec<&str>> = BTreeMap::new();
     for t in &ckpt.tensors {
@@ -426,7 +479,11 @@ fn records(ckpt: &Checkpoint) -> Result<Records<'_>, ConvertError> {
     {
         let imp = t.tensor_impl();
         let name = || t.name().to_owned();
-        let dtype = safetensors_dtype(imp.dtype()).ok_or_else(|| ConvertError::Dtype {
+        let cast = options
+            .dtype
+            .filter(|to| casts(imp.dtype()) && *to != imp.dtype());
+        let written_dtype = cast.unwrap_or(imp.dtype());
+        let dtype = safetensors_dtype(written_dtype).ok_or_else(|| ConvertError::Dtype {
             path: ckpt.path.clone(),
             tensor: name(),
             dtype: imp.dtype(),
@@ -439,13 +496,32 @@ fn records(ckpt: &Checkpoint) -> Result<Records<'_>, ConvertError> {
         if Elements::of(t).is_none() {
             return Err(no_bytes("its storage holds no bytes in memory"));
         }
-        let len = imp
-            .nbytes()
-            .ok()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| no_bytes("its size does not fit in memory"))?;
+        let bytes = imp
+            .layout()
+            .numel()
+            .checked_mul(written_dtype.bits() / 8)
+            .and_then(|n| usize::try_from(n).ok());
+        let len = bytes.ok_or_else(|| no_bytes("its size does not fit in memory"))?;
         if imp.view_bytes().is_none() {
             return Err(no_bytes("the view reaches past its storage"));
+        }
+        if let Some(to) = cast.filter(|_| !options.allow_nonfinite) {
+            let mut scratch = Vec::with_capacity(8);
+            let mut overflows = 0u64;
+            for element in Elements::of(t).into_iter().flatten().flatten() {
+                scratch.clear();
+                if cast_into(imp.dtype(), to, element, &mut scratch) == Some(false) {
+                    overflows += 1;
+                }
+            }
+            if overflows > 0 {
+                return Err(ConvertError::Overflow {
+                    path: ckpt.path.clone(),
+                    tensor: name(),
+                    dtype: to,
+                    count: overflows,
+                });
+            }
         }
         let shape = imp
             .layout()
@@ -465,6 +541,7 @@ fn records(ckpt: &Checkpoint) -> Result<Records<'_>, ConvertError> {
                 dtype,
                 shape,
                 len,
+                cast,
             },
         ));
     }
@@ -472,13 +549,14 @@ fn records(ckpt: &Checkpoint) -> Result<Records<'_>, ConvertError> {
 }
 
 /// Reads the written file back and compares every tensor, element by element in logical
-/// order, with the input tensor it was written from.
+/// order, with the input tensor it was written from (cast to `target` where it was).
 fn verify(
     input: &Checkpoint,
     temp: &Path,
     out: &Path,
     written: &[String],
     aliases: &BTreeMap<String, String>,
+    target: Option<DType>,
 ) -> Result<(), ConvertError> {
     let fail = |why: String| ConvertError::Verify {
         path: out.to_owned(),
@@ -500,11 +578,20 @@ fn verify(
             .copied()
             .ok_or_else(|| fail(format!("tensor '{name}' is missing")))?;
         let (a, b) = (t.tensor_impl(), copy.tensor_impl());
-        if a.dtype() != b.dtype() || a.layout().sizes() != b.layout().sizes() {
+        let cast = target.filter(|to| casts(a.dtype()) && *to != a.dtype());
+        if cast.unwrap_or(a.dtype()) != b.dtype() || a.layout().sizes() != b.layout().sizes() {
             return Err(fail(format!("tensor '{name}' changed dtype or shape")));
         }
+        let mut expected = Vec::with_capacity(8);
         let same = match (Elements::of(t), Elements::of(copy)) {
-            (Some(x), Some(y)) => x.zip(y).all(|(x, y)| x.is_some() && x == y),
+            (Some(x), Some(y)) => x.zip(y).all(|(x, y)| match (x, y, cast) {
+                (Some(x), Some(y), Some(to)) => {
+                    expected.clear();
+                    cast_into(a.dtype(), to, x, &mut expected).is_some() && expected == y
+                }
+                (Some(x), Some(y), None) => x == y,
+                _ => false,
+            }),
             _ => false,
         };
         if !same {

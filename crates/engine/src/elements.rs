@@ -90,7 +90,8 @@ pub fn max_abs_difference(a: &Tensor, b: &Tensor) -> Option<f64> {
     Some(max)
 }
 
-fn decoder(dtype: DType) -> Option<fn(&[u8]) -> f64> {
+/// Decodes one element of a floating-point dtype to f64 (exact for all four).
+pub(crate) fn decoder(dtype: DType) -> Option<fn(&[u8]) -> f64> {
     Some(match dtype {
         DType::Float64 => |b| b.try_into().map_or(f64::NAN, f64::from_le_bytes),
         DType::Float32 => |b| {

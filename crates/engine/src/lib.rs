@@ -9,6 +9,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod alloc;
+pub mod cast;
 pub mod checkpoint;
 pub mod convert;
 pub mod data_ptr;
