@@ -11,8 +11,10 @@ pub enum Device {
     Cuda(Option<u32>),
     /// No memory at all: PyTorch's meta device.
     Meta,
-    /// Any other backend (`mps`, `xpu:1`, a private-use name…), kept verbatim.
-    Other(String),
+    /// Any other backend (`mps`, `xpu:1`, a private-use name…), kept verbatim. Boxed: the
+    /// rare case stays one pointer wide, so every tensor's three device fields stay small.
+    #[allow(clippy::box_collection)] // a `Box<str>` would be two pointers wide
+    Other(Box<String>),
 }
 
 impl Device {
@@ -25,7 +27,7 @@ impl Device {
             "cuda" => Device::Cuda(None),
             _ => match location.strip_prefix("cuda:").map(str::parse::<u32>) {
                 Some(Ok(ordinal)) => Device::Cuda(Some(ordinal)),
-                _ => Device::Other(location.to_owned()),
+                _ => Device::Other(Box::new(location.to_owned())),
             },
         }
     }
@@ -55,6 +57,9 @@ mod tests {
             assert_eq!(Device::parse(loc).to_string(), loc);
         }
         assert_eq!(Device::parse("cuda:1"), Device::Cuda(Some(1)));
-        assert_eq!(Device::parse("cuda:x"), Device::Other("cuda:x".into()));
+        assert_eq!(
+            Device::parse("cuda:x"),
+            Device::Other(Box::new("cuda:x".into()))
+        );
     }
 }

@@ -3,7 +3,6 @@
 use crate::data_ptr::DataPtr;
 use crate::device::Device;
 use crate::dtype::DType;
-use std::borrow::Cow;
 use std::sync::Arc;
 
 /// One storage of a checkpoint. Shared by its tensors through `Arc`; never cloned.
@@ -14,8 +13,10 @@ pub struct Storage {
     key: Arc<str>,
     dtype: DType,
     nbytes: u64,
-    // Borrowed for the common locations, so a million storages hold no location strings.
-    location: Cow<'static, str>,
+    // `None` when it is the common spelling of `device` (`cpu`, `cuda:0`…), so a million
+    // storages hold no location strings and one pointer each.
+    #[allow(clippy::box_collection)] // a `Box<str>` would be two pointers wide
+    location: Option<Box<String>>,
     device: Device,
     data_ptr: DataPtr,
 }
@@ -31,13 +32,18 @@ impl Storage {
         data_ptr: DataPtr,
     ) -> Self {
         let location = location.as_ref();
+        let device = Device::parse(location);
+        let location = match common_spelling(&device) {
+            Some(common) if common == location => None,
+            _ => Some(Box::new(location.to_owned())),
+        };
         Storage {
             id,
             key: key.into(),
             dtype,
             nbytes,
-            device: Device::parse(location),
-            location: intern_location(location),
+            device,
+            location,
             data_ptr,
         }
     }
@@ -64,7 +70,10 @@ impl Storage {
 
     /// The location string exactly as the file records it.
     pub fn location(&self) -> &str {
-        &self.location
+        match &self.location {
+            Some(written) => written,
+            None => common_spelling(&self.device).unwrap_or_default(),
+        }
     }
 
     /// The device it claims, parsed from the location.
@@ -78,14 +87,16 @@ impl Storage {
     }
 }
 
-/// The location as written, borrowed from a static string when it is a common one.
-fn intern_location(location: &str) -> Cow<'static, str> {
-    const COMMON: [&str; 11] = [
-        "cpu", "meta", "cuda", "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5",
-        "cuda:6", "cuda:7",
+/// The spelling PyTorch writes for the common devices.
+fn common_spelling(device: &Device) -> Option<&'static str> {
+    const CUDA: [&str; 8] = [
+        "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5", "cuda:6", "cuda:7",
     ];
-    match COMMON.iter().find(|&&c| c == location) {
-        Some(&c) => Cow::Borrowed(c),
-        None => Cow::Owned(location.to_owned()),
+    match device {
+        Device::Cpu => Some("cpu"),
+        Device::Meta => Some("meta"),
+        Device::Cuda(None) => Some("cuda"),
+        Device::Cuda(Some(n)) => usize::try_from(*n).ok().and_then(|n| CUDA.get(n).copied()),
+        Device::Other(_) => None,
     }
 }

@@ -93,7 +93,14 @@ mod tests {
     fn a_single_unexpected_storage_is_named() {
         let s = storage(0, 4, "mps");
         let ckpt = checkpoint(
-            vec![tensor("w", &s, &[4], &[1], 0, Device::Other("mps".into()))],
+            vec![tensor(
+                "w",
+                &s,
+                &[4],
+                &[1],
+                0,
+                Device::Other(Box::new("mps".into())),
+            )],
             vec![s],
         );
         assert_eq!(
