@@ -87,7 +87,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
                 buffer.backend().name(),
                 ptr.address(),
                 buffer.source().display(),
-                range.start
+                buffer.file_offset().saturating_add(range.start)
             ),
             Owner::None => "none".to_owned(),
             Owner::Deferred {
