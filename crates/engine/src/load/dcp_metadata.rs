@@ -30,13 +30,13 @@ pub const DCP_GLOBALS: &[&str] = &[
     "pathlib.WindowsPath",
 ];
 
-/// Whether `module.name` is one of [`DCP_GLOBALS`].
+/// Whether `module.name` is one of [`DCP_GLOBALS`], split where DCP splits it: a name that
+/// walks attributes (`checkpoint` + `metadata.Metadata`) is not what DCP writes.
 fn is_dcp_global(module: &str, name: &str) -> bool {
-    DCP_GLOBALS.iter().any(|full| {
-        full.strip_prefix(module)
-            .and_then(|rest| rest.strip_prefix('.'))
-            .is_some_and(|rest| rest == name)
-    })
+    DCP_GLOBALS
+        .iter()
+        .filter_map(|full| full.rsplit_once('.'))
+        .any(|(m, n)| m == module && n == name)
 }
 
 /// One chunk of a tensor, as `ChunkStorageMetadata` places it.
@@ -315,4 +315,28 @@ impl Reader<'_> {
 /// `.metadata` beside the items, for messages.
 pub fn path_in(dir: &Path) -> PathBuf {
     dir.join(MEMBER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_dcp_global;
+
+    #[test]
+    fn only_the_exact_dcp_names_are_data() {
+        assert!(is_dcp_global(
+            "torch.distributed.checkpoint.metadata",
+            "Metadata"
+        ));
+        assert!(is_dcp_global("pathlib", "PosixPath"));
+        assert!(!is_dcp_global(
+            "torch.distributed.checkpoint",
+            "metadata.Metadata"
+        ));
+        assert!(!is_dcp_global(
+            "torch.distributed.checkpoint.metadata",
+            "Metadata.x"
+        ));
+        assert!(!is_dcp_global("pathlib", "Path"));
+        assert!(!is_dcp_global("posix", "system"));
+    }
 }

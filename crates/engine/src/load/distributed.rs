@@ -77,7 +77,8 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
     };
     let metadata_path = dcp_metadata::path_in(dir);
     let buffer = HostBuffer::map_file(&metadata_path)?;
-    let metadata = dcp_metadata::parse(buffer.bytes(), &metadata_path, &parts.meter.pickle_budget())?;
+    let metadata =
+        dcp_metadata::parse(buffer.bytes(), &metadata_path, &parts.meter.pickle_budget())?;
     let mut reading = Reading {
         dir,
         files: HashMap::new(),
@@ -88,7 +89,9 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
         check_tiling(dir, tensor).map_err(with_globals)?;
     }
     let located = reading.locate(&metadata).map_err(with_globals)?;
-    parts.unsafe_globals.extend(metadata.unsafe_globals.iter().cloned());
+    parts
+        .unsafe_globals
+        .extend(metadata.unsafe_globals.iter().cloned());
     for tensor in &metadata.tensors {
         let chunked = reading
             .read_tensor(tensor, &located, &mut parts)
@@ -97,7 +100,8 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
     }
     for fqn in &metadata.bytes {
         let item = located.get(&(fqn.as_str(), None)).copied();
-        let item = item.ok_or_else(|| mismatch(dir, format!("no storage_data item for '{fqn}'")))?;
+        let item =
+            item.ok_or_else(|| mismatch(dir, format!("no storage_data item for '{fqn}'")))?;
         reading
             .read_item(item, &mut parts)
             .map(|first| rename_from(&mut parts, first, |name| under(fqn, name)))
@@ -125,7 +129,10 @@ impl<'a> Reading<'a> {
         for item in &metadata.items {
             let key = (item.fqn.as_str(), item.offset_key.as_deref());
             if located.insert(key, item).is_some() {
-                return Err(mismatch(self.dir, format!("{} is stored twice", describe(item))));
+                return Err(mismatch(
+                    self.dir,
+                    format!("{} is stored twice", describe(item)),
+                ));
             }
         }
         let mut named = 0usize;
@@ -210,7 +217,11 @@ impl<'a> Reading<'a> {
         let [one] = saved else {
             return Err(mismatch(
                 self.dir,
-                format!("{} holds {} tensors, not one chunk", describe(item), saved.len()),
+                format!(
+                    "{} holds {} tensors, not one chunk",
+                    describe(item),
+                    saved.len()
+                ),
             ));
         };
         let imp = one.tensor_impl();
@@ -218,7 +229,11 @@ impl<'a> Reading<'a> {
         if one.name() != ROOT_NAME {
             return Err(mismatch(
                 self.dir,
-                format!("{} is not a saved tensor but holds one as '{}'", describe(item), one.name()),
+                format!(
+                    "{} is not a saved tensor but holds one as '{}'",
+                    describe(item),
+                    one.name()
+                ),
             ));
         }
         if sizes != chunk.sizes.as_slice() {
@@ -255,9 +270,12 @@ impl<'a> Reading<'a> {
             });
         }
         let file = self.file(&item.relative_path)?;
-        let end = item.offset.checked_add(item.length).ok_or(Error::Overflow {
-            what: "distributed checkpoint item end",
-        })?;
+        let end = item
+            .offset
+            .checked_add(item.length)
+            .ok_or(Error::Overflow {
+                what: "distributed checkpoint item end",
+            })?;
         let window = HostBuffer::window(&file, item.offset..end).ok_or_else(|| {
             mismatch(
                 self.dir,
@@ -275,7 +293,10 @@ impl<'a> Reading<'a> {
             source: Box::new(source),
         })?;
         if format != Format::PytorchZip {
-            return Err(mismatch(self.dir, format!("{} is not a torch.save record", describe(item))));
+            return Err(mismatch(
+                self.dir,
+                format!("{} is not a torch.save record", describe(item)),
+            ));
         }
         for global in parts.unsafe_globals.iter_mut().skip(globals) {
             global.member = format!(
@@ -394,7 +415,10 @@ fn check_tiling(dir: &Path, tensor: &TensorMeta) -> Result<()> {
 fn overlap(a: &ChunkMeta, b: &ChunkMeta) -> bool {
     let ends = |c: &ChunkMeta, d: usize| {
         let start = c.offsets.get(d).copied().unwrap_or(0);
-        (start, start.saturating_add(c.sizes.get(d).copied().unwrap_or(0)))
+        (
+            start,
+            start.saturating_add(c.sizes.get(d).copied().unwrap_or(0)),
+        )
     };
     (0..a.offsets.len()).all(|d| {
         let ((a0, a1), (b0, b1)) = (ends(a, d), ends(b, d));
@@ -436,5 +460,64 @@ fn mismatch(dir: &Path, detail: String) -> Error {
     Error::DistributedMismatch {
         path: dir.to_owned(),
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    fn tensor(size: &[u64], chunks: &[(&[u64], &[u64])]) -> TensorMeta {
+        TensorMeta {
+            fqn: "w".into(),
+            dtype: DType::Float32,
+            size: size.to_vec(),
+            chunks: chunks
+                .iter()
+                .map(|(o, s)| ChunkMeta {
+                    offsets: o.to_vec(),
+                    sizes: s.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    fn tiling(size: &[u64], chunks: &[(&[u64], &[u64])]) -> std::result::Result<(), String> {
+        check_tiling(Path::new("d"), &tensor(size, chunks)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn chunks_must_tile_their_tensor() {
+        assert_eq!(
+            tiling(&[4, 2], &[(&[0, 0], &[2, 2]), (&[2, 0], &[2, 2])]),
+            Ok(())
+        );
+        assert_eq!(tiling(&[], &[(&[], &[])]), Ok(()));
+        // Columns, too.
+        assert_eq!(
+            tiling(&[2, 4], &[(&[0, 2], &[2, 2]), (&[0, 0], &[2, 2])]),
+            Ok(())
+        );
+        let gap = tiling(&[4, 2], &[(&[0, 0], &[2, 2]), (&[3, 0], &[1, 2])]).unwrap_err();
+        assert!(gap.contains("cover 6 of its 8 elements"), "{gap}");
+        let overlap = tiling(&[4, 2], &[(&[0, 0], &[3, 2]), (&[2, 0], &[2, 2])]).unwrap_err();
+        assert!(overlap.contains("overlap"), "{overlap}");
+        let past = tiling(&[4, 2], &[(&[0, 0], &[5, 2])]).unwrap_err();
+        assert!(past.contains("reaches past"), "{past}");
+        let rank = tiling(&[4, 2], &[(&[0], &[4])]).unwrap_err();
+        assert!(rank.contains("rank"), "{rank}");
+        let huge = tiling(&[u64::MAX], &[(&[u64::MAX], &[2])]).unwrap_err();
+        assert!(huge.contains("reaches past"), "{huge}");
+        assert!(tiling(&[1], &[]).unwrap_err().contains("no chunks"));
+        // Two scalar chunks are the same element.
+        assert!(tiling(&[], &[(&[], &[]), (&[], &[])]).is_err());
+    }
+
+    #[test]
+    fn a_distcp_file_alone_is_refused_and_a_plain_directory_is_no_checkpoint() {
+        assert!(refusal(Path::new("x/__0_0.distcp")).is_some());
+        assert!(refusal(Path::new("x/model.pt")).is_none());
+        assert!(!is_checkpoint(Path::new("/")));
     }
 }
