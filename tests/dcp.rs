@@ -190,7 +190,7 @@ fn good_directories_are_one_checkpoint_that_passes() {
 fn each_hostile_directory_fails_with_its_reason() {
     let cases = [
         ("truncated", "'optim.state.0.exp_avg' (__0_0.distcp bytes 11668..13245) lies outside its file (13145 bytes)"),
-        ("missing_file", "__0_0.distcp: cannot read"),
+        ("missing_file", "item file fixtures/dcp/bad/missing_file/__0_0.distcp: cannot read"),
         ("past_end", "lies outside its file"),
         ("not_a_record", "__0_0.distcp"),
         ("shape_mismatch", "holds a tensor of shape [4, 3], but the metadata says [3, 4]"),
@@ -212,6 +212,10 @@ fn each_hostile_directory_fails_with_its_reason() {
         assert_eq!(findings[0]["severity"], "error", "{name}");
         let text = findings[0]["message"].as_str().unwrap();
         assert!(text.contains(message), "{name}: {text}");
+        if expect == "TP503" {
+            let fix = findings[0]["fix"].as_str().unwrap();
+            assert!(fix.contains("torch.distributed.checkpoint.save"), "{name}: {fix}");
+        }
         // Never a pass: the gate fails without --fail-on never.
         let out = tensorplay(&["audit", &format!("fixtures/dcp/bad/{name}")]);
         assert_eq!(out.status.code(), Some(1), "{name}");

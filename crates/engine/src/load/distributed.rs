@@ -16,7 +16,7 @@ use super::dcp_metadata::{self, ChunkMeta, Metadata, StorageInfo, TensorMeta};
 use super::flatten::ROOT_NAME;
 use super::limits::{Meter, ReadLimits};
 use super::{torch_zip, Parts};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::{Checkpoint, ChunkedTensor, Format, HostBuffer, Tensor, TensorChunk};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -324,9 +324,13 @@ impl<'a> Reading<'a> {
             ));
         }
         let path = self.dir.join(name);
-        let buffer = HostBuffer::map_file(&path).map_err(|source| Error::Shard {
-            path: self.dir.to_owned(),
-            source: Box::new(source),
+        // A file the metadata names and the directory lacks is a disagreement between them.
+        let buffer = HostBuffer::map_file(&path).map_err(|source| match source.kind() {
+            ErrorKind::Unopenable => mismatch(self.dir, format!("item file {source}")),
+            _ => Error::Shard {
+                path: self.dir.to_owned(),
+                source: Box::new(source),
+            },
         })?;
         self.files.insert(name.to_owned(), Arc::clone(&buffer));
         Ok(buffer)
