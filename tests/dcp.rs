@@ -163,6 +163,13 @@ fn a_tensor_saved_in_chunks_is_one_tensor_of_its_chunks() {
         .iter()
         .map(|s| s["data_ptr"]["file"].as_str().unwrap())
         .collect();
+    // The text output lists the tensor with its chunks.
+    let out = tensorplay(&["inspect", "fixtures/dcp/chunked"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("model.weight  float32  [6, 4]  [0, 0]+[2, 4] [2, 0]+[1, 4] [3, 0]+[3, 4]"),
+        "{text}"
+    );
     // The chunks are spread over both .distcp files.
     assert!(files.contains(&"fixtures/dcp/chunked/__0_0.distcp"));
     assert!(files.contains(&"fixtures/dcp/chunked/__0_1.distcp"));
@@ -214,7 +221,10 @@ fn each_hostile_directory_fails_with_its_reason() {
         assert!(text.contains(message), "{name}: {text}");
         if expect == "TP503" {
             let fix = findings[0]["fix"].as_str().unwrap();
-            assert!(fix.contains("torch.distributed.checkpoint.save"), "{name}: {fix}");
+            assert!(
+                fix.contains("torch.distributed.checkpoint.save"),
+                "{name}: {fix}"
+            );
         }
         // Never a pass: the gate fails without --fail-on never.
         let out = tensorplay(&["audit", &format!("fixtures/dcp/bad/{name}")]);

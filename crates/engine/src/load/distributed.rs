@@ -82,7 +82,6 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
     let mut reading = Reading {
         dir,
         files: HashMap::new(),
-        metadata_globals: metadata.unsafe_globals.clone(),
     };
     let with_globals = |e: Error| e.with_unsafe_globals(metadata.unsafe_globals.clone());
     for tensor in &metadata.tensors {
@@ -95,7 +94,7 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
     for tensor in &metadata.tensors {
         let chunked = reading
             .read_tensor(tensor, &located, &mut parts)
-            .map_err(|e| e.with_unsafe_globals(reading.metadata_globals.clone()))?;
+            .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
         parts.chunked.push(chunked);
     }
     for fqn in &metadata.bytes {
@@ -105,9 +104,24 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
         reading
             .read_item(item, &mut parts)
             .map(|first| rename_from(&mut parts, first, |name| under(fqn, name)))
-            .map_err(|e| e.with_unsafe_globals(reading.metadata_globals.clone()))?;
+            .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
     }
+    unique_names(dir, &parts.tensors)
+        .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
     Ok(parts.finish(dir, Format::Distributed))
+}
+
+/// No two tensors share a name: a bytes item's tensors are named under its fqn, which a
+/// crafted metadata could make another tensor's name.
+fn unique_names(dir: &Path, tensors: &[Tensor]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(tensors.len());
+    match tensors.iter().find(|t| !seen.insert(t.name())) {
+        Some(t) => Err(mismatch(
+            dir,
+            format!("two items give a tensor the name '{}'", t.name()),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Items by `MetadataIndex` (fqn, and offsets for a tensor chunk).
@@ -117,8 +131,6 @@ struct Reading<'a> {
     dir: &'a Path,
     /// Each `.distcp` file mapped once, by its name in the metadata.
     files: HashMap<String, Arc<HostBuffer>>,
-    /// Named in any refusal, so a failed read still shows what `.metadata` imports.
-    metadata_globals: Vec<crate::pickle::UnsafeGlobal>,
 }
 
 impl<'a> Reading<'a> {
@@ -150,7 +162,15 @@ impl<'a> Reading<'a> {
                 named += 1;
             }
         }
-        named += metadata.bytes.len();
+        for fqn in &metadata.bytes {
+            if !located.contains_key(&(fqn.as_str(), None)) {
+                return Err(mismatch(
+                    self.dir,
+                    format!("no storage_data item for '{fqn}'"),
+                ));
+            }
+            named += 1;
+        }
         if named != located.len() {
             let unnamed = metadata.items.iter().find(|item| {
                 let tensor = metadata.tensors.iter().find(|t| t.fqn == item.fqn);
