@@ -205,6 +205,7 @@ fn each_hostile_directory_fails_with_its_reason() {
         ("overlap", "chunks [0, 0] and [1, 0] of 'model.weight' overlap"),
         ("gap", "the chunks of 'model.weight' cover 20 of its 24 elements"),
         ("outside", "chunk [3, 0] of sizes [3, 4] reaches past 'model.weight' of size [5, 4]"),
+        ("shared_bytes", "(__0_0.distcp bytes 3783..5360) and chunk [0] of 'model.norm.weight' (__0_0.distcp bytes 3783..5360) share bytes"),
         ("unsafe_global", ".metadata at byte"),
     ];
     let truth = read_json("fixtures/dcp/truth.json");

@@ -166,3 +166,24 @@ impl HostBuffer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HostBuffer;
+
+    #[test]
+    fn a_window_shares_its_parent_bytes_and_knows_its_offset() {
+        let parent = HostBuffer::from_vec("f", (0u8..10).collect());
+        let window = HostBuffer::window(&parent, 3..7).expect("inside");
+        assert_eq!(window.bytes(), &[3, 4, 5, 6]);
+        assert_eq!(window.file_offset(), 3);
+        assert_eq!(window.source(), parent.source());
+        let inner = HostBuffer::window(&window, 1..3).expect("inside");
+        assert_eq!((inner.bytes(), inner.file_offset()), (&[4u8, 5][..], 4));
+        assert!(HostBuffer::window(&parent, 8..11).is_none());
+        #[allow(clippy::reversed_empty_ranges)] // a file's numbers can say this
+        let reversed = 5..4;
+        assert!(HostBuffer::window(&parent, reversed).is_none());
+        assert!(HostBuffer::window(&parent, u64::MAX - 1..u64::MAX).is_none());
+    }
+}

@@ -81,6 +81,30 @@ pub struct Metadata {
     pub unsafe_globals: Vec<UnsafeGlobal>,
 }
 
+impl Metadata {
+    /// Roughly the bytes these values take: names, dimensions and one record each.
+    pub fn held_bytes(&self) -> u64 {
+        let dims = |v: &[u64]| (v.len() as u64).saturating_mul(8);
+        let record = 64u64;
+        let tensors = self.tensors.iter().fold(0u64, |acc, t| {
+            let chunks = t.chunks.iter().fold(0u64, |acc, c| {
+                acc.saturating_add(record + dims(&c.offsets) + dims(&c.sizes))
+            });
+            acc.saturating_add(record + t.fqn.len() as u64 + dims(&t.size))
+                .saturating_add(chunks)
+        });
+        let items = self.items.iter().fold(0u64, |acc, i| {
+            let offsets = i.offset_key.as_deref().map_or(0, dims);
+            acc.saturating_add(record + (i.fqn.len() + i.relative_path.len()) as u64 + offsets)
+        });
+        let bytes = self
+            .bytes
+            .iter()
+            .fold(0u64, |acc, b| acc.saturating_add(record + b.len() as u64));
+        tensors.saturating_add(items).saturating_add(bytes)
+    }
+}
+
 /// The member name `.metadata` positions are reported under.
 const MEMBER: &str = ".metadata";
 

@@ -79,6 +79,12 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
     let buffer = HostBuffer::map_file(&metadata_path)?;
     let metadata =
         dcp_metadata::parse(buffer.bytes(), &metadata_path, &parts.meter.pickle_budget())?;
+    // What the metadata holds is kept for the whole read: charged like any metadata.
+    parts
+        .meter
+        .hold(&metadata_path, metadata.held_bytes(), || {
+            "the distributed checkpoint's metadata".to_owned()
+        })?;
     let mut reading = Reading {
         dir,
         files: HashMap::new(),
@@ -147,6 +153,7 @@ impl<'a> Reading<'a> {
                 ));
             }
         }
+        no_shared_bytes(self.dir, &metadata.items)?;
         let mut named = 0usize;
         for tensor in &metadata.tensors {
             for chunk in &tensor.chunks {
@@ -355,6 +362,34 @@ impl<'a> Reading<'a> {
         self.files.insert(name.to_owned(), Arc::clone(&buffer));
         Ok(buffer)
     }
+}
+
+/// No two items share bytes of a file: DCP writes them one after another, so items that
+/// overlap come from a metadata that does not describe the files.
+fn no_shared_bytes(dir: &Path, items: &[StorageInfo]) -> Result<()> {
+    let mut ranges: Vec<(&str, u64, u64, &StorageInfo)> = items
+        .iter()
+        .map(|i| {
+            (
+                i.relative_path.as_str(),
+                i.offset,
+                i.offset.saturating_add(i.length),
+                i,
+            )
+        })
+        .collect();
+    ranges.sort_by_key(|&(file, start, end, _)| (file, start, end));
+    for pair in ranges.windows(2) {
+        if let [(file, _, end, a), (next_file, start, _, b)] = pair {
+            if file == next_file && start < end {
+                return Err(mismatch(
+                    dir,
+                    format!("{} and {} share bytes", describe(a), describe(b)),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The chunks of `tensor` tile its size: each lies inside it, no two overlap, and together
