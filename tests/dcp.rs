@@ -250,3 +250,25 @@ fn only_dcp_own_dataclasses_are_data_in_metadata() {
     assert_eq!(names, ["posix.getcwd"]);
     assert_eq!(globals[0]["member"], ".metadata");
 }
+
+#[test]
+fn a_metadata_refused_midway_names_no_dcp_dataclass() {
+    // Over its budget partway through, after DCP's dataclasses and before any other global.
+    let out = tensorplay(&[
+        "audit",
+        "--format",
+        "json",
+        "--fail-on",
+        "never",
+        "--max-memory",
+        "4KiB",
+        "fixtures/dcp/plain",
+    ]);
+    let report: Value = serde_json::from_str(&stdout(&out)).expect("JSON report");
+    let findings = report["files"][0]["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0]["code"], "TP502");
+    let text = findings[0]["message"].as_str().unwrap();
+    assert!(text.contains("exceeds the memory budget"), "{text}");
+    assert!(!text.contains("torch.distributed"), "{text}");
+}

@@ -110,7 +110,8 @@ const MEMBER: &str = ".metadata";
 
 /// Reads `.metadata` (its bytes, from `path`).
 pub fn parse(bytes: &[u8], path: &Path, budget: &Budget) -> Result<Metadata> {
-    let unpickled = unpickle(bytes, path, MEMBER, 0, Loader::Python, budget)?;
+    let unpickled =
+        unpickle(bytes, path, MEMBER, 0, Loader::Python, budget).map_err(without_dcp_globals)?;
     if unpickled.len != bytes.len() as u64 {
         return Err(err(path, "bytes follow the pickle's STOP"));
     }
@@ -133,6 +134,20 @@ pub fn parse(bytes: &[u8], path: &Path, budget: &Budget) -> Result<Metadata> {
             metadata
         })
         .map_err(|e| e.with_unsafe_globals(unsafe_globals))
+}
+
+/// A refusal of `.metadata` names the globals read before it, DCP's own left out.
+fn without_dcp_globals(error: Error) -> Error {
+    match error {
+        Error::RefusedWithUnsafeGlobals { source, globals } => {
+            let globals: Vec<UnsafeGlobal> = globals
+                .into_iter()
+                .filter(|g| !is_dcp_global(&g.module, &g.name))
+                .collect();
+            source.with_unsafe_globals(globals)
+        }
+        other => other,
+    }
 }
 
 fn err(path: &Path, detail: impl Into<String>) -> Error {
