@@ -10,6 +10,7 @@ mod bad_input;
 mod budget;
 mod color;
 mod convert;
+mod dcp;
 mod did_you_mean;
 mod diff;
 // Symlinks, FIFOs and sockets: Unix only.

@@ -26,6 +26,8 @@ pub enum Format {
     PytorchIndex,
     /// A plain pickle (`pickle.dump`, `.pkl`): one or more pickle streams and no storages.
     Pickle,
+    /// A `torch.distributed.checkpoint` directory: `.metadata` and its `.distcp` files.
+    Distributed,
 }
 
 impl Format {
@@ -39,6 +41,7 @@ impl Format {
             Format::Torchscript => "torchscript",
             Format::PytorchIndex => "pytorch-index",
             Format::Pickle => "pickle",
+            Format::Distributed => "torch-distributed",
         }
     }
 }
@@ -66,6 +69,35 @@ pub struct Checkpoint {
     pub unsafe_globals: Vec<UnsafeGlobal>,
     /// The code a TorchScript archive carries (`None` for any other format).
     pub torchscript: Option<TorchScriptCode>,
+    /// A distributed checkpoint's tensors as its metadata describes them, each made of
+    /// chunks that are tensors of `tensors` (empty for every other format).
+    pub chunked: Vec<ChunkedTensor>,
+}
+
+/// A tensor of the state dict a distributed checkpoint saved in chunks: its whole shape,
+/// and where in it each chunk lies. A chunk is a tensor of its own (its `torch.save`
+/// record, with its storage); a tensor saved whole is one chunk named as the tensor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkedTensor {
+    /// The fully qualified name.
+    pub name: String,
+    /// The dtype the metadata records, which every chunk has.
+    pub dtype: crate::DType,
+    /// The whole tensor's sizes.
+    pub shape: Vec<u64>,
+    /// The chunks, in the metadata's order; together they tile `shape` exactly.
+    pub chunks: Vec<TensorChunk>,
+}
+
+/// One chunk of a [`ChunkedTensor`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorChunk {
+    /// Where the chunk starts in the whole tensor, per dimension.
+    pub offsets: Vec<u64>,
+    /// The chunk's sizes.
+    pub sizes: Vec<u64>,
+    /// The chunk's own tensor: its index in [`Checkpoint::tensors`].
+    pub tensor: usize,
 }
 
 impl Checkpoint {

@@ -254,18 +254,20 @@ pub enum Error {
         path: PathBuf,
     },
 
-    /// A `torch.distributed.checkpoint` directory, which no reader reads yet.
-    #[error("{}: torch.distributed.checkpoint directory (.metadata and {distcp} .distcp file{}): not readable yet", .path.display(), if *.distcp == 1 { "" } else { "s" })]
-    DistributedCheckpoint {
+    /// A `torch.distributed.checkpoint`'s `.metadata` and its `.distcp` files disagree: an
+    /// item outside its file, chunks that do not tile their tensor, a saved chunk unlike the
+    /// metadata.
+    #[error("{}: .metadata: {detail}", .path.display())]
+    DistributedMismatch {
         /// The directory.
         path: PathBuf,
-        /// How many `.distcp` files it holds.
-        distcp: usize,
+        /// What does not agree.
+        detail: String,
     },
 
     /// One `.distcp` file of a `torch.distributed.checkpoint`: items saved one after another,
     /// which only the directory's `.metadata` locates.
-    #[error("{}: a .distcp file of a torch.distributed.checkpoint: not a checkpoint on its own and not readable yet (audit its directory)", .path.display())]
+    #[error("{}: a .distcp file of a torch.distributed.checkpoint: not a checkpoint on its own (audit its directory)", .path.display())]
     DistributedCheckpointPart {
         /// The file.
         path: PathBuf,
@@ -367,7 +369,8 @@ impl Error {
             | Error::IndexTensorAbsent { .. }
             | Error::IndexTensorInTwoShards { .. }
             | Error::IndexUnlistedTensor { .. }
-            | Error::IndexMixedFormats { .. } => ErrorKind::IndexMismatch,
+            | Error::IndexMixedFormats { .. }
+            | Error::DistributedMismatch { .. } => ErrorKind::IndexMismatch,
             // A shard that is missing is the index's fault; a shard that is damaged is corrupt.
             Error::Shard { source, .. } => match source.kind() {
                 ErrorKind::Unopenable | ErrorKind::IndexMismatch => ErrorKind::IndexMismatch,
@@ -390,7 +393,6 @@ impl Error {
             | Error::Pickle { .. }
             | Error::Archive { .. }
             | Error::LfsPointer { .. }
-            | Error::DistributedCheckpoint { .. }
             | Error::DistributedCheckpointPart { .. }
             // A link in a checkpoint tree that leads nowhere is a finding about the tree (a
             // loader following it gets nothing), not a mistyped path.
@@ -564,6 +566,10 @@ mod tests {
                 found: "safetensors",
                 expected: "a PyTorch zip archive",
             },
+            Error::DistributedMismatch {
+                path: path(),
+                detail: "chunks of 'w' overlap".into(),
+            },
             in_shard(io()),
             in_shard(in_shard(io())),
             in_shard(Error::IndexEmpty { path: path() }),
@@ -582,10 +588,6 @@ mod tests {
             in_shard(in_shard(syntax())),
             Error::Overflow { what: "size" },
             Error::LfsPointer { path: path() },
-            Error::DistributedCheckpoint {
-                path: path(),
-                distcp: 1,
-            },
             Error::DistributedCheckpointPart { path: path() },
             Error::BrokenLink {
                 path: path(),

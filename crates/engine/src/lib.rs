@@ -27,7 +27,7 @@ pub mod tensor;
 pub mod tensor_impl;
 pub mod views;
 
-pub use checkpoint::{Checkpoint, Format};
+pub use checkpoint::{Checkpoint, ChunkedTensor, Format, TensorChunk};
 pub use data_ptr::{DataPtr, Owner};
 pub use device::Device;
 pub use dtype::{DType, DTypeKind};

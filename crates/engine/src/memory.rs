@@ -17,6 +17,13 @@ pub struct HostBuffer {
 enum Backing {
     Mapped(Mmap),
     Heap(Box<[u8]>),
+    /// A byte range of another buffer (one item of a file that holds several), sharing its
+    /// bytes; the range was checked against the buffer when the window was made.
+    Window {
+        parent: Arc<HostBuffer>,
+        start: usize,
+        end: usize,
+    },
 }
 
 /// Which host backend holds a buffer's bytes.
@@ -69,11 +76,41 @@ impl HostBuffer {
         })
     }
 
+    /// The bytes `range` of `parent` as a buffer of their own, without copying: offsets in
+    /// it count from `range.start`, and [`file_offset`](Self::file_offset) says where that
+    /// lies. `None` when the range is not inside `parent`.
+    pub fn window(parent: &Arc<HostBuffer>, range: std::ops::Range<u64>) -> Option<Arc<Self>> {
+        let start = usize::try_from(range.start).ok()?;
+        let end = usize::try_from(range.end).ok()?;
+        parent.bytes().get(start..end)?;
+        Some(Arc::new(HostBuffer {
+            source: parent.source.clone(),
+            backing: Backing::Window {
+                parent: Arc::clone(parent),
+                start,
+                end,
+            },
+        }))
+    }
+
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.backing {
             Backing::Mapped(map) => map,
             Backing::Heap(bytes) => bytes,
+            Backing::Window { parent, start, end } => {
+                parent.bytes().get(*start..*end).unwrap_or_default()
+            }
+        }
+    }
+
+    /// Where offset 0 of these bytes lies in [`source`](Self::source): 0 but for a window.
+    pub fn file_offset(&self) -> u64 {
+        match &self.backing {
+            Backing::Window { parent, start, .. } => {
+                parent.file_offset().saturating_add(*start as u64)
+            }
+            Backing::Mapped(_) | Backing::Heap(_) => 0,
         }
     }
 
@@ -91,6 +128,11 @@ impl HostBuffer {
     /// file larger than memory keeps resident memory bounded. Only mapped files are affected;
     /// it is a hint, and a failed hint changes nothing.
     pub fn release(&self, range: std::ops::Range<u64>) {
+        if let Backing::Window { parent, start, end } = &self.backing {
+            let base = *start as u64;
+            let end = (*end as u64).min(range.end.saturating_add(base));
+            return parent.release(range.start.saturating_add(base)..end);
+        }
         if let Backing::Mapped(map) = &self.backing {
             let (Ok(start), Ok(end)) = (usize::try_from(range.start), usize::try_from(range.end))
             else {
@@ -117,9 +159,31 @@ impl HostBuffer {
 
     /// Which backend holds the bytes.
     pub fn backend(&self) -> HostBackend {
-        match self.backing {
+        match &self.backing {
             Backing::Mapped(_) => HostBackend::Mmap,
             Backing::Heap(_) => HostBackend::Heap,
+            Backing::Window { parent, .. } => parent.backend(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostBuffer;
+
+    #[test]
+    fn a_window_shares_its_parent_bytes_and_knows_its_offset() {
+        let parent = HostBuffer::from_vec("f", (0u8..10).collect());
+        let window = HostBuffer::window(&parent, 3..7).expect("inside");
+        assert_eq!(window.bytes(), &[3, 4, 5, 6]);
+        assert_eq!(window.file_offset(), 3);
+        assert_eq!(window.source(), parent.source());
+        let inner = HostBuffer::window(&window, 1..3).expect("inside");
+        assert_eq!((inner.bytes(), inner.file_offset()), (&[4u8, 5][..], 4));
+        assert!(HostBuffer::window(&parent, 8..11).is_none());
+        #[allow(clippy::reversed_empty_ranges)] // a file's numbers can say this
+        let reversed = 5..4;
+        assert!(HostBuffer::window(&parent, reversed).is_none());
+        assert!(HostBuffer::window(&parent, u64::MAX - 1..u64::MAX).is_none());
     }
 }

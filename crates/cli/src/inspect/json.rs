@@ -4,7 +4,7 @@
 use super::Snapshot;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use tensorplay_engine::{Owner, Storage, Tensor};
+use tensorplay_engine::{Checkpoint, ChunkedTensor, Owner, Storage, Tensor};
 
 #[derive(Serialize)]
 struct Document<'a> {
@@ -14,6 +14,9 @@ struct Document<'a> {
     tensors: Vec<TensorJson<'a>>,
     storages: Vec<StorageJson<'a>>,
     unsafe_globals: Vec<UnsafeGlobalJson<'a>>,
+    /// A distributed checkpoint's tensors as chunks; absent for every other format.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    chunked_tensors: Vec<ChunkedJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     alloc: Option<super::alloc::AllocJson>,
 }
@@ -24,6 +27,23 @@ struct UnsafeGlobalJson<'a> {
     name: &'a str,
     member: &'a str,
     position: u64,
+}
+
+#[derive(Serialize)]
+struct ChunkedJson<'a> {
+    name: &'a str,
+    dtype: &'static str,
+    shape: &'a [u64],
+    chunks: Vec<ChunkJson<'a>>,
+}
+
+/// One chunk: where it lies in the whole tensor, and its own tensor and storage.
+#[derive(Serialize)]
+struct ChunkJson<'a> {
+    offsets: &'a [u64],
+    sizes: &'a [u64],
+    tensor: &'a str,
+    storage: usize,
 }
 
 #[derive(Serialize)]
@@ -93,11 +113,34 @@ pub fn render(
                 position: g.position,
             })
             .collect(),
+        chunked_tensors: ckpt.chunked.iter().map(|t| chunked_json(ckpt, t)).collect(),
         alloc,
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');
     Ok(text)
+}
+
+fn chunked_json<'a>(ckpt: &'a Checkpoint, tensor: &'a ChunkedTensor) -> ChunkedJson<'a> {
+    let chunks = tensor
+        .chunks
+        .iter()
+        .map(|chunk| {
+            let own = ckpt.tensors.get(chunk.tensor);
+            ChunkJson {
+                offsets: &chunk.offsets,
+                sizes: &chunk.sizes,
+                tensor: own.map_or("", |t| t.name()),
+                storage: own.map_or(0, |t| t.tensor_impl().storage().id()),
+            }
+        })
+        .collect();
+    ChunkedJson {
+        name: &tensor.name,
+        dtype: tensor.dtype.name(),
+        shape: &tensor.shape,
+        chunks,
+    }
 }
 
 fn tensor_json(tensor: &Tensor) -> anyhow::Result<TensorJson<'_>> {
@@ -124,7 +167,7 @@ fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<
         Owner::Host { buffer, range } => DataPtrJson {
             backend: buffer.backend().name(),
             file: Some(buffer.source().display().to_string()),
-            offset: Some(range.start),
+            offset: Some(buffer.file_offset().saturating_add(range.start)),
             device: ptr.device().to_string(),
         },
         Owner::Deferred {
@@ -132,7 +175,7 @@ fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<
         } => DataPtrJson {
             backend: "deflated",
             file: Some(buffer.source().display().to_string()),
-            offset: Some(compressed.start),
+            offset: Some(buffer.file_offset().saturating_add(compressed.start)),
             device: ptr.device().to_string(),
         },
         Owner::None => DataPtrJson {

@@ -75,6 +75,27 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     writeln!(out, "\nTensors")?;
     out.push_str(&tensors.render("  "));
 
+    // A distributed checkpoint's tensors saved in several chunks: each chunk is a row above.
+    let split: Vec<_> = ckpt.chunked.iter().filter(|t| t.chunks.len() > 1).collect();
+    if !split.is_empty() {
+        let mut chunked = Table::new(&["TENSOR", "DTYPE", "SHAPE", "CHUNKS (OFFSETS + SIZES)"]);
+        for t in split {
+            let chunks: Vec<String> = t
+                .chunks
+                .iter()
+                .map(|c| format!("{:?}+{:?}", c.offsets, c.sizes))
+                .collect();
+            chunked.row(vec![
+                t.name.clone(),
+                t.dtype.to_string(),
+                format!("{:?}", t.shape),
+                chunks.join(" "),
+            ]);
+        }
+        writeln!(out, "\nChunked tensors")?;
+        out.push_str(&chunked.render("  "));
+    }
+
     let by_storage = ckpt.tensors_by_storage();
     let mut storages = Table::new(&[
         "STORAGE", "KEY", "DTYPE", "DEVICE", "BYTES", "DATA PTR", "TENSORS",
@@ -87,7 +108,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
                 buffer.backend().name(),
                 ptr.address(),
                 buffer.source().display(),
-                range.start
+                buffer.file_offset().saturating_add(range.start)
             ),
             Owner::None => "none".to_owned(),
             Owner::Deferred {

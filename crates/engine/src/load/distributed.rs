@@ -1,17 +1,36 @@
 //! `torch.distributed.checkpoint` directories: a `.metadata` file (a plain pickle that locates
-//! every item) beside `*.distcp` files (the items, each `torch.save`d one after another, which
-//! `dcp.load` reads back with `torch.load(weights_only=False)`). No reader reads them yet, so
-//! such a directory is one checkpoint that fails as unreadable, and a `.distcp` file alone is
-//! refused rather than read as if it were a whole checkpoint.
+//! every item, [`dcp_metadata`](super::dcp_metadata)) beside `*.distcp` files holding the
+//! items, each `torch.save`d to its own byte range (`_StorageInfo` offset and length), one
+//! after another. The directory is one checkpoint; a `.distcp` file alone is refused.
+//!
+//! Each item's range is read by the PyTorch zip reader as a file of its own (a
+//! [`HostBuffer::window`] of the mapped `.distcp` file, so storages still point into the file).
+//! A tensor item is one chunk of a state-dict tensor: its `torch.save` holds exactly one
+//! tensor, of the chunk's sizes and the metadata's dtype. A tensor saved whole is one chunk
+//! named by its fully qualified name; the chunks of a tensor saved in several are named
+//! `fqn@[offsets]`, and [`ChunkedTensor`] says how they tile it. Bytes items (any other
+//! object, which `dcp.load` reads with `torch.load(weights_only=False)`) are read like any
+//! `torch.save` file: their globals are judged, their tensors named under the fqn.
 
-use crate::error::Error;
+use super::dcp_metadata::{self, ChunkMeta, Metadata, StorageInfo, TensorMeta};
+use super::flatten::ROOT_NAME;
+use super::limits::{Meter, ReadLimits};
+use super::{torch_zip, Parts};
+use crate::error::{Error, ErrorKind, Result};
+use crate::{Checkpoint, ChunkedTensor, Format, HostBuffer, Tensor, TensorChunk};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The file that locates every item.
 const METADATA: &str = ".metadata";
 
 /// The extension of the files that hold the items.
 const EXTENSION: &str = "distcp";
+
+/// Pairs of chunks of one tensor compared for overlap, at most: beyond it the tensor is
+/// refused rather than checked for longer than a read should take.
+const MAX_CHUNK_PAIRS: u64 = 1 << 24;
 
 /// The files that make `dir` a torch.distributed.checkpoint directory, `.metadata` first and
 /// then every `.distcp` file in name order; `None` when it is not one or cannot be listed.
@@ -38,18 +57,526 @@ pub fn is_part(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == EXTENSION)
 }
 
-/// Why `path` is not read: a whole directory, or one `.distcp` file of one.
+/// Whether `path` is a directory to read as one distributed checkpoint.
+pub(super) fn is_checkpoint(path: &Path) -> bool {
+    path.is_dir() && parts(path).is_some()
+}
+
+/// Why `path` is not read: one `.distcp` file of a directory.
 pub(super) fn refusal(path: &Path) -> Option<Error> {
-    if is_part(path) {
-        return Some(Error::DistributedCheckpointPart {
-            path: path.to_owned(),
+    is_part(path).then(|| Error::DistributedCheckpointPart {
+        path: path.to_owned(),
+    })
+}
+
+/// Reads the directory `dir` into one checkpoint.
+pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
+    let mut parts = Parts {
+        meter: Meter::new(limits),
+        ..Parts::default()
+    };
+    let metadata_path = dcp_metadata::path_in(dir);
+    let buffer = HostBuffer::map_file(&metadata_path)?;
+    let metadata =
+        dcp_metadata::parse(buffer.bytes(), &metadata_path, &parts.meter.pickle_budget())?;
+    // What the metadata holds is kept for the whole read: charged like any metadata.
+    parts
+        .meter
+        .hold(&metadata_path, metadata.held_bytes(), || {
+            "the distributed checkpoint's metadata".to_owned()
+        })?;
+    let mut reading = Reading {
+        dir,
+        files: HashMap::new(),
+    };
+    let with_globals = |e: Error| e.with_unsafe_globals(metadata.unsafe_globals.clone());
+    for tensor in &metadata.tensors {
+        check_tiling(dir, tensor).map_err(with_globals)?;
+    }
+    let located = reading.locate(&metadata).map_err(with_globals)?;
+    parts
+        .unsafe_globals
+        .extend(metadata.unsafe_globals.iter().cloned());
+    for tensor in &metadata.tensors {
+        let chunked = reading
+            .read_tensor(tensor, &located, &mut parts)
+            .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
+        parts.chunked.push(chunked);
+    }
+    for fqn in &metadata.bytes {
+        let item = located.get(&(fqn.as_str(), None)).copied();
+        let item =
+            item.ok_or_else(|| mismatch(dir, format!("no storage_data item for '{fqn}'")))?;
+        reading
+            .read_item(item, &mut parts)
+            .map(|first| rename_from(&mut parts, first, |name| under(fqn, name)))
+            .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
+    }
+    unique_names(dir, &parts.tensors)
+        .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
+    Ok(parts.finish(dir, Format::Distributed))
+}
+
+/// No two tensors share a name: a bytes item's tensors are named under its fqn, which a
+/// crafted metadata could make another tensor's name.
+fn unique_names(dir: &Path, tensors: &[Tensor]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(tensors.len());
+    match tensors.iter().find(|t| !seen.insert(t.name())) {
+        Some(t) => Err(mismatch(
+            dir,
+            format!("two items give a tensor the name '{}'", t.name()),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Items by `MetadataIndex` (fqn, and offsets for a tensor chunk).
+type Located<'a> = HashMap<(&'a str, Option<&'a [u64]>), &'a StorageInfo>;
+
+struct Reading<'a> {
+    dir: &'a Path,
+    /// Each `.distcp` file mapped once, by its name in the metadata.
+    files: HashMap<String, Arc<HostBuffer>>,
+}
+
+impl<'a> Reading<'a> {
+    /// Every item by its index, each named by exactly one tensor chunk or bytes entry: an
+    /// item nothing names would never be loaded, and is not left unread.
+    fn locate<'m>(&self, metadata: &'m Metadata) -> Result<Located<'m>> {
+        let mut located: Located<'m> = HashMap::with_capacity(metadata.items.len());
+        for item in &metadata.items {
+            let key = (item.fqn.as_str(), item.offset_key.as_deref());
+            if located.insert(key, item).is_some() {
+                return Err(mismatch(
+                    self.dir,
+                    format!("{} is stored twice", describe(item)),
+                ));
+            }
+        }
+        no_shared_bytes(self.dir, &metadata.items)?;
+        let mut named = 0usize;
+        for tensor in &metadata.tensors {
+            for chunk in &tensor.chunks {
+                if !located.contains_key(&(tensor.fqn.as_str(), Some(chunk.offsets.as_slice()))) {
+                    return Err(mismatch(
+                        self.dir,
+                        format!(
+                            "no storage_data item for chunk {:?} of '{}'",
+                            chunk.offsets, tensor.fqn
+                        ),
+                    ));
+                }
+                named += 1;
+            }
+        }
+        for fqn in &metadata.bytes {
+            if !located.contains_key(&(fqn.as_str(), None)) {
+                return Err(mismatch(
+                    self.dir,
+                    format!("no storage_data item for '{fqn}'"),
+                ));
+            }
+            named += 1;
+        }
+        if named != located.len() {
+            let unnamed = metadata.items.iter().find(|item| {
+                let tensor = metadata.tensors.iter().find(|t| t.fqn == item.fqn);
+                match (&item.offset_key, tensor) {
+                    (Some(offsets), Some(t)) => !t.chunks.iter().any(|c| &c.offsets == offsets),
+                    (None, None) => !metadata.bytes.contains(&item.fqn),
+                    _ => true,
+                }
+            });
+            let what = unnamed.map_or_else(|| "an item".to_owned(), describe);
+            return Err(mismatch(
+                self.dir,
+                format!("{what} is named by no tensor chunk or bytes entry of state_dict_metadata"),
+            ));
+        }
+        Ok(located)
+    }
+
+    fn read_tensor(
+        &mut self,
+        tensor: &TensorMeta,
+        located: &Located<'_>,
+        parts: &mut Parts,
+    ) -> Result<ChunkedTensor> {
+        let whole = tensor.chunks.len() == 1;
+        let mut chunks = Vec::with_capacity(tensor.chunks.len());
+        for chunk in &tensor.chunks {
+            let key = (tensor.fqn.as_str(), Some(chunk.offsets.as_slice()));
+            let Some(item) = located.get(&key).copied() else {
+                return Err(mismatch(self.dir, format!("no item for '{}'", tensor.fqn)));
+            };
+            let first = self.read_item(item, parts)?;
+            let index = self.check_chunk(tensor, chunk, item, parts, first)?;
+            let name = match whole {
+                true => tensor.fqn.clone(),
+                false => format!("{}@{:?}", tensor.fqn, chunk.offsets),
+            };
+            rename_from(parts, index, |_| name.clone());
+            chunks.push(TensorChunk {
+                offsets: chunk.offsets.clone(),
+                sizes: chunk.sizes.clone(),
+                tensor: index,
+            });
+        }
+        Ok(ChunkedTensor {
+            name: tensor.fqn.clone(),
+            dtype: tensor.dtype,
+            shape: tensor.size.clone(),
+            chunks,
+        })
+    }
+
+    /// The chunk's record holds one tensor, the chunk's sizes and the metadata's dtype;
+    /// returns its index.
+    fn check_chunk(
+        &self,
+        tensor: &TensorMeta,
+        chunk: &ChunkMeta,
+        item: &StorageInfo,
+        parts: &Parts,
+        first: usize,
+    ) -> Result<usize> {
+        let saved = parts.tensors.get(first..).unwrap_or_default();
+        let [one] = saved else {
+            return Err(mismatch(
+                self.dir,
+                format!(
+                    "{} holds {} tensors, not one chunk",
+                    describe(item),
+                    saved.len()
+                ),
+            ));
+        };
+        let imp = one.tensor_impl();
+        let sizes = imp.layout().sizes();
+        if one.name() != ROOT_NAME {
+            return Err(mismatch(
+                self.dir,
+                format!(
+                    "{} is not a saved tensor but holds one as '{}'",
+                    describe(item),
+                    one.name()
+                ),
+            ));
+        }
+        if sizes != chunk.sizes.as_slice() {
+            return Err(mismatch(
+                self.dir,
+                format!(
+                    "{} holds a tensor of shape {sizes:?}, but the metadata says {:?}",
+                    describe(item),
+                    chunk.sizes
+                ),
+            ));
+        }
+        if imp.dtype() != tensor.dtype {
+            return Err(mismatch(
+                self.dir,
+                format!(
+                    "{} holds {}, but the metadata says {}",
+                    describe(item),
+                    imp.dtype(),
+                    tensor.dtype
+                ),
+            ));
+        }
+        Ok(first)
+    }
+
+    /// Reads one item's `torch.save` record into `parts`; returns the index of its first
+    /// tensor. Its globals are reported under the file and range they were read from.
+    fn read_item(&mut self, item: &StorageInfo, parts: &mut Parts) -> Result<usize> {
+        if item.transforms {
+            return Err(Error::UnsupportedFormat {
+                path: self.dir.to_owned(),
+                format: "torch.distributed.checkpoint item with storage transforms",
+            });
+        }
+        let file = self.file(&item.relative_path)?;
+        let end = item
+            .offset
+            .checked_add(item.length)
+            .ok_or(Error::Overflow {
+                what: "distributed checkpoint item end",
+            })?;
+        let window = HostBuffer::window(&file, item.offset..end).ok_or_else(|| {
+            mismatch(
+                self.dir,
+                format!(
+                    "{} lies outside its file ({} bytes)",
+                    describe(item),
+                    file.len()
+                ),
+            )
+        })?;
+        let first = parts.tensors.len();
+        let globals = parts.unsafe_globals.len();
+        let format = torch_zip::read_into(&window, parts).map_err(|source| Error::Shard {
+            path: self.dir.to_owned(),
+            source: Box::new(source),
+        })?;
+        if format != Format::PytorchZip {
+            return Err(mismatch(
+                self.dir,
+                format!("{} is not a torch.save record", describe(item)),
+            ));
+        }
+        for global in parts.unsafe_globals.iter_mut().skip(globals) {
+            global.member = format!(
+                "{}[{}..{end}]/{}",
+                item.relative_path, item.offset, global.member
+            );
+        }
+        Ok(first)
+    }
+
+    /// The `.distcp` file `name` (a plain file name beside `.metadata`), mapped once.
+    fn file(&mut self, name: &str) -> Result<Arc<HostBuffer>> {
+        if let Some(buffer) = self.files.get(name) {
+            return Ok(Arc::clone(buffer));
+        }
+        let plain = !name.is_empty()
+            && name != "."
+            && name != ".."
+            && !name.contains(['/', '\\'])
+            && name != METADATA;
+        if !plain {
+            return Err(mismatch(
+                self.dir,
+                format!("item file '{name}' is not a plain file name beside .metadata"),
+            ));
+        }
+        let path = self.dir.join(name);
+        // A file the metadata names and the directory lacks is a disagreement between them.
+        let buffer = HostBuffer::map_file(&path).map_err(|source| match source.kind() {
+            ErrorKind::Unopenable => mismatch(self.dir, format!("item file {source}")),
+            _ => Error::Shard {
+                path: self.dir.to_owned(),
+                source: Box::new(source),
+            },
+        })?;
+        self.files.insert(name.to_owned(), Arc::clone(&buffer));
+        Ok(buffer)
+    }
+}
+
+/// No two items share bytes of a file: DCP writes them one after another, so items that
+/// overlap come from a metadata that does not describe the files.
+fn no_shared_bytes(dir: &Path, items: &[StorageInfo]) -> Result<()> {
+    let mut ranges: Vec<(&str, u64, u64, &StorageInfo)> = items
+        .iter()
+        .map(|i| {
+            (
+                i.relative_path.as_str(),
+                i.offset,
+                i.offset.saturating_add(i.length),
+                i,
+            )
+        })
+        .collect();
+    ranges.sort_by_key(|&(file, start, end, _)| (file, start, end));
+    for pair in ranges.windows(2) {
+        if let [(file, _, end, a), (next_file, start, _, b)] = pair {
+            if file == next_file && start < end {
+                return Err(mismatch(
+                    dir,
+                    format!("{} and {} share bytes", describe(a), describe(b)),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The chunks of `tensor` tile its size: each lies inside it, no two overlap, and together
+/// they hold as many elements as it does (so none is left uncovered).
+fn check_tiling(dir: &Path, tensor: &TensorMeta) -> Result<()> {
+    let fqn = &tensor.fqn;
+    let volume = |sizes: &[u64]| {
+        sizes
+            .iter()
+            .try_fold(1u64, |acc, &s| acc.checked_mul(s))
+            .ok_or(Error::Overflow {
+                what: "distributed checkpoint tensor size",
+            })
+    };
+    if tensor.chunks.is_empty() {
+        return Err(mismatch(dir, format!("'{fqn}' has no chunks")));
+    }
+    let mut covered = 0u64;
+    for chunk in &tensor.chunks {
+        let rank = tensor.size.len();
+        if chunk.offsets.len() != rank || chunk.sizes.len() != rank {
+            return Err(mismatch(
+                dir,
+                format!(
+                    "chunk {:?} of '{fqn}' has a rank other than the tensor's {:?}",
+                    chunk.offsets, tensor.size
+                ),
+            ));
+        }
+        let inside = chunk
+            .offsets
+            .iter()
+            .zip(&chunk.sizes)
+            .zip(&tensor.size)
+            .all(|((&o, &s), &size)| o.checked_add(s).is_some_and(|end| end <= size));
+        if !inside {
+            return Err(mismatch(
+                dir,
+                format!(
+                    "chunk {:?} of sizes {:?} reaches past '{fqn}' of size {:?}",
+                    chunk.offsets, chunk.sizes, tensor.size
+                ),
+            ));
+        }
+        covered = covered
+            .checked_add(volume(&chunk.sizes)?)
+            .ok_or(Error::Overflow {
+                what: "distributed checkpoint tensor size",
+            })?;
+    }
+    let n = tensor.chunks.len() as u64;
+    if n.saturating_mul(n) / 2 > MAX_CHUNK_PAIRS {
+        return Err(Error::UnsupportedFormat {
+            path: dir.to_owned(),
+            format: "torch.distributed.checkpoint tensor with too many chunks to check",
         });
     }
-    if !path.is_dir() {
-        return None;
+    for (i, a) in tensor.chunks.iter().enumerate() {
+        for b in tensor.chunks.iter().skip(i + 1) {
+            if overlap(a, b) {
+                return Err(mismatch(
+                    dir,
+                    format!(
+                        "chunks {:?} and {:?} of '{fqn}' overlap",
+                        a.offsets, b.offsets
+                    ),
+                ));
+            }
+        }
     }
-    parts(path).map(|parts| Error::DistributedCheckpoint {
-        path: path.to_owned(),
-        distcp: parts.len() - 1,
+    let numel = volume(&tensor.size)?;
+    if covered != numel {
+        return Err(mismatch(
+            dir,
+            format!("the chunks of '{fqn}' cover {covered} of its {numel} elements"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether two boxes of one rank share an element (a box with an empty side holds none).
+fn overlap(a: &ChunkMeta, b: &ChunkMeta) -> bool {
+    let ends = |c: &ChunkMeta, d: usize| {
+        let start = c.offsets.get(d).copied().unwrap_or(0);
+        (
+            start,
+            start.saturating_add(c.sizes.get(d).copied().unwrap_or(0)),
+        )
+    };
+    (0..a.offsets.len()).all(|d| {
+        let ((a0, a1), (b0, b1)) = (ends(a, d), ends(b, d));
+        a0 < b1 && b0 < a1
     })
+}
+
+/// Gives the tensors from `first` on the names `name` makes of their saved names, keeping
+/// their TensorImpls.
+fn rename_from(parts: &mut Parts, first: usize, name: impl Fn(&str) -> String) {
+    for tensor in parts.tensors.iter_mut().skip(first) {
+        let renamed = name(tensor.name());
+        *tensor = Tensor::new(renamed, Arc::clone(tensor.tensor_impl()));
+    }
+}
+
+/// A tensor found in a bytes item, named under the item's fqn.
+fn under(fqn: &str, name: &str) -> String {
+    match name {
+        ROOT_NAME => fqn.to_owned(),
+        _ => format!("{fqn}.{name}"),
+    }
+}
+
+fn describe(item: &StorageInfo) -> String {
+    let what = match &item.offset_key {
+        Some(offsets) => format!("chunk {offsets:?} of '{}'", item.fqn),
+        None => format!("'{}'", item.fqn),
+    };
+    format!(
+        "{what} ({} bytes {}..{})",
+        item.relative_path,
+        item.offset,
+        item.offset.saturating_add(item.length)
+    )
+}
+
+fn mismatch(dir: &Path, detail: String) -> Error {
+    Error::DistributedMismatch {
+        path: dir.to_owned(),
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    fn tensor(size: &[u64], chunks: &[(&[u64], &[u64])]) -> TensorMeta {
+        TensorMeta {
+            fqn: "w".into(),
+            dtype: DType::Float32,
+            size: size.to_vec(),
+            chunks: chunks
+                .iter()
+                .map(|(o, s)| ChunkMeta {
+                    offsets: o.to_vec(),
+                    sizes: s.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    fn tiling(size: &[u64], chunks: &[(&[u64], &[u64])]) -> std::result::Result<(), String> {
+        check_tiling(Path::new("d"), &tensor(size, chunks)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn chunks_must_tile_their_tensor() {
+        assert_eq!(
+            tiling(&[4, 2], &[(&[0, 0], &[2, 2]), (&[2, 0], &[2, 2])]),
+            Ok(())
+        );
+        assert_eq!(tiling(&[], &[(&[], &[])]), Ok(()));
+        // Columns, too.
+        assert_eq!(
+            tiling(&[2, 4], &[(&[0, 2], &[2, 2]), (&[0, 0], &[2, 2])]),
+            Ok(())
+        );
+        let gap = tiling(&[4, 2], &[(&[0, 0], &[2, 2]), (&[3, 0], &[1, 2])]).unwrap_err();
+        assert!(gap.contains("cover 6 of its 8 elements"), "{gap}");
+        let overlap = tiling(&[4, 2], &[(&[0, 0], &[3, 2]), (&[2, 0], &[2, 2])]).unwrap_err();
+        assert!(overlap.contains("overlap"), "{overlap}");
+        let past = tiling(&[4, 2], &[(&[0, 0], &[5, 2])]).unwrap_err();
+        assert!(past.contains("reaches past"), "{past}");
+        let rank = tiling(&[4, 2], &[(&[0], &[4])]).unwrap_err();
+        assert!(rank.contains("rank"), "{rank}");
+        let huge = tiling(&[u64::MAX], &[(&[u64::MAX], &[2])]).unwrap_err();
+        assert!(huge.contains("reaches past"), "{huge}");
+        assert!(tiling(&[1], &[]).unwrap_err().contains("no chunks"));
+        // Two scalar chunks are the same element.
+        assert!(tiling(&[], &[(&[], &[]), (&[], &[])]).is_err());
+    }
+
+    #[test]
+    fn a_distcp_file_alone_is_refused_and_a_plain_directory_is_no_checkpoint() {
+        assert!(refusal(Path::new("x/__0_0.distcp")).is_some());
+        assert!(refusal(Path::new("x/model.pt")).is_none());
+        assert!(!is_checkpoint(Path::new("/")));
+    }
 }

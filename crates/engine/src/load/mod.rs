@@ -8,6 +8,7 @@
 //! Adding a format is one reader file (a `ReadFn`), one row in `reader`, and one [`Format`]
 //! variant — plus, when its first bytes look like nothing yet known, one [`Sniffed`] variant.
 
+mod dcp_metadata;
 pub mod distributed;
 mod flatten;
 mod index;
@@ -90,6 +91,7 @@ pub fn read_with(probe: Probe, limits: ReadLimits) -> Result<Checkpoint> {
             read_file_with(reader.read, &HostBuffer::map_file(&probe.path)?, limits)
         }
         Found::Index(index) => sharded::read(&probe.path, &index, limits),
+        Found::Distributed => distributed::read(&probe.path, limits),
         Found::Refused(error) => Err(error),
     }
 }

@@ -3,7 +3,7 @@
 use super::limits::Meter;
 use super::torchscript::TorchScriptCode;
 use crate::pickle::UnsafeGlobal;
-use crate::{Checkpoint, Format, Storage, Tensor};
+use crate::{Checkpoint, ChunkedTensor, Format, Storage, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ pub(crate) struct Parts {
     pub unsafe_globals: Vec<UnsafeGlobal>,
     pub metadata: BTreeMap<String, String>,
     pub torchscript: Option<TorchScriptCode>,
+    pub chunked: Vec<ChunkedTensor>,
     /// The read's memory account.
     pub meter: Meter,
 }
@@ -30,6 +31,7 @@ impl Parts {
             metadata: self.metadata,
             unsafe_globals: self.unsafe_globals,
             torchscript: self.torchscript,
+            chunked: self.chunked,
         }
     }
 }

@@ -20,21 +20,29 @@ pub(super) enum Found {
     File(Reader),
     /// A sharded index, parsed.
     Index(ShardIndex),
+    /// A torch.distributed.checkpoint directory.
+    Distributed,
     /// Content nothing reads, or JSON that is no valid index: reading it reports this.
     Refused(Error),
 }
 
 /// Reads the first bytes of `path` and, when they are JSON, parses the file as an index.
 /// Fails only when the file cannot be read or is empty; content no reader takes is reported
-/// by [`read`](super::read), and so is a torch.distributed.checkpoint directory or one of its
-/// `.distcp` files, which nothing reads yet (their `sniffed` is `Unknown`).
+/// by [`read`](super::read), and so is a `.distcp` file alone. A torch.distributed.checkpoint
+/// directory is read as a whole (its `sniffed` is `Unknown`: it has no first bytes).
 pub fn probe(path: &Path) -> Result<Probe> {
-    if let Some(error) = distributed::refusal(path) {
-        return Ok(Probe {
+    let whole = |found| {
+        Ok(Probe {
             path: path.to_owned(),
             sniffed: Sniffed::Unknown,
-            found: Found::Refused(error),
-        });
+            found,
+        })
+    };
+    if let Some(error) = distributed::refusal(path) {
+        return whole(Found::Refused(error));
+    }
+    if distributed::is_checkpoint(path) {
+        return whole(Found::Distributed);
     }
     let prefix = read_prefix(path)?;
     let sniffed = sniff_nonempty(path, &prefix)?;
@@ -67,7 +75,7 @@ impl Probe {
     pub fn index(&self) -> Option<&ShardIndex> {
         match &self.found {
             Found::Index(index) => Some(index),
-            Found::File(_) | Found::Refused(_) => None,
+            Found::File(_) | Found::Refused(_) | Found::Distributed => None,
         }
     }
 }

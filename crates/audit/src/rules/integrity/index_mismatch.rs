@@ -8,12 +8,15 @@ declare_rule!(IndexMismatch {
     name: "index-mismatch",
     severity: Error,
     reads_bytes: false,
-    summary: "A sharded index and its shards disagree.",
+    summary: "A sharded index (or a distributed checkpoint's metadata) and its files disagree.",
     doc: "\
 What it checks
   A `model.safetensors.index.json` or `pytorch_model.bin.index.json` against its shards:
   every shard it names exists beside it, every tensor it maps is in that shard, no tensor
-  is in two shards, and no shard holds a tensor the index does not list.
+  is in two shards, and no shard holds a tensor the index does not list. A
+  torch.distributed.checkpoint's `.metadata` against its `.distcp` files: every item lies
+  inside a file that exists, each saved chunk has the shape and dtype recorded, and the
+  chunks of each tensor tile it without gap or overlap.
 
 Why it matters
   Loaders trust the index: a wrong entry makes `from_pretrained` fail on a missing key,
@@ -33,11 +36,18 @@ How to fix
 fn check(_: &Context<'_>, _: &mut Vec<Draft>) {}
 
 fn read_failure(error: &ReadError) -> Option<Draft> {
+    let fix = match error {
+        ReadError::DistributedMismatch { .. } => {
+            "save the checkpoint again with `torch.distributed.checkpoint.save`; do not edit \
+             or move its files one by one"
+        }
+        _ => "regenerate the index with the tool that wrote the shards (`save_pretrained`)",
+    };
     (error.kind() == ErrorKind::IndexMismatch).then(|| Draft {
         tensors: Vec::new(),
         storage: None,
         message: error.to_string(),
-        fix: "regenerate the index with the tool that wrote the shards (`save_pretrained`)".into(),
+        fix: fix.into(),
     })
 }
 
