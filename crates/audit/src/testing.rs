@@ -61,6 +61,7 @@ pub fn checkpoint(tensors: Vec<Tensor>, storages: Vec<Arc<Storage>>) -> Checkpoi
         metadata: BTreeMap::new(),
         unsafe_globals: Vec::new(),
         torchscript: None,
+        composites: Vec::new(),
     }
 }
 

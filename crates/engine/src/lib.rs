@@ -10,6 +10,7 @@
 
 pub mod alloc;
 pub mod checkpoint;
+pub mod composite;
 pub mod convert;
 pub mod data_ptr;
 pub mod device;
@@ -27,6 +28,7 @@ pub mod tensor_impl;
 pub mod views;
 
 pub use checkpoint::{Checkpoint, Format};
+pub use composite::{Component, CompositeTensor};
 pub use data_ptr::{DataPtr, Owner};
 pub use device::Device;
 pub use dtype::{DType, DTypeKind};

@@ -14,6 +14,7 @@ struct Document<'a> {
     tensors: Vec<TensorJson<'a>>,
     storages: Vec<StorageJson<'a>>,
     unsafe_globals: Vec<UnsafeGlobalJson<'a>>,
+    composites: Vec<CompositeJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     alloc: Option<super::alloc::AllocJson>,
 }
@@ -39,6 +40,28 @@ struct TensorJson<'a> {
     contiguous: bool,
     nbytes: u64,
     is_parameter: bool,
+    layout: &'static str,
+    is_conj: bool,
+    is_neg: bool,
+}
+
+/// A sparse, nested or wrapper-subclass tensor; its components are entries of `tensors`.
+#[derive(Serialize)]
+struct CompositeJson<'a> {
+    name: &'a str,
+    layout: &'static str,
+    dtype: &'static str,
+    shape: Option<&'a [u64]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subclass: Option<&'a str>,
+    requires_grad: bool,
+    components: Vec<ComponentJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct ComponentJson<'a> {
+    role: &'a str,
+    tensor: &'a str,
 }
 
 #[derive(Serialize)]
@@ -50,6 +73,7 @@ struct StorageJson<'a> {
     nbytes: u64,
     tensors: Vec<&'a str>,
     data_ptr: DataPtrJson,
+    saved_alone: bool,
 }
 
 /// Where the bytes are; the process address is left out, being different on every run.
@@ -93,6 +117,26 @@ pub fn render(
                 position: g.position,
             })
             .collect(),
+        composites: ckpt
+            .composites
+            .iter()
+            .map(|c| CompositeJson {
+                name: &c.name,
+                layout: c.layout,
+                dtype: c.dtype.name(),
+                shape: c.shape.as_deref(),
+                subclass: c.subclass.as_deref(),
+                requires_grad: c.requires_grad,
+                components: c
+                    .components
+                    .iter()
+                    .map(|p| ComponentJson {
+                        role: &p.role,
+                        tensor: &p.tensor,
+                    })
+                    .collect(),
+            })
+            .collect(),
         alloc,
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
@@ -115,6 +159,9 @@ fn tensor_json(tensor: &Tensor) -> anyhow::Result<TensorJson<'_>> {
         contiguous: layout.is_contiguous(),
         nbytes: imp.nbytes()?,
         is_parameter: imp.is_parameter(),
+        layout: "strided",
+        is_conj: imp.is_conj(),
+        is_neg: imp.is_neg(),
     })
 }
 
@@ -150,5 +197,6 @@ fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<
         nbytes: storage.nbytes(),
         tensors,
         data_ptr,
+        saved_alone: storage.is_saved_alone(),
     }
 }

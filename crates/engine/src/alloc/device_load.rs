@@ -277,6 +277,7 @@ mod tests {
             metadata: BTreeMap::new(),
             unsafe_globals: Vec::new(),
             torchscript: None,
+            composites: Vec::new(),
         }
     }
 

@@ -184,6 +184,7 @@ mod tests {
             metadata: Default::default(),
             unsafe_globals: Vec::new(),
             torchscript: None,
+            composites: Vec::new(),
         }
     }
 
