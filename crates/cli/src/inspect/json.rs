@@ -14,6 +14,8 @@ struct Document<'a> {
     tensors: Vec<TensorJson<'a>>,
     storages: Vec<StorageJson<'a>>,
     unsafe_globals: Vec<UnsafeGlobalJson<'a>>,
+    // Only where the file has some: documents of plain checkpoints stay as they were.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     composites: Vec<CompositeJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     alloc: Option<super::alloc::AllocJson>,
@@ -40,9 +42,15 @@ struct TensorJson<'a> {
     contiguous: bool,
     nbytes: u64,
     is_parameter: bool,
-    layout: &'static str,
+    // PyTorch's lazy bits, present only when set.
+    #[serde(skip_serializing_if = "is_false")]
     is_conj: bool,
+    #[serde(skip_serializing_if = "is_false")]
     is_neg: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 /// A sparse, nested or wrapper-subclass tensor; its components are entries of `tensors`.
@@ -73,6 +81,7 @@ struct StorageJson<'a> {
     nbytes: u64,
     tensors: Vec<&'a str>,
     data_ptr: DataPtrJson,
+    #[serde(skip_serializing_if = "is_false")]
     saved_alone: bool,
 }
 
@@ -159,7 +168,6 @@ fn tensor_json(tensor: &Tensor) -> anyhow::Result<TensorJson<'_>> {
         contiguous: layout.is_contiguous(),
         nbytes: imp.nbytes()?,
         is_parameter: imp.is_parameter(),
-        layout: "strided",
         is_conj: imp.is_conj(),
         is_neg: imp.is_neg(),
     })
