@@ -169,3 +169,23 @@ fn a_wrapper_subclass_names_its_class_and_inner_tensors() {
         assert_eq!(doc["storages"][id]["tensors"][0], inner);
     }
 }
+
+#[test]
+fn convert_refuses_what_safetensors_cannot_hold_and_writes_nothing() {
+    let dir = crate::common::TempDir::new("kinds-convert");
+    for (file, why) in [
+        ("sparse_coo.pt", "tensor 'adj' is sparse_coo"),
+        ("nested.pt", "tensor 'nt' is nested"),
+        ("conj_neg.pt", "tensor 'conj' has its conjugate bit set"),
+    ] {
+        let out_file = dir.0.join(format!("{file}.safetensors"));
+        let out = tensorplay(&[
+            "convert",
+            &format!("{DIR}/{file}"),
+            out_file.to_str().expect("utf-8 path"),
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        assert!(stderr(&out).contains(why), "{file}: {}", stderr(&out));
+        assert!(!out_file.exists(), "{file}");
+    }
+}

@@ -484,7 +484,7 @@ fn a_sparse_tensor_is_a_composite_of_its_components_and_an_unknown_layout_is_an_
         "{err}"
     );
     // A component that is not a tensor is refused, not skipped.
-    let bad = "ctorch._utils\n_rebuild_sparse_tensor\n(Vtorch.sparse_coo\n(I1\nI2\n(I2\nttR.";
+    let bad = "ctorch._utils\n_rebuild_sparse_tensor\n(Vtorch.sparse_coo\n(I1\nI2\n(I2\ntttR.";
     let err = run(bad.as_bytes()).unwrap_err();
     assert!(err.to_string().contains("indices is not a tensor"), "{err}");
 }
