@@ -78,6 +78,9 @@ fn every_kind_reads_as_torch_load_reads_it() {
             let components = t["components"].as_array().expect("components");
             if t["layout"] == "strided" && components.is_empty() {
                 check_strided(&doc, file, name, t);
+                let json = by_name(&doc["tensors"], name);
+                assert_eq!(json["requires_grad"], t["requires_grad"], "{file} {name}");
+                assert_eq!(json["is_parameter"], t["is_parameter"], "{file} {name}");
                 // The bits appear only when set.
                 let json = by_name(&doc["tensors"], name);
                 for bit in ["is_conj", "is_neg"] {
@@ -89,6 +92,8 @@ fn every_kind_reads_as_torch_load_reads_it() {
             }
             let c = by_name(&doc["composites"], name);
             assert_eq!(c["layout"], t["layout"], "{file} {name}");
+            assert_eq!(c["requires_grad"], t["requires_grad"], "{file} {name}");
+            assert_eq!(c["is_parameter"], t["is_parameter"], "{file} {name}");
             assert_eq!(c["dtype"], t["dtype"], "{file} {name}");
             if t["layout"] == "nested" {
                 assert_eq!(c["shape"], Value::Null, "{file} {name}");
@@ -116,7 +121,7 @@ fn every_kind_reads_as_torch_load_reads_it() {
             );
         }
     }
-    assert_eq!(seen, 13, "every kind fixture is compared");
+    assert_eq!(seen, 14, "every kind fixture is compared");
 }
 
 #[test]

@@ -22,6 +22,8 @@ pub struct CompositeTensor {
     pub subclass: Option<String>,
     /// Whether autograd tracks it.
     pub requires_grad: bool,
+    /// Whether it was saved as an `nn.Parameter`.
+    pub is_parameter: bool,
     /// Its components in the rebuild call's order: role (`indices`, `values`, an inner
     /// tensor's attribute name) and the component tensor's name in the checkpoint.
     pub components: Vec<Component>,

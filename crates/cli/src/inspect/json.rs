@@ -63,6 +63,7 @@ struct CompositeJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     subclass: Option<&'a str>,
     requires_grad: bool,
+    is_parameter: bool,
     components: Vec<ComponentJson<'a>>,
 }
 
@@ -136,6 +137,7 @@ pub fn render(
                 shape: c.shape.as_deref(),
                 subclass: c.subclass.as_deref(),
                 requires_grad: c.requires_grad,
+                is_parameter: c.is_parameter,
                 components: c
                     .components
                     .iter()

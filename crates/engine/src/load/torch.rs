@@ -429,6 +429,7 @@ fn add_composites(
             dtype,
             subclass: spec.subclass.clone(),
             requires_grad: spec.requires_grad,
+            is_parameter: spec.is_parameter,
             components,
         });
     }

@@ -101,6 +101,15 @@ impl Machine<'_> {
             }
             Known::RebuildMetaNoStorage => Node::Tensor(Box::new(self.meta_tensor(&a)?)),
             Known::RebuildParameter | Known::RebuildParameterWithState => {
+                // `nn.Parameter(sparse)`: the parameter wraps the whole composite.
+                if let Some(Node::Composite(inner)) = arg(0).map(|i| self.heap.get(i)) {
+                    let mut spec = (**inner).clone();
+                    spec.is_parameter = true;
+                    spec.requires_grad = arg(1)
+                        .and_then(|i| self.heap.truthy(i))
+                        .unwrap_or(spec.requires_grad);
+                    return self.alloc(Node::Composite(Box::new(spec)));
+                }
                 let mut spec = self.tensor_at(arg(0), "_rebuild_parameter")?;
                 spec.is_parameter = true;
                 self.override_requires_grad(&mut spec, arg(1));
@@ -314,6 +323,7 @@ impl Machine<'_> {
             dtype_from: Some("values"),
             subclass: None,
             requires_grad: false,
+            is_parameter: false,
             components,
         })
     }
@@ -339,6 +349,7 @@ impl Machine<'_> {
             dtype_from: Some("buffer"),
             subclass: None,
             requires_grad: false,
+            is_parameter: false,
             components,
         })
     }
@@ -366,6 +377,7 @@ impl Machine<'_> {
             dtype_from: None,
             subclass: Some(subclass),
             requires_grad: a.get(7).and_then(|&i| self.heap.truthy(i)).unwrap_or(false),
+            is_parameter: false,
             components: Vec::new(),
         })
     }

@@ -77,6 +77,8 @@ pub struct CompositeSpec {
     pub subclass: Option<String>,
     /// Whether autograd tracks it, where the call says.
     pub requires_grad: bool,
+    /// Rebuilt through `_rebuild_parameter*`: an `nn.Parameter` around it.
+    pub is_parameter: bool,
     /// The component values by role, in the call's order.
     pub components: Vec<(String, Id)>,
 }
