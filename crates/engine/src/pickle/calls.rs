@@ -223,6 +223,17 @@ impl Machine<'_> {
         if let (true, Some(Node::Tensor(spec))) = (is_parameter, self.heap.get_mut(result)) {
             spec.is_parameter = true;
         }
+        // A subclass rebuilt by a function outside the allowlist (a jagged nested tensor's
+        // `_rebuild_njt`) is an opaque object: its state, set as BUILD would set it, keeps
+        // the inner tensors in view, by attribute name.
+        let state = a.get(3).copied();
+        if let (Some(Node::Object { state: slot, .. }), Some(state)) =
+            (self.heap.get_mut(result), state)
+        {
+            if slot.is_none() {
+                *slot = Some(state);
+            }
+        }
         // A wrapper subclass keeps its inner tensors in its state (`__dict__`, or
         // `(__dict__, slots)`): they are its components, by attribute name.
         if let Node::Composite(spec) = self.heap.get(result) {
