@@ -12,7 +12,9 @@ declare_rule!(StorageBloat {
 What it checks
   For every storage, the bytes no tensor's view reaches. It fires when they are at least
   `thresholds.storage_bloat_bytes` (default 1 MiB) and at least
-  `thresholds.storage_bloat_fraction` (default 0.10) of the storage.
+  `thresholds.storage_bloat_fraction` (default 0.10) of the storage. A storage the file
+  holds as an object of its own (`torch.save(t.untyped_storage())`) was saved whole on
+  purpose and is not checked.
 
 Why it matters
   torch.save keeps views: saving a slice writes its whole storage. A 10-element slice of a
