@@ -213,3 +213,43 @@ fn convert_refuses_what_safetensors_cannot_hold_and_writes_nothing() {
         assert!(!out_file.exists(), "{file}");
     }
 }
+
+#[test]
+fn inspect_one_composite_shows_it_with_its_components_and_their_storages() {
+    let out = tensorplay(&[
+        "inspect",
+        "--format",
+        "json",
+        "--tensor",
+        "nt",
+        &format!("{DIR}/nested.pt"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let composites = doc["composites"].as_array().expect("composites");
+    assert_eq!(composites.len(), 1);
+    assert_eq!(composites[0]["layout"], "nested");
+    let names: Vec<&str> = doc["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        ["nt.buffer", "nt.sizes", "nt.strides", "nt.storage_offsets"]
+    );
+    assert_eq!(doc["storages"].as_array().expect("storages").len(), 4);
+    // One component alone leaves the composite out.
+    let out = tensorplay(&[
+        "inspect",
+        "--format",
+        "json",
+        "--tensor",
+        "nt.sizes",
+        &format!("{DIR}/nested.pt"),
+    ]);
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert!(doc.get("composites").is_none());
+    assert_eq!(doc["tensors"].as_array().expect("tensors").len(), 1);
+}

@@ -127,7 +127,7 @@ pub fn render(
                 position: g.position,
             })
             .collect(),
-        composites: ckpt
+        composites: snapshot
             .composites
             .iter()
             .map(|c| CompositeJson {

@@ -81,9 +81,9 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     }
     writeln!(out, "\nTensors")?;
     out.push_str(&tensors.render("  "));
-    if !ckpt.composites.is_empty() {
+    if !snapshot.composites.is_empty() {
         let mut composites = Table::new(&["TENSOR", "LAYOUT", "DTYPE", "SHAPE", "COMPONENTS"]);
-        for c in &ckpt.composites {
+        for c in &snapshot.composites {
             let parts: Vec<&str> = c.components.iter().map(|p| p.tensor.as_str()).collect();
             composites.row(vec![
                 c.name.clone(),
