@@ -28,5 +28,6 @@ mod read_only;
 mod renderers;
 mod robustness;
 mod scale;
+mod tensor_kinds;
 mod terminal;
 mod zip_layouts;

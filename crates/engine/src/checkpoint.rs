@@ -1,5 +1,6 @@
 //! A checkpoint: every tensor and storage one file (or one sharded set) holds.
 
+use crate::composite::CompositeTensor;
 use crate::load::torchscript::TorchScriptCode;
 use crate::pickle::UnsafeGlobal;
 use crate::storage::Storage;
@@ -61,6 +62,8 @@ pub struct Checkpoint {
     pub format: Format,
     /// Tensors in file order.
     pub tensors: Vec<Tensor>,
+    /// Sparse, nested and wrapper-subclass tensors; their components are in `tensors`.
+    pub composites: Vec<CompositeTensor>,
     /// Storages; `storages[i].id() == i`.
     pub storages: Vec<Arc<Storage>>,
     /// Free-form string metadata the file carries (safetensors `__metadata__`).

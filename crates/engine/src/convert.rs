@@ -83,6 +83,17 @@ pub enum ConvertError {
     /// The target dtype is not a floating-point dtype safetensors stores.
     #[error("--dtype {0}: expected float16, bfloat16, float32 or float64")]
     TargetDtype(DType),
+    /// A tensor is not plain strided values: safetensors would hold its parts, or bytes that
+    /// differ from what it reads.
+    #[error("{path}: tensor '{tensor}' {what}, which safetensors cannot store")]
+    Kind {
+        /// The input.
+        path: PathBuf,
+        /// Its name.
+        tensor: String,
+        /// What it is.
+        what: String,
+    },
     /// safetensors has no code for the dtype.
     #[error("{path}: tensor '{tensor}' is {dtype}, which safetensors cannot store")]
     Dtype {
@@ -248,6 +259,32 @@ pub fn to_safetensors(
                 });
             }
         }
+    }
+    if let Some(c) = ckpt.composites.first() {
+        return Err(ConvertError::Kind {
+            path: path(),
+            tensor: c.name.clone(),
+            what: format!("is {}", c.layout),
+        });
+    }
+    // The storage of a tensor with a lazy bit holds the values before conjugation/negation.
+    let lazy = ckpt.tensors.iter().find_map(|t| {
+        let imp = t.tensor_impl();
+        let bit = if imp.is_conj() {
+            "has its conjugate bit set"
+        } else if imp.is_neg() {
+            "has its negative bit set"
+        } else {
+            return None;
+        };
+        Some((t.name().to_owned(), bit))
+    });
+    if let Some((tensor, bit)) = lazy {
+        return Err(ConvertError::Kind {
+            path: path(),
+            tensor,
+            what: bit.to_owned(),
+        });
     }
     if let Some(target) = options.dtype.filter(|d| !casts(*d)) {
         return Err(ConvertError::TargetDtype(target));

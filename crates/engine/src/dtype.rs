@@ -111,6 +111,18 @@ impl DType {
         Self::ALL.iter().copied().find(|d| d.name() == name)
     }
 
+    /// Bits one logical element takes in its storage's bytes. PyTorch's sub-byte quantized
+    /// types count one byte per element in `itemsize` and `nbytes`, but pack two (`quint4x2`)
+    /// or four (`quint2x4`) elements per byte, element `i` in byte `i / per_byte`; their
+    /// storages hold that many bytes (each row rounded up to a byte), no more.
+    pub fn packed_bits(self) -> u64 {
+        match self {
+            QUInt4x2 => 4,
+            QUInt2x4 => 2,
+            other => other.bits(),
+        }
+    }
+
     /// Bytes per element, as `torch.dtype.itemsize`; `None` for sub-byte types.
     pub fn element_size(self) -> Option<u64> {
         let bits = self.bits();
@@ -190,6 +202,8 @@ mod tests {
         }
         assert_eq!(Float4E2m1fn.element_size(), None);
         assert_eq!(Float6E3m2fn.bits(), 6);
+        assert_eq!((QUInt4x2.packed_bits(), QUInt2x4.packed_bits()), (4, 2));
+        assert_eq!(QUInt8.packed_bits(), 8);
     }
 
     #[test]

@@ -132,7 +132,8 @@ impl Layout {
     }
 
     /// Bytes of the storage the view touches, `None` when it touches none.
-    /// Sub-byte dtypes round the end up to the byte holding the last bit.
+    /// Sub-byte and packed dtypes ([`DType::packed_bits`]) round the end up to the byte
+    /// holding the last bit.
     pub fn byte_range(&self, dtype: DType) -> Result<Option<Range<u64>>> {
         let Some(range) = self.element_range() else {
             return Ok(None);
@@ -140,10 +141,11 @@ impl Layout {
         let overflow = || Error::Overflow {
             what: "view byte extent",
         };
-        let start = range.start.checked_mul(dtype.bits()).ok_or_else(overflow)? / 8;
+        let bits = dtype.packed_bits();
+        let start = range.start.checked_mul(bits).ok_or_else(overflow)? / 8;
         let end = range
             .end
-            .checked_mul(dtype.bits())
+            .checked_mul(bits)
             .ok_or_else(overflow)?
             .div_ceil(8);
         Ok(Some(start..end))
@@ -210,6 +212,12 @@ mod tests {
             Some(0..3)
         );
         assert_eq!(l(&[3], &[1], 0).nbytes(DType::Float6E2m3fn).unwrap(), 3);
+        // Packed quantized: a [3, 5] quint4x2 reaches 15 nibbles, 8 bytes (its storage holds 9,
+        // each row rounded up), though PyTorch's nbytes counts a byte per element.
+        let packed = l(&[3, 5], &[5, 1], 0);
+        assert_eq!(packed.byte_range(DType::QUInt4x2).unwrap(), Some(0..8));
+        assert_eq!(packed.byte_range(DType::QUInt2x4).unwrap(), Some(0..4));
+        assert_eq!(packed.nbytes(DType::QUInt4x2).unwrap(), 15);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 pub mod alloc;
 pub mod cast;
 pub mod checkpoint;
+pub mod composite;
 pub mod convert;
 pub mod data_ptr;
 pub mod device;
@@ -28,6 +29,7 @@ pub mod tensor_impl;
 pub mod views;
 
 pub use checkpoint::{Checkpoint, ChunkedTensor, Format, TensorChunk};
+pub use composite::{Component, CompositeTensor};
 pub use data_ptr::{DataPtr, Owner};
 pub use device::Device;
 pub use dtype::{DType, DTypeKind};

@@ -19,6 +19,7 @@ pub struct Storage {
     location: Option<Box<String>>,
     device: Device,
     data_ptr: DataPtr,
+    saved_alone: bool,
 }
 
 impl Storage {
@@ -45,7 +46,21 @@ impl Storage {
             device,
             location,
             data_ptr,
+            saved_alone: false,
         }
+    }
+
+    /// The same storage, marked as an object the file holds in its own right
+    /// (`torch.save(t.untyped_storage())`), not only through tensors.
+    pub fn saved_alone(mut self) -> Self {
+        self.saved_alone = true;
+        self
+    }
+
+    /// Whether the file holds it as an object of its own, so bytes no tensor reaches were
+    /// saved on purpose.
+    pub fn is_saved_alone(&self) -> bool {
+        self.saved_alone
     }
 
     /// Position in the checkpoint's storage list.

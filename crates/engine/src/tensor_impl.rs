@@ -18,6 +18,8 @@ pub struct TensorImpl {
     device: Device,
     requires_grad: bool,
     is_parameter: bool,
+    is_conj: bool,
+    is_neg: bool,
     storage: Arc<Storage>,
 }
 
@@ -38,8 +40,28 @@ impl TensorImpl {
             device,
             requires_grad,
             is_parameter,
+            is_conj: false,
+            is_neg: false,
             storage,
         }
+    }
+
+    /// The same view with PyTorch's lazy conjugate and negative bits: what it reads is the
+    /// conjugate / negative of what its storage holds.
+    pub fn with_conj_neg(mut self, is_conj: bool, is_neg: bool) -> Self {
+        self.is_conj = is_conj;
+        self.is_neg = is_neg;
+        self
+    }
+
+    /// PyTorch's `is_conj()`.
+    pub fn is_conj(&self) -> bool {
+        self.is_conj
+    }
+
+    /// PyTorch's `is_neg()`.
+    pub fn is_neg(&self) -> bool {
+        self.is_neg
     }
 
     /// Sizes, strides and storage offset.
@@ -87,7 +109,7 @@ impl TensorImpl {
         let offset_bits = self
             .layout
             .storage_offset()
-            .checked_mul(self.dtype.bits())
+            .checked_mul(self.dtype.packed_bits())
             .ok_or(Error::Overflow {
                 what: "data address",
             })?;

@@ -17,6 +17,9 @@ struct Document<'a> {
     /// A distributed checkpoint's tensors as chunks; absent for every other format.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     chunked_tensors: Vec<ChunkedJson<'a>>,
+    // Only where the file has some: documents of plain checkpoints stay as they were.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    composites: Vec<CompositeJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     alloc: Option<super::alloc::AllocJson>,
 }
@@ -59,6 +62,35 @@ struct TensorJson<'a> {
     contiguous: bool,
     nbytes: u64,
     is_parameter: bool,
+    // PyTorch's lazy bits, present only when set.
+    #[serde(skip_serializing_if = "is_false")]
+    is_conj: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    is_neg: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
+}
+
+/// A sparse, nested or wrapper-subclass tensor; its components are entries of `tensors`.
+#[derive(Serialize)]
+struct CompositeJson<'a> {
+    name: &'a str,
+    layout: &'static str,
+    dtype: &'static str,
+    shape: Option<&'a [u64]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subclass: Option<&'a str>,
+    requires_grad: bool,
+    is_parameter: bool,
+    components: Vec<ComponentJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct ComponentJson<'a> {
+    role: &'a str,
+    tensor: &'a str,
 }
 
 #[derive(Serialize)]
@@ -70,6 +102,8 @@ struct StorageJson<'a> {
     nbytes: u64,
     tensors: Vec<&'a str>,
     data_ptr: DataPtrJson,
+    #[serde(skip_serializing_if = "is_false")]
+    saved_alone: bool,
 }
 
 /// Where the bytes are; the process address is left out, being different on every run.
@@ -114,6 +148,27 @@ pub fn render(
             })
             .collect(),
         chunked_tensors: ckpt.chunked.iter().map(|t| chunked_json(ckpt, t)).collect(),
+        composites: snapshot
+            .composites
+            .iter()
+            .map(|c| CompositeJson {
+                name: &c.name,
+                layout: c.layout,
+                dtype: c.dtype.name(),
+                shape: c.shape.as_deref(),
+                subclass: c.subclass.as_deref(),
+                requires_grad: c.requires_grad,
+                is_parameter: c.is_parameter,
+                components: c
+                    .components
+                    .iter()
+                    .map(|p| ComponentJson {
+                        role: &p.role,
+                        tensor: &p.tensor,
+                    })
+                    .collect(),
+            })
+            .collect(),
         alloc,
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
@@ -158,6 +213,8 @@ fn tensor_json(tensor: &Tensor) -> anyhow::Result<TensorJson<'_>> {
         contiguous: layout.is_contiguous(),
         nbytes: imp.nbytes()?,
         is_parameter: imp.is_parameter(),
+        is_conj: imp.is_conj(),
+        is_neg: imp.is_neg(),
     })
 }
 
@@ -193,5 +250,6 @@ fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<
         nbytes: storage.nbytes(),
         tensors,
         data_ptr,
+        saved_alone: storage.is_saved_alone(),
     }
 }

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tensorplay_audit::manifest::Manifest;
-use tensorplay_engine::{load, Checkpoint, Storage, Tensor};
+use tensorplay_engine::{load, Checkpoint, CompositeTensor, Storage, Tensor};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -52,13 +52,27 @@ pub struct Snapshot<'a> {
     pub checkpoint: &'a Checkpoint,
     pub tensors: Vec<&'a Tensor>,
     pub storages: Vec<&'a Arc<Storage>>,
+    /// Sparse, nested and wrapper tensors shown, their components among `tensors`.
+    pub composites: Vec<&'a CompositeTensor>,
 }
 
 impl<'a> Snapshot<'a> {
     fn new(checkpoint: &'a Checkpoint, only: Option<&str>) -> anyhow::Result<Self> {
-        let tensors: Vec<&Tensor> = match only {
-            None => checkpoint.tensors.iter().collect(),
-            Some(name) => match checkpoint.tensor(name) {
+        let composite = only.and_then(|name| checkpoint.composites.iter().find(|c| c.name == name));
+        let composites: Vec<&CompositeTensor> = match (only, composite) {
+            (None, _) => checkpoint.composites.iter().collect(),
+            (Some(_), Some(c)) => vec![c],
+            (Some(_), None) => Vec::new(),
+        };
+        let tensors: Vec<&Tensor> = match (only, composite) {
+            (None, _) => checkpoint.tensors.iter().collect(),
+            // A composite shows with its strided components.
+            (Some(_), Some(c)) => c
+                .components
+                .iter()
+                .filter_map(|p| checkpoint.tensor(&p.tensor))
+                .collect(),
+            (Some(name), None) => match checkpoint.tensor(name) {
                 Some(t) => vec![t],
                 None => bail!(
                     "{}: no tensor named '{name}' (the checkpoint holds {} tensors)",
@@ -69,12 +83,19 @@ impl<'a> Snapshot<'a> {
         };
         let storages = match only {
             None => checkpoint.storages.iter().collect(),
-            Some(_) => tensors.iter().map(|t| t.tensor_impl().storage()).collect(),
+            Some(_) => {
+                let mut shown: Vec<&Arc<Storage>> =
+                    tensors.iter().map(|t| t.tensor_impl().storage()).collect();
+                shown.sort_by_key(|s| s.id());
+                shown.dedup_by_key(|s| s.id());
+                shown
+            }
         };
         Ok(Snapshot {
             checkpoint,
             tensors,
             storages,
+            composites,
         })
     }
 }

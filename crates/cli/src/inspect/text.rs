@@ -58,9 +58,16 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     for t in &snapshot.tensors {
         let imp = t.tensor_impl();
         let layout = imp.layout();
+        // The lazy bits change what the storage's values read as: shown with the dtype.
+        let dtype = match (imp.is_conj(), imp.is_neg()) {
+            (true, true) => format!("{} (conj, neg)", imp.dtype()),
+            (true, false) => format!("{} (conj)", imp.dtype()),
+            (false, true) => format!("{} (neg)", imp.dtype()),
+            (false, false) => imp.dtype().to_string(),
+        };
         tensors.row(vec![
             t.name().to_owned(),
-            imp.dtype().to_string(),
+            dtype,
             format!("{:?}", layout.sizes()),
             format!("{:?}", layout.strides()),
             layout.storage_offset().to_string(),
@@ -74,6 +81,26 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     }
     writeln!(out, "\nTensors")?;
     out.push_str(&tensors.render("  "));
+    if !snapshot.composites.is_empty() {
+        let mut composites = Table::new(&["TENSOR", "LAYOUT", "DTYPE", "SHAPE", "COMPONENTS"]);
+        for c in &snapshot.composites {
+            let parts: Vec<&str> = c.components.iter().map(|p| p.tensor.as_str()).collect();
+            composites.row(vec![
+                c.name.clone(),
+                c.layout.to_owned(),
+                c.dtype.to_string(),
+                c.shape
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), |s| format!("{s:?}")),
+                parts.join(", "),
+            ]);
+        }
+        writeln!(
+            out,
+            "\nSparse, nested and wrapper tensors (their components are above)"
+        )?;
+        out.push_str(&composites.render("  "));
+    }
 
     // A distributed checkpoint's tensors saved in several chunks: each chunk is a row above.
     let split: Vec<_> = ckpt.chunked.iter().filter(|t| t.chunks.len() > 1).collect();

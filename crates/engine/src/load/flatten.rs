@@ -16,6 +16,18 @@ pub(crate) enum Stop {
     Memory { needed: u64 },
 }
 
+/// What a walk found.
+#[derive(Debug, Default)]
+pub(crate) struct Named {
+    /// Strided tensors by name.
+    pub tensors: Vec<(String, Id)>,
+    /// Sparse, nested and wrapper tensors by name; their components are among `tensors`
+    /// as `name.role`.
+    pub composites: Vec<(String, Id)>,
+    /// Persistent ids the object itself holds (a storage saved as such), not through a tensor.
+    pub storages: Vec<Id>,
+}
+
 /// Every tensor reachable from `root`, with its name, depth first in insertion order. A tensor
 /// reached under two names is listed twice; cycles are followed once. `held` is what the read
 /// already holds (the stream's values included): the names kept are charged on top of it,
@@ -26,7 +38,7 @@ pub(crate) fn named_tensors(
     root: Id,
     budget: &Budget,
     held: u64,
-) -> Result<Vec<(String, Id)>, Stop> {
+) -> Result<Named, Stop> {
     let mut walk = Walk {
         heap,
         budget,
@@ -34,7 +46,7 @@ pub(crate) fn named_tensors(
         held,
         built: 0,
         path: Vec::new(),
-        out: Vec::new(),
+        out: Named::default(),
     };
     walk.visit(root, String::new())?;
     Ok(walk.out)
@@ -49,7 +61,7 @@ struct Walk<'a> {
     /// Bytes of names built so far, kept or not.
     built: u64,
     path: Vec<Id>,
-    out: Vec<(String, Id)>,
+    out: Named,
 }
 
 impl Walk<'_> {
@@ -114,6 +126,13 @@ impl Walk<'_> {
 
     /// Keeps `name` for tensor `id`, charged against the memory budget.
     fn keep(&mut self, name: String, id: Id) -> Result<(), Stop> {
+        self.charge(&name)?;
+        self.out.tensors.push((name, id));
+        Ok(())
+    }
+
+    /// Charges a kept name against the memory budget.
+    fn charge(&mut self, name: &str) -> Result<(), Stop> {
         let entry = std::mem::size_of::<(String, Id)>() as u64;
         self.held = self
             .held
@@ -122,7 +141,6 @@ impl Walk<'_> {
         if self.held > self.budget.max_memory {
             return Err(Stop::Memory { needed: self.held });
         }
-        self.out.push((name, id));
         Ok(())
     }
 
@@ -130,12 +148,20 @@ impl Walk<'_> {
         let heap = self.heap;
         match heap.get(id) {
             Node::Tensor(_) => {
-                let name = if name.is_empty() {
-                    ROOT_NAME.to_owned()
-                } else {
-                    name.to_owned()
-                };
-                self.keep(name, id)?;
+                self.keep(root_or(name), id)?;
+            }
+            Node::Composite(spec) => {
+                let name = root_or(name);
+                self.charge(&name)?;
+                for (role, part) in &spec.components {
+                    let part_name = self.join(&name, role)?;
+                    self.visit(*part, part_name)?;
+                }
+                self.out.composites.push((name, id));
+            }
+            Node::Persistent(_) => {
+                self.charge("")?;
+                self.out.storages.push(id);
             }
             Node::Dict(pairs) => {
                 for &(k, v) in pairs {
@@ -223,6 +249,15 @@ fn holds_nothing(node: &Node) -> bool {
             | Node::Bytes(_)
             | Node::Global { .. }
     )
+}
+
+/// A tensor's name: the path to it, or [`ROOT_NAME`] for the saved object itself.
+fn root_or(name: &str) -> String {
+    if name.is_empty() {
+        ROOT_NAME.to_owned()
+    } else {
+        name.to_owned()
+    }
 }
 
 fn join(prefix: &str, key: &str) -> String {

@@ -3,7 +3,7 @@
 use super::limits::Meter;
 use super::torchscript::TorchScriptCode;
 use crate::pickle::UnsafeGlobal;
-use crate::{Checkpoint, ChunkedTensor, Format, Storage, Tensor};
+use crate::{Checkpoint, ChunkedTensor, CompositeTensor, Format, Storage, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 pub(crate) struct Parts {
     pub tensors: Vec<Tensor>,
+    pub composites: Vec<CompositeTensor>,
     pub storages: Vec<Arc<Storage>>,
     pub unsafe_globals: Vec<UnsafeGlobal>,
     pub metadata: BTreeMap<String, String>,
@@ -32,6 +33,7 @@ impl Parts {
             unsafe_globals: self.unsafe_globals,
             torchscript: self.torchscript,
             chunked: self.chunked,
+            composites: self.composites,
         }
     }
 }

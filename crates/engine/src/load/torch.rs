@@ -1,11 +1,13 @@
 //! What every PyTorch format shares once its pickle has run: persistent ids naming storages,
 //! rebuilt tensors viewing them, and the names a user would give them.
 
-use super::flatten::{named_tensors, Stop};
+use super::flatten::{named_tensors, Named, Stop};
 use super::Parts;
 use crate::error::{Error, Result};
 use crate::pickle::{allowlist, Budget, Heap, Id, Node, TensorSpec, Unpickled};
-use crate::{DType, DataPtr, Device, Layout, Storage, Tensor, TensorImpl};
+use crate::{
+    Component, CompositeTensor, DType, DataPtr, Device, Layout, Storage, Tensor, TensorImpl,
+};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -139,7 +141,7 @@ pub(crate) fn add_member(
 ) -> Result<()> {
     let heap = &member.unpickled.heap;
     let held = budget.memory_held.saturating_add(member.unpickled.bytes);
-    let mut names =
+    let named =
         named_tensors(heap, member.unpickled.root, budget, held).map_err(|stop| match stop {
             Stop::Graph(detail) => member.err(None, detail),
             Stop::Memory { needed } => Error::MemoryBudget {
@@ -149,24 +151,35 @@ pub(crate) fn add_member(
                 what: format!("the tensor names of {}", member.name),
             },
         })?;
+    let Named {
+        tensors: mut names,
+        mut composites,
+        storages: saved_alone,
+    } = named;
     if !member.name_prefix.is_empty() {
-        for (name, _) in &mut names {
+        for (name, _) in names.iter_mut().chain(composites.iter_mut()) {
             name.insert_str(0, member.name_prefix);
         }
     }
     // The names stay with the checkpoint: held for the rest of the read, so the next stream
     // or shard has that much less.
     let entry = std::mem::size_of::<(String, Id)>() as u64;
-    let kept = names.iter().fold(0u64, |acc, (name, _)| {
-        acc.saturating_add(name.len() as u64).saturating_add(entry)
-    });
+    let kept = names
+        .iter()
+        .chain(&composites)
+        .fold(0u64, |acc, (name, _)| {
+            acc.saturating_add(name.len() as u64).saturating_add(entry)
+        });
     parts.meter.hold(member.path, kept, || {
         format!("the tensor names of {}", member.name)
     })?;
     let mut records = StorageRecords::collect(&member)?;
     records.learn_dtypes(heap, &names);
+    records.mark_saved_alone(&saved_alone);
     let storages = records.storages(&member, source, parts)?;
+    let first_tensor = parts.tensors.len();
     add_tensors(&member, names, &records.record_of, &storages, parts)?;
+    add_composites(&member, &composites, first_tensor, parts)?;
     parts.unsafe_globals.extend(member.unpickled.unsafe_globals);
     Ok(())
 }
@@ -175,6 +188,8 @@ pub(crate) fn add_member(
 /// that uses it (untyped storages learn theirs only from `_rebuild_tensor_v3`).
 struct StorageRecords {
     records: Vec<(StorageRecord, Option<DType>)>,
+    /// Per record: whether the object holds it as a storage of its own.
+    saved_alone: Vec<bool>,
     /// Indexed by heap id: which record a persistent-id node names.
     record_of: Vec<Option<usize>>,
 }
@@ -212,7 +227,11 @@ impl StorageRecords {
                 *slot = Some(index);
             }
         }
-        Ok(StorageRecords { records, record_of })
+        Ok(StorageRecords {
+            saved_alone: vec![false; records.len()],
+            records,
+            record_of,
+        })
     }
 
     /// Gives each storage the dtype of the first tensor that views it.
@@ -235,6 +254,17 @@ impl StorageRecords {
         }
     }
 
+    /// Marks the records the object holds as storages of their own (`persistent` nodes).
+    fn mark_saved_alone(&mut self, persistent: &[Id]) {
+        for &node in persistent {
+            if let Some(Some(index)) = self.record_of.get(node as usize) {
+                if let Some(slot) = self.saved_alone.get_mut(*index) {
+                    *slot = true;
+                }
+            }
+        }
+    }
+
     /// One storage per record, its bytes from `source`, added to `parts` in record order.
     fn storages(
         &self,
@@ -243,8 +273,10 @@ impl StorageRecords {
         parts: &mut Parts,
     ) -> Result<Vec<Arc<Storage>>> {
         let mut storages = Vec::with_capacity(self.records.len());
-        for (record, dtype) in &self.records {
-            let dtype = dtype.or(record.class_dtype).ok_or_else(|| {
+        for ((record, dtype), &alone) in self.records.iter().zip(&self.saved_alone) {
+            // An untyped storage saved as itself is bytes, as `UntypedStorage` reads.
+            let bytes = alone.then_some(DType::UInt8);
+            let dtype = dtype.or(record.class_dtype).or(bytes).ok_or_else(|| {
                 member.err(
                     None,
                     format!(
@@ -260,14 +292,18 @@ impl StorageRecords {
                 Some(ptr) => ptr,
                 None => DataPtr::none(Device::parse(&record.location)),
             };
-            let storage = Arc::new(Storage::new(
+            let mut storage = Storage::new(
                 parts.storages.len(),
                 record.key.clone(),
                 dtype,
                 nbytes,
                 record.location.clone(),
                 data_ptr,
-            ));
+            );
+            if alone {
+                storage = storage.saved_alone();
+            }
+            let storage = Arc::new(storage);
             parts.storages.push(Arc::clone(&storage));
             storages.push(storage);
         }
@@ -320,18 +356,82 @@ fn add_tensors(
             .device
             .as_deref()
             .map_or_else(|| storage.device().clone(), Device::parse);
-        let imp = Arc::new(TensorImpl::new(
-            layout,
-            dtype,
-            device,
-            spec.requires_grad,
-            spec.is_parameter,
-            storage,
-        ));
+        let imp = Arc::new(
+            TensorImpl::new(
+                layout,
+                dtype,
+                device,
+                spec.requires_grad,
+                spec.is_parameter,
+                storage,
+            )
+            .with_conj_neg(spec.is_conj, spec.is_neg),
+        );
         if let Some(slot) = impls.get_mut(id as usize) {
             *slot = Some(Arc::clone(&imp));
         }
         parts.tensors.push(Tensor::new(name, imp));
+    }
+    Ok(())
+}
+
+/// Adds a composite tensor per name. Its components were added as tensors (from
+/// `first_tensor` on) or composites under `name.role`; its dtype, where the call does not
+/// name it, is that of the component the call says.
+fn add_composites(
+    member: &Member<'_>,
+    composites: &[(String, Id)],
+    first_tensor: usize,
+    parts: &mut Parts,
+) -> Result<()> {
+    let heap = &member.unpickled.heap;
+    if composites.is_empty() {
+        return Ok(());
+    }
+    // Looked up by name once each: a file of many sparse tensors costs no quadratic search.
+    let mut dtypes: HashMap<String, DType> = parts
+        .tensors
+        .get(first_tensor..)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| (t.name().to_owned(), t.tensor_impl().dtype()))
+        .collect();
+    for (name, id) in composites {
+        let Node::Composite(spec) = heap.get(*id) else {
+            continue;
+        };
+        let invalid = |detail: String| Error::InvalidTensor {
+            path: member.path.to_owned(),
+            tensor: name.clone(),
+            detail,
+        };
+        let components: Vec<Component> = spec
+            .components
+            .iter()
+            .map(|(role, _)| Component {
+                role: role.clone(),
+                tensor: format!("{name}.{role}"),
+            })
+            .collect();
+        let dtype = match (spec.dtype, spec.dtype_from) {
+            (Some(dtype), _) => dtype,
+            (None, Some(role)) => dtypes
+                .get(&format!("{name}.{role}"))
+                .copied()
+                .ok_or_else(|| invalid(format!("its {role} are not a tensor")))?,
+            (None, None) => return Err(invalid("it names no dtype".into())),
+        };
+        dtypes.insert(name.clone(), dtype);
+        parts.composites.push(CompositeTensor {
+            name: name.clone(),
+            layout: spec.layout,
+            shape: spec.sizes.clone(),
+            dtype,
+            subclass: spec.subclass.clone(),
+            requires_grad: spec.requires_grad,
+            is_parameter: spec.is_parameter,
+            components,
+        });
     }
     Ok(())
 }

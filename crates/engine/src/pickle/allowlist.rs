@@ -44,6 +44,10 @@ pub enum Known {
     RebuildQTensor,
     /// `torch._utils._rebuild_sparse_tensor`
     RebuildSparse,
+    /// `torch._utils._rebuild_nested_tensor`
+    RebuildNested,
+    /// `torch._utils._rebuild_wrapper_subclass`
+    RebuildWrapperSubclass,
     /// `torch._utils._rebuild_meta_tensor_no_storage`
     RebuildMetaNoStorage,
     /// `torch._utils._rebuild_device_tensor_from_cpu_tensor`
@@ -164,9 +168,9 @@ fn weights_only(full: &str) -> Option<Known> {
         "torch._utils._rebuild_sparse_tensor" => RebuildSparse,
         "torch._utils._rebuild_meta_tensor_no_storage" => RebuildMetaNoStorage,
         "torch._utils._rebuild_device_tensor_from_cpu_tensor" => RebuildDeviceFromCpu,
-        "torch._utils._rebuild_nested_tensor"
-        | "torch._utils._rebuild_wrapper_subclass"
-        | "torch._utils._rebuild_device_tensor_from_numpy" => Opaque,
+        "torch._utils._rebuild_nested_tensor" => RebuildNested,
+        "torch._utils._rebuild_wrapper_subclass" => RebuildWrapperSubclass,
+        "torch._utils._rebuild_device_tensor_from_numpy" => Opaque,
         "torch._tensor._rebuild_from_type_v2" => RebuildFromTypeV2,
         _ => return torch_class(full),
     })

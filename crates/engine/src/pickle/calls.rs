@@ -2,13 +2,16 @@
 //! allowlist, otherwise an opaque object. Nothing is ever called.
 
 use super::allowlist::{classify, Class, Known};
-use super::heap::{Id, Node, TensorSpec};
+use super::heap::{CompositeSpec, Id, Node, TensorSpec};
 use super::machine::Machine;
 use crate::error::Result;
 use crate::DType;
 
 /// How deep `_rebuild_from_type_v2` may nest calls to rebuild functions.
 const MAX_REBUILD_NESTING: u32 = 8;
+
+/// The layout name of a wrapper subclass.
+const WRAPPER: &str = "wrapper";
 
 impl Machine<'_> {
     fn known(&self, id: Id) -> Option<Known> {
@@ -82,16 +85,31 @@ impl Machine<'_> {
                     Known::RebuildTensorV2 => Some(4),
                     _ => Some(5),
                 };
-                Node::Tensor(Box::new(self.tensor_args(&a, requires_grad_at, None)?))
+                let mut spec = self.tensor_args(&a, requires_grad_at, None)?;
+                if known == Known::RebuildTensorV2 {
+                    self.tensor_metadata(&mut spec, arg(6))?;
+                }
+                Node::Tensor(Box::new(spec))
             }
             Known::RebuildTensorV3 => {
                 let dtype = arg(6)
                     .and_then(|i| self.dtype_of(i))
                     .ok_or_else(|| self.err("_rebuild_tensor_v3: 7th argument is not a dtype"))?;
-                Node::Tensor(Box::new(self.tensor_args(&a, Some(4), Some(dtype))?))
+                let mut spec = self.tensor_args(&a, Some(4), Some(dtype))?;
+                self.tensor_metadata(&mut spec, arg(7))?;
+                Node::Tensor(Box::new(spec))
             }
             Known::RebuildMetaNoStorage => Node::Tensor(Box::new(self.meta_tensor(&a)?)),
             Known::RebuildParameter | Known::RebuildParameterWithState => {
+                // `nn.Parameter(sparse)`: the parameter wraps the whole composite.
+                if let Some(Node::Composite(inner)) = arg(0).map(|i| self.heap.get(i)) {
+                    let mut spec = (**inner).clone();
+                    spec.is_parameter = true;
+                    spec.requires_grad = arg(1)
+                        .and_then(|i| self.heap.truthy(i))
+                        .unwrap_or(spec.requires_grad);
+                    return self.alloc(Node::Composite(Box::new(spec)));
+                }
                 let mut spec = self.tensor_at(arg(0), "_rebuild_parameter")?;
                 spec.is_parameter = true;
                 self.override_requires_grad(&mut spec, arg(1));
@@ -104,11 +122,9 @@ impl Machine<'_> {
                 Node::Tensor(Box::new(spec))
             }
             Known::RebuildFromTypeV2 => return self.rebuild_from_type_v2(&a, depth),
-            Known::RebuildSparse => {
-                // The components (indices, values…) are ordinary tensors; keep them as a tuple.
-                return arg(1)
-                    .ok_or_else(|| self.err("_rebuild_sparse_tensor needs (layout, data)"));
-            }
+            Known::RebuildSparse => Node::Composite(Box::new(self.sparse(&a)?)),
+            Known::RebuildNested => Node::Composite(Box::new(self.nested(&a)?)),
+            Known::RebuildWrapperSubclass => Node::Composite(Box::new(self.wrapper_subclass(&a)?)),
             Known::Storage(_)
             | Known::Dtype(_)
             | Known::QScheme
@@ -188,6 +204,8 @@ impl Machine<'_> {
             dtype: Some(dtype),
             is_parameter: false,
             device: Some("meta".into()),
+            is_conj: false,
+            is_neg: false,
         })
     }
 
@@ -205,7 +223,174 @@ impl Machine<'_> {
         if let (true, Some(Node::Tensor(spec))) = (is_parameter, self.heap.get_mut(result)) {
             spec.is_parameter = true;
         }
+        // A subclass rebuilt by a function outside the allowlist (a jagged nested tensor's
+        // `_rebuild_njt`) is an opaque object: its state, set as BUILD would set it, keeps
+        // the inner tensors in view, by attribute name.
+        let state = a.get(3).copied();
+        if let (Some(Node::Object { state: slot, .. }), Some(state)) =
+            (self.heap.get_mut(result), state)
+        {
+            if slot.is_none() {
+                *slot = Some(state);
+            }
+        }
+        // A wrapper subclass keeps its inner tensors in its state (`__dict__`, or
+        // `(__dict__, slots)`): they are its components, by attribute name.
+        if let Node::Composite(spec) = self.heap.get(result) {
+            if spec.layout == WRAPPER {
+                let inner = self.state_tensors(a.get(3).copied());
+                if let Some(Node::Composite(spec)) = self.heap.get_mut(result) {
+                    spec.components.extend(inner);
+                }
+            }
+        }
         Ok(result)
+    }
+
+    /// The tensors among a BUILD-style state's attributes, by attribute name.
+    fn state_tensors(&self, state: Option<Id>) -> Vec<(String, Id)> {
+        let dict = match state.map(|s| self.heap.get(s)) {
+            Some(Node::Dict(pairs)) => pairs.clone(),
+            Some(Node::Tuple(parts)) => match parts.first().map(|&p| self.heap.get(p)) {
+                Some(Node::Dict(pairs)) => pairs.clone(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        dict.into_iter()
+            .filter(|&(_, v)| matches!(self.heap.get(v), Node::Tensor(_) | Node::Composite(_)))
+            .filter_map(|(k, v)| Some((self.heap.str(k)?.to_owned(), v)))
+            .collect()
+    }
+
+    /// `_rebuild_tensor_v2`/`_v3`'s metadata: `{"conj": True}`, `{"neg": True}`. Any other
+    /// key is a bit tensorplay does not know, and so an error.
+    fn tensor_metadata(&self, spec: &mut TensorSpec, metadata: Option<Id>) -> Result<()> {
+        let pairs = match metadata.map(|m| self.heap.get(m)) {
+            None | Some(Node::None) => return Ok(()),
+            Some(Node::Dict(pairs)) => pairs,
+            Some(_) => return Err(self.err("tensor rebuild: metadata is not a dict")),
+        };
+        for &(k, v) in pairs {
+            let set = self
+                .heap
+                .truthy(v)
+                .ok_or_else(|| self.err("tensor rebuild: metadata value is not a bool"))?;
+            match self.heap.str(k) {
+                Some("conj") => spec.is_conj = set,
+                Some("neg") => spec.is_neg = set,
+                other => {
+                    return Err(self.err(format!(
+                        "tensor rebuild: unknown metadata key {}",
+                        other.unwrap_or("(not a string)")
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `_rebuild_sparse_tensor(layout, data)`: COO's `data` is `(indices, values, size[,
+    /// is_coalesced])`; the compressed layouts' `(compressed_indices, plain_indices,
+    /// values, size)`, whose index names follow the layout (rows compressed for CSR/BSR).
+    fn sparse(&self, a: &[Id]) -> Result<CompositeSpec> {
+        let layout = a
+            .first()
+            .and_then(|&i| self.heap.str(i))
+            .map(|l| l.strip_prefix("torch.").unwrap_or(l));
+        let data = a.get(1).and_then(|&i| self.heap.seq(i));
+        let (Some(layout), Some(data)) = (layout, data) else {
+            return Err(self.err("_rebuild_sparse_tensor needs (layout, data)"));
+        };
+        let (layout, roles): (&'static str, &[&str]) = match layout {
+            "sparse_coo" => ("sparse_coo", &["indices", "values"]),
+            "sparse_csr" => ("sparse_csr", &["crow_indices", "col_indices", "values"]),
+            "sparse_bsr" => ("sparse_bsr", &["crow_indices", "col_indices", "values"]),
+            "sparse_csc" => ("sparse_csc", &["ccol_indices", "row_indices", "values"]),
+            "sparse_bsc" => ("sparse_bsc", &["ccol_indices", "row_indices", "values"]),
+            other => {
+                return Err(self.err(format!("_rebuild_sparse_tensor: unknown layout {other}")))
+            }
+        };
+        let mut components = Vec::with_capacity(roles.len());
+        for (i, role) in roles.iter().enumerate() {
+            let id = data
+                .get(i)
+                .copied()
+                .filter(|&c| matches!(self.heap.get(c), Node::Tensor(_)))
+                .ok_or_else(|| {
+                    self.err(format!("_rebuild_sparse_tensor: {role} is not a tensor"))
+                })?;
+            components.push(((*role).to_owned(), id));
+        }
+        let sizes = data
+            .get(roles.len())
+            .and_then(|&i| self.heap.u64s(i))
+            .ok_or_else(|| self.err("_rebuild_sparse_tensor: size is not a tuple of sizes"))?;
+        Ok(CompositeSpec {
+            layout,
+            sizes: Some(sizes),
+            dtype: None,
+            dtype_from: Some("values"),
+            subclass: None,
+            requires_grad: false,
+            is_parameter: false,
+            components,
+        })
+    }
+
+    /// `_rebuild_nested_tensor(buffer, sizes, strides, storage_offsets)`: four tensors.
+    fn nested(&self, a: &[Id]) -> Result<CompositeSpec> {
+        let roles = ["buffer", "sizes", "strides", "storage_offsets"];
+        let mut components = Vec::with_capacity(roles.len());
+        for (i, role) in roles.iter().enumerate() {
+            let id = a
+                .get(i)
+                .copied()
+                .filter(|&c| matches!(self.heap.get(c), Node::Tensor(_)))
+                .ok_or_else(|| {
+                    self.err(format!("_rebuild_nested_tensor: {role} is not a tensor"))
+                })?;
+            components.push(((*role).to_owned(), id));
+        }
+        Ok(CompositeSpec {
+            layout: "nested",
+            sizes: None,
+            dtype: None,
+            dtype_from: Some("buffer"),
+            subclass: None,
+            requires_grad: false,
+            is_parameter: false,
+            components,
+        })
+    }
+
+    /// `_rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device,
+    /// requires_grad)`: an outer tensor with no storage of its own; its inner tensors come
+    /// with `_rebuild_from_type_v2`'s state.
+    fn wrapper_subclass(&self, a: &[Id]) -> Result<CompositeSpec> {
+        let subclass = match a.first().map(|&i| self.heap.get(i)) {
+            Some(Node::Global { module, name }) => format!("{module}.{name}"),
+            _ => return Err(self.err("_rebuild_wrapper_subclass: first argument is not a class")),
+        };
+        let dtype = a
+            .get(1)
+            .and_then(|&i| self.dtype_of(i))
+            .ok_or_else(|| self.err("_rebuild_wrapper_subclass: second argument is not a dtype"))?;
+        let sizes = a
+            .get(2)
+            .and_then(|&i| self.heap.u64s(i))
+            .ok_or_else(|| self.err("_rebuild_wrapper_subclass: size is not a tuple of sizes"))?;
+        Ok(CompositeSpec {
+            layout: WRAPPER,
+            sizes: Some(sizes),
+            dtype: Some(dtype),
+            dtype_from: None,
+            subclass: Some(subclass),
+            requires_grad: a.get(7).and_then(|&i| self.heap.truthy(i)).unwrap_or(false),
+            is_parameter: false,
+            components: Vec::new(),
+        })
     }
 
     /// A `requires_grad` argument, where one is given, replaces the tensor's own.
@@ -265,6 +450,8 @@ impl Machine<'_> {
             dtype,
             is_parameter: false,
             device: None,
+            is_conj: false,
+            is_neg: false,
         })
     }
 }

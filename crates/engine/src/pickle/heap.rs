@@ -55,6 +55,32 @@ pub enum Node {
     /// A tensor rebuilt by an allowlisted `torch._utils` function (boxed: it is the largest
     /// variant, and every other value would pay for its size).
     Tensor(Box<TensorSpec>),
+    /// A tensor that is not one strided view (sparse, nested, a wrapper subclass): named by
+    /// what the rebuild call says, made of component tensors.
+    Composite(Box<CompositeSpec>),
+}
+
+/// What a sparse, nested or wrapper-subclass rebuild said about a tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompositeSpec {
+    /// `sparse_coo`, `sparse_csr`, `sparse_csc`, `sparse_bsr`, `sparse_bsc`, `nested` or
+    /// `wrapper`.
+    pub layout: &'static str,
+    /// The logical sizes, where the call gives them (a nested tensor has none).
+    pub sizes: Option<Vec<u64>>,
+    /// The dtype, where the call names it (a wrapper subclass); otherwise the component
+    /// named by `dtype_from` gives it.
+    pub dtype: Option<DType>,
+    /// The role of the component whose dtype is the tensor's (`values`, `buffer`).
+    pub dtype_from: Option<&'static str>,
+    /// The class of a wrapper subclass, as `module.name`.
+    pub subclass: Option<String>,
+    /// Whether autograd tracks it, where the call says.
+    pub requires_grad: bool,
+    /// Rebuilt through `_rebuild_parameter*`: an `nn.Parameter` around it.
+    pub is_parameter: bool,
+    /// The component values by role, in the call's order.
+    pub components: Vec<(String, Id)>,
 }
 
 /// What a tensor rebuild call said about a tensor; its storage is still a persistent id.
@@ -77,6 +103,12 @@ pub struct TensorSpec {
     pub is_parameter: bool,
     /// A device the call names for the tensor itself, apart from its storage's location.
     pub device: Option<String>,
+    /// The conjugate bit of the call's metadata: the values read are the conjugates of those
+    /// stored.
+    pub is_conj: bool,
+    /// The negative bit of the call's metadata: the values read are the negatives of those
+    /// stored.
+    pub is_neg: bool,
 }
 
 /// Every value of one pickle stream.

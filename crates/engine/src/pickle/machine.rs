@@ -731,6 +731,17 @@ fn node_bytes(node: &Node) -> u64 {
         Node::Dict(pairs) => slice_bytes::<(Id, Id)>(pairs.len()),
         Node::Global { module, name } => (module.len() as u64).saturating_add(name.len() as u64),
         Node::Object { items, .. } => slice_bytes::<(Option<Id>, Id)>(items.len()),
+        Node::Composite(spec) => {
+            let roles = spec
+                .components
+                .iter()
+                .fold(0u64, |acc, (role, _)| acc.saturating_add(role.len() as u64));
+            slice_bytes::<(String, Id)>(spec.components.len())
+                .saturating_add(roles)
+                .saturating_add(slice_bytes::<u64>(spec.sizes.as_ref().map_or(0, Vec::len)))
+                .saturating_add(spec.subclass.as_ref().map_or(0, |s| s.len() as u64))
+                .saturating_add(std::mem::size_of::<super::heap::CompositeSpec>() as u64)
+        }
     };
     owned.saturating_add(std::mem::size_of::<Node>() as u64)
 }

@@ -424,6 +424,71 @@ fn values_are_counted_in_bytes_against_the_memory_budget() {
     assert!(matches!(err, crate::Error::MemoryBudget { .. }), "{err}");
 }
 
+/// Protocol 0 `_rebuild_tensor_v2(P0, 0, (2,), (1,), False, {}[, metadata])`, as text.
+fn tensor_v2(metadata: &str) -> String {
+    format!("ctorch._utils\n_rebuild_tensor_v2\n(P0\nI0\n(I2\nt(I1\ntI00\n(d{metadata}tR")
+}
+
+fn spec(u: &Unpickled, id: Id) -> &TensorSpec {
+    match u.heap.get(id) {
+        Node::Tensor(spec) => spec,
+        other => panic!("not a tensor: {other:?}"),
+    }
+}
+
+#[test]
+fn the_conj_and_neg_bits_come_from_the_metadata_and_an_unknown_bit_is_an_error() {
+    let u = run(format!("{}.", tensor_v2("(dVconj\nI01\ns")).as_bytes()).expect("conj");
+    assert!(spec(&u, u.root).is_conj && !spec(&u, u.root).is_neg);
+    let u = run(format!("{}.", tensor_v2("(dVneg\nI01\ns")).as_bytes()).expect("neg");
+    assert!(spec(&u, u.root).is_neg && !spec(&u, u.root).is_conj);
+    let u = run(format!("{}.", tensor_v2("")).as_bytes()).expect("plain");
+    assert!(!spec(&u, u.root).is_conj && !spec(&u, u.root).is_neg);
+    let err = run(format!("{}.", tensor_v2("(dVzap\nI01\ns")).as_bytes()).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown metadata key zap"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sparse_tensor_is_a_composite_of_its_components_and_an_unknown_layout_is_an_error() {
+    let t = tensor_v2("");
+    let coo = format!(
+        "ctorch._utils\n_rebuild_sparse_tensor\n(Vtorch.sparse_coo\n({t}{t}(I2\nI3\ntI01\nttR."
+    );
+    let u = run(coo.as_bytes()).expect("coo");
+    let Node::Composite(c) = u.heap.get(u.root) else {
+        panic!("not a composite");
+    };
+    assert_eq!(
+        (c.layout, c.sizes.as_deref()),
+        ("sparse_coo", Some(&[2, 3][..]))
+    );
+    let roles: Vec<&str> = c.components.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(roles, ["indices", "values"]);
+    let csc = format!(
+        "ctorch._utils\n_rebuild_sparse_tensor\n(Vtorch.sparse_csc\n({t}{t}{t}(I2\nI3\ntttR."
+    );
+    let u = run(csc.as_bytes()).expect("csc");
+    let Node::Composite(c) = u.heap.get(u.root) else {
+        panic!("not a composite");
+    };
+    let roles: Vec<&str> = c.components.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(roles, ["ccol_indices", "row_indices", "values"]);
+    let odd =
+        format!("ctorch._utils\n_rebuild_sparse_tensor\n(Vtorch.sparse_xyz\n({t}{t}(I2\ntttR.");
+    let err = run(odd.as_bytes()).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown layout sparse_xyz"),
+        "{err}"
+    );
+    // A component that is not a tensor is refused, not skipped.
+    let bad = "ctorch._utils\n_rebuild_sparse_tensor\n(Vtorch.sparse_coo\n(I1\nI2\n(I2\ntttR.";
+    let err = run(bad.as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("indices is not a tensor"), "{err}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3000))]
 

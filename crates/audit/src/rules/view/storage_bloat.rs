@@ -12,7 +12,9 @@ declare_rule!(StorageBloat {
 What it checks
   For every storage, the bytes no tensor's view reaches. It fires when they are at least
   `thresholds.storage_bloat_bytes` (default 1 MiB) and at least
-  `thresholds.storage_bloat_fraction` (default 0.10) of the storage.
+  `thresholds.storage_bloat_fraction` (default 0.10) of the storage. A storage the file
+  holds as an object of its own (`torch.save(t.untyped_storage())`) was saved whole on
+  purpose and is not checked.
 
 Why it matters
   torch.save keeps views: saving a slice writes its whole storage. A 10-element slice of a
@@ -47,7 +49,9 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             }
         }
         let unused = total - covered;
-        if total == 0
+        // A storage the file holds as itself was saved whole on purpose.
+        if storage.is_saved_alone()
+            || total == 0
             || unused < limits.storage_bloat_bytes
             || (unused as f64) < limits.storage_bloat_fraction * total as f64
         {
@@ -106,5 +110,24 @@ mod tests {
         assert!(codes(&slice(1 << 22, (1 << 22) - (3 << 17))).is_empty());
         // 1.75 MiB unreached is 10.9%.
         assert_eq!(codes(&slice(1 << 22, (1 << 22) - (7 << 16))), ["TP104"]);
+    }
+
+    #[test]
+    fn a_storage_saved_as_itself_does_not_fire_though_no_tensor_reaches_it() {
+        use tensorplay_engine::{DType, DataPtr, Storage};
+        let make = |alone: bool| {
+            let s = Storage::new(
+                0,
+                "0",
+                DType::UInt8,
+                2 << 20,
+                "cpu",
+                DataPtr::heap("mem", vec![0; 2 << 20]),
+            );
+            let s = if alone { s.saved_alone() } else { s };
+            checkpoint(Vec::new(), vec![std::sync::Arc::new(s)])
+        };
+        assert_eq!(codes(&make(false)), ["TP104"]);
+        assert!(codes(&make(true)).is_empty());
     }
 }

@@ -1,0 +1,39 @@
+//! Tensors that are not one strided view — sparse, nested, wrapper subclasses — as a user
+//! names them, each made of component tensors that are ordinary strided [`Tensor`]s of the
+//! checkpoint (`adj.indices`, `adj.values`).
+//!
+//! [`Tensor`]: crate::Tensor
+
+use crate::DType;
+
+/// One sparse, nested or wrapper-subclass tensor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompositeTensor {
+    /// The name a user would iterate it by.
+    pub name: String,
+    /// `sparse_coo`, `sparse_csr`, `sparse_csc`, `sparse_bsr`, `sparse_bsc`, `nested`
+    /// (PyTorch's strided nested tensor) or `wrapper` (a `__torch_dispatch__` subclass).
+    pub layout: &'static str,
+    /// Its logical sizes; `None` for a nested tensor, whose parts have their own.
+    pub shape: Option<Vec<u64>>,
+    /// Its element type.
+    pub dtype: DType,
+    /// A wrapper subclass's class, as `module.name`.
+    pub subclass: Option<String>,
+    /// Whether autograd tracks it.
+    pub requires_grad: bool,
+    /// Whether it was saved as an `nn.Parameter`.
+    pub is_parameter: bool,
+    /// Its components in the rebuild call's order: role (`indices`, `values`, an inner
+    /// tensor's attribute name) and the component tensor's name in the checkpoint.
+    pub components: Vec<Component>,
+}
+
+/// One part of a [`CompositeTensor`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Component {
+    /// What the part is to its tensor.
+    pub role: String,
+    /// The checkpoint tensor holding it (itself a composite for a nested wrapper).
+    pub tensor: String,
+}
