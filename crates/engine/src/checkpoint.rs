@@ -26,6 +26,8 @@ pub enum Format {
     PytorchIndex,
     /// A plain pickle (`pickle.dump`, `.pkl`): one or more pickle streams and no storages.
     Pickle,
+    /// A `torch.export.save` archive (`.pt2`).
+    Pt2,
 }
 
 impl Format {
@@ -39,6 +41,7 @@ impl Format {
             Format::Torchscript => "torchscript",
             Format::PytorchIndex => "pytorch-index",
             Format::Pickle => "pickle",
+            Format::Pt2 => "pt2",
         }
     }
 }
