@@ -372,7 +372,10 @@ impl ModelReader<'_, '_> {
             .ok_or_else(|| self.archive.err(&full, "weight member is missing"))?;
         let element = spec.dtype.bits() / 8;
         // torch.frombuffer needs whole elements; an empty member would become zeros silently.
-        if spec.dtype.bits() % 8 != 0 || element == 0 || entry.size % element != 0 {
+        if !spec.dtype.bits().is_multiple_of(8)
+            || element == 0
+            || !entry.size.is_multiple_of(element)
+        {
             return Err(self.archive.err(
                 &full,
                 format!("{} bytes are not whole {} elements", entry.size, spec.dtype),
