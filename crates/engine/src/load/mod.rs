@@ -7,6 +7,7 @@
 //!
 //! Adding a format is one reader file (a `ReadFn`), one row in `reader`, and one [`Format`]
 //! variant — plus, when its first bytes look like nothing yet known, one [`Sniffed`] variant.
+//! Zip archives all begin alike: their row's reader, `zip_kind`, picks by their records.
 
 pub mod distributed;
 mod flatten;
