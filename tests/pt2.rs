@@ -154,6 +154,17 @@ fn raw_members_are_storages_read_in_place() {
     assert_eq!(doc["summary"]["errors"], 0);
 
     let legacy = load::open(&root().join("fixtures/pt2/legacy_layout.pt2")).expect("legacy");
+    // Both nested archives number their storages from 0: keys name the member too.
+    let keys: Vec<&str> = legacy.storages.iter().map(|s| s.key()).collect();
+    assert_eq!(
+        keys,
+        [
+            "data/weights/model.pt/0",
+            "data/weights/model.pt/1",
+            "data/weights/model.pt/2",
+            "data/constants/model.pt/0",
+        ]
+    );
     let sources: Vec<String> = legacy
         .storages
         .iter()

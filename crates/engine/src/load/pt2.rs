@@ -422,6 +422,7 @@ impl ModelReader<'_, '_> {
         // Errors inside name the file and the member as one path.
         let buffer = HostBuffer::from_vec(self.archive.path().join(&full), bytes);
         let first = self.parts.tensors.len();
+        let first_storage = self.parts.storages.len();
         let format = if keep {
             self.parts.meter = std::mem::take(&mut self.archive.meter);
             let format = torch_zip::read_into(&buffer, self.parts);
@@ -451,6 +452,7 @@ impl ModelReader<'_, '_> {
                 "a nested payload for a program other than \"model\" is not supported",
             ));
         }
+        rekey(self.parts, first_storage, first, member);
         let names: Vec<String> = self
             .parts
             .tensors
@@ -484,6 +486,45 @@ impl ModelReader<'_, '_> {
         )?;
         self.parts.unsafe_globals.extend(unpickled.unsafe_globals);
         Ok(())
+    }
+}
+
+/// Prefixes the keys of the storages a nested archive added with its member name: the weights'
+/// and the constants' archives both number theirs from 0, and a key names one storage of the
+/// checkpoint. Tensors are rebuilt over the renamed storages, names sharing one view still
+/// sharing it.
+fn rekey(parts: &mut Parts, first_storage: usize, first_tensor: usize, member: &str) {
+    let mut renamed: HashMap<usize, Arc<Storage>> = HashMap::new();
+    for slot in parts.storages.iter_mut().skip(first_storage) {
+        let old = Arc::clone(slot);
+        let new = Arc::new(Storage::new(
+            old.id(),
+            format!("{member}/{}", old.key()),
+            old.dtype(),
+            old.nbytes(),
+            old.location(),
+            old.data_ptr().clone(),
+        ));
+        renamed.insert(old.id(), Arc::clone(&new));
+        *slot = new;
+    }
+    let mut views: HashMap<*const TensorImpl, Arc<TensorImpl>> = HashMap::new();
+    for tensor in parts.tensors.iter_mut().skip(first_tensor) {
+        let old = tensor.tensor_impl();
+        let Some(storage) = renamed.get(&old.storage().id()) else {
+            continue;
+        };
+        let imp = views.entry(Arc::as_ptr(old)).or_insert_with(|| {
+            Arc::new(TensorImpl::new(
+                old.layout().clone(),
+                old.dtype(),
+                old.device().clone(),
+                old.requires_grad(),
+                old.is_parameter(),
+                Arc::clone(storage),
+            ))
+        });
+        *tensor = Tensor::new(tensor.name(), Arc::clone(imp));
     }
 }
 
