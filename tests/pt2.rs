@@ -1,5 +1,5 @@
 //! `torch.export` archives (`.pt2`) against torch's own reading (`torch.export.load`):
-//! both layouts torch 2.9.1 loads, and the broken archives it refuses.
+//! the three layouts torch 2.9.1 loads, and the broken archives it refuses.
 
 use crate::common::{read_json, root, stderr, stdout, tensorplay};
 use serde_json::Value;
@@ -12,7 +12,12 @@ const EXPECTED_BAD: &str = "fixtures/pt2/bad/expected.json";
 fn archives() -> Vec<(String, Vec<Value>)> {
     let truth = read_json(TRUTH);
     let archives = truth["archives"].as_object().expect("archives");
-    assert_eq!(archives.len(), 2, "both layouts: {:?}", archives.keys());
+    assert_eq!(
+        archives.len(),
+        3,
+        "the three layouts: {:?}",
+        archives.keys()
+    );
     archives
         .iter()
         .map(|(path, tensors)| (path.clone(), tensors.as_array().expect("tensors").clone()))
@@ -109,7 +114,7 @@ fn values(tensor: &Tensor, storage: &[u8]) -> Value {
 }
 
 /// The new layout's storages are the raw members, borrowed in place from the mapped file (so
-/// a scan reads the file itself); the older layout's come from the nested `torch.save` archive.
+/// a scan reads the file itself); the older layouts' come from the nested `torch.save` archives.
 #[test]
 fn raw_members_are_storages_read_in_place() {
     let path = "fixtures/pt2/tiny.pt2";
@@ -181,6 +186,19 @@ fn raw_members_are_storages_read_in_place() {
                 || s.ends_with("legacy_layout.pt2/archive/data/constants/model.pt")
         ),
         "{sources:?}"
+    );
+
+    // Before torch 2.7: no folder, the payloads at the root.
+    let pre27 = load::open(&root().join("fixtures/pt2/pre27_layout.pt2")).expect("pre27");
+    let keys: Vec<&str> = pre27.storages.iter().map(|s| s.key()).collect();
+    assert_eq!(
+        keys,
+        [
+            "serialized_state_dict.pt/0",
+            "serialized_state_dict.pt/1",
+            "serialized_state_dict.pt/2",
+            "serialized_constants.pt/0",
+        ]
     );
 }
 

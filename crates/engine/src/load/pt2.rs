@@ -129,12 +129,12 @@ fn model_names(archive: &Archive<'_>, names: &[String]) -> Result<Vec<String>> {
 }
 
 /// One program's weights, constants and example inputs.
-struct ModelReader<'r, 'a> {
-    archive: &'r mut Archive<'a>,
-    parts: &'r mut Parts,
-    model: &'r str,
+pub(crate) struct ModelReader<'r, 'a> {
+    pub archive: &'r mut Archive<'a>,
+    pub parts: &'r mut Parts,
+    pub model: &'r str,
     /// Tensor names given so far, across programs.
-    seen: &'r mut HashSet<String>,
+    pub seen: &'r mut HashSet<String>,
 }
 
 /// Where a program's tensors are described.
@@ -167,6 +167,30 @@ impl ModelReader<'_, '_> {
         let first = self.parts.tensors.len();
         self.payload(Payload::Weights)?;
         self.payload(Payload::Constants)?;
+        self.check_signature(first, &signature, &program)?;
+        let inputs = format!("data/sample_inputs/{}.pt", self.model);
+        match self.archive.read(&inputs)? {
+            Some(bytes) => {
+                let bytes = bytes.into_owned();
+                self.nested(&inputs, bytes, false)?;
+            }
+            None => {
+                return Err(self
+                    .archive
+                    .err(&self.archive.full_name(&inputs), "record is missing"))
+            }
+        }
+        Ok(())
+    }
+
+    /// Every weight and constant the program's signature names must be among the tensors read
+    /// since `first`: torch's deserializer would fail on one missing.
+    pub(crate) fn check_signature(
+        &self,
+        first: usize,
+        signature: &[String],
+        program: &str,
+    ) -> Result<()> {
         let named: HashSet<&str> = self
             .parts
             .tensors
@@ -185,18 +209,6 @@ impl ModelReader<'_, '_> {
                 format!("the signature names '{missing}', which neither the weights nor the constants hold"),
             ));
         }
-        let inputs = format!("data/sample_inputs/{}.pt", self.model);
-        match self.archive.read(&inputs)? {
-            Some(bytes) => {
-                let bytes = bytes.into_owned();
-                self.nested(&inputs, bytes, false)?;
-            }
-            None => {
-                return Err(self
-                    .archive
-                    .err(&self.archive.full_name(&inputs), "record is missing"))
-            }
-        }
         Ok(())
     }
 
@@ -210,7 +222,7 @@ impl ModelReader<'_, '_> {
     }
 
     /// The parameter, buffer and tensor constant names of the program's signature.
-    fn signature(&mut self, program: &str) -> Result<Vec<String>> {
+    pub(crate) fn signature(&mut self, program: &str) -> Result<Vec<String>> {
         let full = self.archive.full_name(program);
         let bytes = self
             .archive
@@ -412,7 +424,7 @@ impl ModelReader<'_, '_> {
     /// A `torch.save` archive nested as a member, read by the `torch.save` reader: its tensors
     /// kept when `keep` (a state dict or constants in the older layout), its pickles' globals
     /// always.
-    fn nested(&mut self, member: &str, bytes: Vec<u8>, keep: bool) -> Result<()> {
+    pub(crate) fn nested(&mut self, member: &str, bytes: Vec<u8>, keep: bool) -> Result<()> {
         let full = self.archive.full_name(member);
         self.archive
             .meter

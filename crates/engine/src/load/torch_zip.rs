@@ -64,6 +64,9 @@ impl<'a> Archive<'a> {
     }
 
     pub fn full_name(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            return name.to_owned();
+        }
         format!("{}/{name}", self.prefix)
     }
 
@@ -95,6 +98,32 @@ impl<'a> Archive<'a> {
 /// Opens `buffer` as a zip archive, its memory account taken from `meter`.
 pub(crate) fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
     let zip = Zip::open(buffer.source(), buffer.bytes(), &meter)?;
+    archive_of(buffer, zip, meter)
+}
+
+/// An archive without a folder, its records named from the archive's root (`torch.export`
+/// archives before torch 2.7, which torch reads with Python's zipfile).
+pub(crate) fn flat_archive<'a>(
+    buffer: &'a Arc<HostBuffer>,
+    zip: Zip<'a>,
+    meter: Meter,
+) -> Archive<'a> {
+    Archive {
+        buffer,
+        zip,
+        prefix: String::new(),
+        big_endian: false,
+        read: HashSet::new(),
+        meter,
+    }
+}
+
+/// The archive PyTorch's reader sees in `zip`: every record under the first entry's folder.
+pub(crate) fn archive_of<'a>(
+    buffer: &'a Arc<HostBuffer>,
+    zip: Zip<'a>,
+    meter: Meter,
+) -> Result<Archive<'a>> {
     let zip_err = |detail: String| Error::Archive {
         path: buffer.source().to_owned(),
         part: "zip".into(),
