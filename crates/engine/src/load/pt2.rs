@@ -205,7 +205,7 @@ impl ModelReader<'_, '_> {
             .find(|n| !named.contains(format!("{prefix}{n}").as_str()))
         {
             return Err(self.archive.err(
-                &self.archive.full_name(&program),
+                &self.archive.full_name(program),
                 format!("the signature names '{missing}', which neither the weights nor the constants hold"),
             ));
         }
