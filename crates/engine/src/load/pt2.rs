@@ -10,6 +10,8 @@
 //! - `torch.save` archives nested as members (`data/weights/<name>.pt`,
 //!   `data/constants/<name>.pt`), as torch 2.6 to 2.8 wrote them.
 //!
+//! (Archives from before torch 2.7, with no folder, are `pt2_flat`'s.)
+//!
 //! Both are rebuilt here without running anything: configs are parsed as data, nested archives
 //! go through the `torch.save` reader and its non-executing pickle machine. The example inputs
 //! (`data/sample_inputs/<name>.pt`), which `torch.export.load` unpickles too, are audited the
@@ -688,4 +690,68 @@ struct BufferSpec {
 #[derive(Deserialize)]
 struct ConstantSpec {
     tensor_constant_name: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(json: &str) -> TensorMeta {
+        serde_json::from_str(json).expect("tensor meta")
+    }
+
+    const FLOAT_2X3: &str = r#"{"dtype": 7, "sizes": [{"as_int": 2}, {"as_int": 3}],
+        "requires_grad": true, "device": {"type": "cuda", "index": 1},
+        "strides": [{"as_int": 3}, {"as_int": 1}], "storage_offset": {"as_int": 4}, "layout": 7}"#;
+
+    #[test]
+    fn a_tensor_meta_gives_dtype_layout_and_device() {
+        let spec = Spec::parse(&meta(FLOAT_2X3)).expect("valid");
+        assert_eq!(spec.dtype, DType::Float32);
+        assert_eq!(
+            (spec.sizes, spec.strides, spec.offset),
+            (vec![2, 3], vec![3, 1], 4)
+        );
+        assert_eq!(spec.device, Device::Cuda(Some(1)));
+    }
+
+    #[test]
+    fn what_no_stored_weight_can_be_is_refused() {
+        for (from, to, expected) in [
+            (r#""dtype": 7"#, r#""dtype": 0"#, "unknown scalar type 0"),
+            (
+                r#""layout": 7"#,
+                r#""layout": 1"#,
+                "layout 1 is not strided",
+            ),
+            (
+                r#"{"as_int": 2}"#,
+                r#"{"as_int": -2}"#,
+                "size -2 is negative",
+            ),
+            (
+                r#"{"as_int": 2}"#,
+                r#"{"as_expr": {"expr_str": "s0"}}"#,
+                "size is symbolic",
+            ),
+            (
+                r#""index": 1"#,
+                r#""index": -1"#,
+                "device index -1 is negative",
+            ),
+        ] {
+            let json = FLOAT_2X3.replacen(from, to, 1);
+            let err = Spec::parse(&meta(&json)).err().expect("refused");
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+
+    #[test]
+    fn scalar_types_follow_torchs_numbering() {
+        assert_eq!(scalar_type(5), Some(DType::Int64));
+        assert_eq!(scalar_type(13), Some(DType::BFloat16));
+        assert_eq!(scalar_type(28), Some(DType::UInt16));
+        assert_eq!(scalar_type(32), Some(DType::Float8E5m2fnuz));
+        assert_eq!(scalar_type(14), None);
+    }
 }
