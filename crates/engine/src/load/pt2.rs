@@ -437,6 +437,7 @@ impl ModelReader<'_, '_> {
         let buffer = HostBuffer::from_vec(self.archive.path().join(&full), bytes);
         let first = self.parts.tensors.len();
         let first_storage = self.parts.storages.len();
+        let first_global = self.parts.unsafe_globals.len();
         let format = if keep {
             self.parts.meter = std::mem::take(&mut self.archive.meter);
             let format = torch_zip::read_into(&buffer, self.parts);
@@ -454,6 +455,10 @@ impl ModelReader<'_, '_> {
                 .append(&mut scratch.unsafe_globals);
             format
         }?;
+        // A global's member names the nested archive too: `<member>/<its pickle>`.
+        for global in self.parts.unsafe_globals.iter_mut().skip(first_global) {
+            global.member = format!("{full}/{}", global.member);
+        }
         if format != Format::PytorchZip {
             return Err(self.archive.err(
                 &full,
