@@ -23,6 +23,7 @@ mod inspect;
 mod legacy_streams;
 mod models;
 mod partition;
+mod pt2;
 mod pytorch;
 mod read_only;
 mod renderers;

@@ -16,6 +16,7 @@ use tensorplay_engine::load::{self, Probe, ShardIndex, Sniffed};
 const CHECKPOINT_EXTENSIONS: &[&str] = &[
     "safetensors",
     "pt",
+    "pt2",
     "pth",
     "bin",
     "ckpt",

@@ -29,6 +29,8 @@ pub enum Format {
     Pickle,
     /// A `torch.distributed.checkpoint` directory: `.metadata` and its `.distcp` files.
     Distributed,
+    /// A `torch.export.save` archive (`.pt2`).
+    Pt2,
 }
 
 impl Format {
@@ -43,6 +45,7 @@ impl Format {
             Format::PytorchIndex => "pytorch-index",
             Format::Pickle => "pickle",
             Format::Distributed => "torch-distributed",
+            Format::Pt2 => "pt2",
         }
     }
 }

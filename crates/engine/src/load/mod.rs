@@ -7,6 +7,7 @@
 //!
 //! Adding a format is one reader file (a `ReadFn`), one row in `reader`, and one [`Format`]
 //! variant — plus, when its first bytes look like nothing yet known, one [`Sniffed`] variant.
+//! Zip archives all begin alike: their row's reader, `zip_kind`, picks by their records.
 
 mod dcp_metadata;
 pub mod distributed;
@@ -18,6 +19,8 @@ mod parts;
 pub mod pickle_file;
 mod pickle_start;
 mod probe;
+mod pt2;
+mod pt2_flat;
 pub mod safetensors;
 mod sharded;
 pub mod sniff;
@@ -27,6 +30,7 @@ mod torch_tar;
 pub mod torch_zip;
 pub mod torchscript;
 mod zip;
+mod zip_kind;
 
 pub use flatten::ROOT_NAME;
 pub(crate) use parts::Parts;
@@ -65,7 +69,7 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
     match kind {
         //                           reader                   sharded as                what, in messages
         Sniffed::Safetensors  => row(safetensors::read_into,  Format::SafetensorsIndex, "safetensors"),
-        Sniffed::Zip          => row(torch_zip::read_into,    Format::PytorchIndex,     "a PyTorch zip archive"),
+        Sniffed::Zip          => row(zip_kind::read_into,     Format::PytorchIndex,     "a PyTorch zip archive"),
         Sniffed::LegacyPickle => row(torch_legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
         Sniffed::Pickle       => row(pickle_file::read_into,  Format::PytorchIndex,     "a plain pickle"),
         Sniffed::Tar          => row(torch_tar::read_into,    Format::PytorchIndex,     "an old PyTorch tar archive"),

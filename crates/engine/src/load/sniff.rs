@@ -8,7 +8,8 @@ pub const SNIFF_LEN: usize = 512;
 pub enum Sniffed {
     /// An 8-byte little-endian header length followed by a JSON object.
     Safetensors,
-    /// A zip archive: `torch.save` since 1.6, or `torch.jit.save`.
+    /// A zip archive: `torch.save` since 1.6, `torch.jit.save` or `torch.export.save` (`.pt2`),
+    /// told apart by their records once the archive is open (`zip_kind`).
     Zip,
     /// A legacy `torch.save` stream: a pickle of PyTorch's magic number first.
     LegacyPickle,

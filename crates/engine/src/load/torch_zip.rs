@@ -38,23 +38,24 @@ pub(crate) fn release_read(buffer: &HostBuffer, from: u64, to: u64) -> u64 {
     to
 }
 
-struct Archive<'a> {
-    buffer: &'a Arc<HostBuffer>,
-    zip: Zip<'a>,
-    prefix: String,
+/// A zip archive opened as PyTorch's reader opens it: every record under one folder.
+pub(crate) struct Archive<'a> {
+    pub buffer: &'a Arc<HostBuffer>,
+    pub zip: Zip<'a>,
+    pub prefix: String,
     big_endian: bool,
     /// Entries already read as a pickle or a storage record, by full name.
-    read: HashSet<String>,
+    pub read: HashSet<String>,
     /// The read's memory account, taken from its `Parts` while the archive is read.
-    meter: Meter,
+    pub meter: Meter,
 }
 
 impl<'a> Archive<'a> {
-    fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         self.buffer.source()
     }
 
-    fn err(&self, part: &str, detail: impl Into<String>) -> Error {
+    pub fn err(&self, part: &str, detail: impl Into<String>) -> Error {
         Error::Archive {
             path: self.path().to_owned(),
             part: part.to_owned(),
@@ -62,17 +63,20 @@ impl<'a> Archive<'a> {
         }
     }
 
-    fn full_name(&self, name: &str) -> String {
+    pub fn full_name(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            return name.to_owned();
+        }
         format!("{}/{name}", self.prefix)
     }
 
     /// The entry PyTorch's reader finds for a record name (under the archive's folder).
-    fn entry(&self, name: &str) -> Option<Entry> {
+    pub fn entry(&self, name: &str) -> Option<Entry> {
         self.zip.find(&self.full_name(name)).cloned()
     }
 
     /// A record's bytes, or `None` when the archive has no such record.
-    fn read(&mut self, name: &str) -> Result<Option<Cow<'a, [u8]>>> {
+    pub fn read(&mut self, name: &str) -> Result<Option<Cow<'a, [u8]>>> {
         let Some(entry) = self.entry(name) else {
             return Ok(None);
         };
@@ -81,7 +85,7 @@ impl<'a> Archive<'a> {
     }
 
     /// An entry's bytes, once what inflating it would take fits the memory budget.
-    fn inflate(&self, entry: &Entry) -> Result<Cow<'a, [u8]>> {
+    pub fn inflate(&self, entry: &Entry) -> Result<Cow<'a, [u8]>> {
         if !entry.is_stored() {
             self.meter.check(self.path(), entry.size, || {
                 format!("inflating {}", entry.name)
@@ -91,8 +95,35 @@ impl<'a> Archive<'a> {
     }
 }
 
-fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
+/// Opens `buffer` as a zip archive, its memory account taken from `meter`.
+pub(crate) fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
     let zip = Zip::open(buffer.source(), buffer.bytes(), &meter)?;
+    archive_of(buffer, zip, meter)
+}
+
+/// An archive without a folder, its records named from the archive's root (`torch.export`
+/// archives before torch 2.7, which torch reads with Python's zipfile).
+pub(crate) fn flat_archive<'a>(
+    buffer: &'a Arc<HostBuffer>,
+    zip: Zip<'a>,
+    meter: Meter,
+) -> Archive<'a> {
+    Archive {
+        buffer,
+        zip,
+        prefix: String::new(),
+        big_endian: false,
+        read: HashSet::new(),
+        meter,
+    }
+}
+
+/// The archive PyTorch's reader sees in `zip`: every record under the first entry's folder.
+pub(crate) fn archive_of<'a>(
+    buffer: &'a Arc<HostBuffer>,
+    zip: Zip<'a>,
+    meter: Meter,
+) -> Result<Archive<'a>> {
     let zip_err = |detail: String| Error::Archive {
         path: buffer.source().to_owned(),
         part: "zip".into(),
@@ -122,9 +153,16 @@ fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
     })
 }
 
-/// Reads one zip checkpoint into `parts`; returns which kind of archive it is.
+/// Reads one `torch.save` or `torch.jit.save` archive into `parts`; returns which it is.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let mut archive = open_archive(buffer, std::mem::take(&mut parts.meter))?;
+    read_archive(
+        open_archive(buffer, std::mem::take(&mut parts.meter))?,
+        parts,
+    )
+}
+
+/// [`read_into`] for an archive already open, its meter taken from `parts`.
+pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Result<Format> {
     let byteorder = archive.read("byteorder")?;
     archive.big_endian = match byteorder.as_deref() {
         None | Some(b"little") => false,
@@ -216,7 +254,11 @@ fn add_pickle(
 /// (a script that unpickles `extra.pkl`, torch.package). Every member named `*.pkl` must
 /// parse, and any other member that begins like a pickle (`PROTO` 2 to 5) and parses as one,
 /// has its globals recorded like `data.pkl`'s, judged by the loader that reads the archive.
-fn audit_other_pickles(archive: &Archive<'_>, loader: Loader, parts: &mut Parts) -> Result<()> {
+pub(crate) fn audit_other_pickles(
+    archive: &Archive<'_>,
+    loader: Loader,
+    parts: &mut Parts,
+) -> Result<()> {
     let path = archive.path();
     for entry in archive.zip.entries() {
         if archive.read.contains(&entry.name) {

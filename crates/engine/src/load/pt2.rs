@@ -1,0 +1,762 @@
+//! `torch.export` archives (`.pt2`, `torch.export.save`): a zip read by PyTorch's own zip
+//! reader, marked by an `archive_format` record holding `pt2`.
+//!
+//! `torch.export.load` (torch 2.9.1, `pt2_archive/_package.py`) reads, for each program
+//! `models/<name>.json`, its weights and its constants in one of two layouts:
+//! - raw members (`data/weights/weight_0`, `data/constants/tensor_0`): each an untyped storage's
+//!   bytes, described by `data/weights/<name>_weights_config.json` and
+//!   `data/constants/<name>_constants_config.json` (fqn → member, dtype, sizes, strides, storage
+//!   offset, device); fqns naming one member share its storage;
+//! - `torch.save` archives nested as members (`data/weights/<name>.pt`,
+//!   `data/constants/<name>.pt`), as torch 2.6 to 2.8 wrote them.
+//!
+//! (Archives from before torch 2.7, with no folder, are `pt2_flat`'s.)
+//!
+//! Both are rebuilt here without running anything: configs are parsed as data, nested archives
+//! go through the `torch.save` reader and its non-executing pickle machine. The example inputs
+//! (`data/sample_inputs/<name>.pt`), which `torch.export.load` unpickles too, are audited the
+//! same way; their tensors are inputs, not weights, and are not listed. The program's JSON is
+//! read only for the names its signature gives weights and constants.
+
+use super::torch_zip::{self, Archive};
+use super::{json::Entries, Parts};
+use crate::error::{Error, Result};
+use crate::pickle::{unpickle, Loader};
+use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor, TensorImpl};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+const ARCHIVE_FORMAT: &str = "archive_format";
+const ARCHIVE_VERSION: &str = "archive_version";
+const MODELS_DIR: &str = "models/";
+const WEIGHTS_DIR: &str = "data/weights/";
+const CONSTANTS_DIR: &str = "data/constants/";
+const AOTINDUCTOR_DIR: &str = "data/aotinductor/";
+const TENSOR_CONSTANT_PREFIX: &str = "tensor_";
+const CUSTOM_OBJ_PREFIX: &str = "custom_obj_";
+
+/// Memory a parsed JSON member may take per byte of text, charged before parsing.
+const JSON_COST: u64 = 8;
+
+/// Whether the archive's records mark it a `torch.export` archive, as torch's
+/// `is_pt2_package` decides: an `archive_format` record under its folder. Any other content
+/// there is refused: `torch.export.load` would refuse it and `torch.load` has no use for it.
+pub(crate) fn is_pt2(archive: &Archive<'_>) -> Result<bool> {
+    let Some(entry) = archive.entry(ARCHIVE_FORMAT) else {
+        return Ok(false);
+    };
+    let value = archive.inflate(&entry)?;
+    if *value != *b"pt2" {
+        let shown = String::from_utf8_lossy(value.get(..32).unwrap_or(&value)).into_owned();
+        return Err(archive.err(
+            &entry.name,
+            format!("archive format {shown:?} is not \"pt2\""),
+        ));
+    }
+    Ok(true)
+}
+
+/// Reads a `torch.export` archive (its meter taken from `parts`) into `parts`.
+pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Result<Format> {
+    archive.read(ARCHIVE_FORMAT)?;
+    let version_name = archive.full_name(ARCHIVE_VERSION);
+    match archive.read(ARCHIVE_VERSION)?.as_deref() {
+        Some(b"0") => {}
+        Some(other) => {
+            let shown = String::from_utf8_lossy(other.get(..32).unwrap_or(other)).into_owned();
+            return Err(archive.err(
+                &version_name,
+                format!("archive version {shown:?} is not the \"0\" torch 2.9.1 reads"),
+            ));
+        }
+        None => return Err(archive.err(&version_name, "record is missing")),
+    }
+    let names = relative_names(&archive);
+    if let Some(compiled) = names.iter().find(|n| n.starts_with(AOTINDUCTOR_DIR)) {
+        // Compiled shared objects that torch.export.load would dlopen: not read here.
+        return Err(archive.err(
+            &archive.full_name(compiled),
+            "AOTInductor compiled code is not supported",
+        ));
+    }
+    let models = model_names(&archive, &names)?;
+    if models.is_empty() {
+        return Err(archive.err("zip", "no models/<name>.json: no exported program"));
+    }
+    let mut seen = HashSet::new();
+    for model in &models {
+        let mut reader = ModelReader {
+            archive: &mut archive,
+            parts,
+            model,
+            seen: &mut seen,
+        };
+        reader.read()?;
+    }
+    // Any other pickle in the archive (extra files) is audited as torch.load's would be.
+    torch_zip::audit_other_pickles(&archive, Loader::Python, parts)?;
+    parts.meter = archive.meter;
+    Ok(Format::Pt2)
+}
+
+/// Entry names relative to the archive's folder, in directory order.
+fn relative_names(archive: &Archive<'_>) -> Vec<String> {
+    let folder = format!("{}/", archive.prefix);
+    archive
+        .zip
+        .entries()
+        .iter()
+        .filter_map(|e| e.name.strip_prefix(&folder).map(str::to_owned))
+        .collect()
+}
+
+/// The programs: `models/<name>.json`, as `torch.export.load` finds them.
+fn model_names(archive: &Archive<'_>, names: &[String]) -> Result<Vec<String>> {
+    let mut models = Vec::new();
+    for name in names.iter().filter(|n| n.starts_with(MODELS_DIR)) {
+        let model = name
+            .strip_prefix(MODELS_DIR)
+            .and_then(|m| m.strip_suffix(".json"))
+            .filter(|m| !m.is_empty() && !m.contains('/'))
+            .ok_or_else(|| {
+                archive.err(
+                    &archive.full_name(name),
+                    "member under models/ is not models/<name>.json",
+                )
+            })?;
+        models.push(model.to_owned());
+    }
+    Ok(models)
+}
+
+/// One program's weights, constants and example inputs.
+pub(crate) struct ModelReader<'r, 'a> {
+    pub archive: &'r mut Archive<'a>,
+    pub parts: &'r mut Parts,
+    pub model: &'r str,
+    /// Tensor names given so far, across programs.
+    pub seen: &'r mut HashSet<String>,
+}
+
+/// Where a program's tensors are described.
+#[derive(Clone, Copy)]
+enum Payload {
+    Weights,
+    Constants,
+}
+
+impl Payload {
+    fn dir(self) -> &'static str {
+        match self {
+            Payload::Weights => WEIGHTS_DIR,
+            Payload::Constants => CONSTANTS_DIR,
+        }
+    }
+
+    fn config(self, model: &str) -> String {
+        match self {
+            Payload::Weights => format!("{WEIGHTS_DIR}{model}_weights_config.json"),
+            Payload::Constants => format!("{CONSTANTS_DIR}{model}_constants_config.json"),
+        }
+    }
+}
+
+impl ModelReader<'_, '_> {
+    fn read(&mut self) -> Result<()> {
+        let program = format!("{MODELS_DIR}{}.json", self.model);
+        let signature = self.signature(&program)?;
+        let first = self.parts.tensors.len();
+        self.payload(Payload::Weights)?;
+        self.payload(Payload::Constants)?;
+        self.check_signature(first, &signature, &program)?;
+        let inputs = format!("data/sample_inputs/{}.pt", self.model);
+        match self.archive.read(&inputs)? {
+            Some(bytes) => {
+                let bytes = bytes.into_owned();
+                self.nested(&inputs, bytes, false)?;
+            }
+            None => {
+                return Err(self
+                    .archive
+                    .err(&self.archive.full_name(&inputs), "record is missing"))
+            }
+        }
+        Ok(())
+    }
+
+    /// Every weight and constant the program's signature names must be among the tensors read
+    /// since `first`: torch's deserializer would fail on one missing.
+    pub(crate) fn check_signature(
+        &self,
+        first: usize,
+        signature: &[String],
+        program: &str,
+    ) -> Result<()> {
+        let named: HashSet<&str> = self
+            .parts
+            .tensors
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .map(|t| t.name())
+            .collect();
+        let prefix = self.name_prefix();
+        if let Some(missing) = signature
+            .iter()
+            .find(|n| !named.contains(format!("{prefix}{n}").as_str()))
+        {
+            return Err(self.archive.err(
+                &self.archive.full_name(program),
+                format!("the signature names '{missing}', which neither the weights nor the constants hold"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Names in the program are the fqns of its "model"; other programs' are prefixed.
+    fn name_prefix(&self) -> String {
+        if self.model == "model" {
+            String::new()
+        } else {
+            format!("{}.", self.model)
+        }
+    }
+
+    /// The parameter, buffer and tensor constant names of the program's signature.
+    pub(crate) fn signature(&mut self, program: &str) -> Result<Vec<String>> {
+        let full = self.archive.full_name(program);
+        let bytes = self
+            .archive
+            .read(program)?
+            .ok_or_else(|| self.archive.err(&full, "record is missing"))?;
+        let cost = (bytes.len() as u64).saturating_mul(JSON_COST);
+        self.archive
+            .meter
+            .check(self.archive.path(), cost, || format!("parsing {full}"))?;
+        let parsed: Program = serde_json::from_slice(&bytes).map_err(|e| {
+            self.archive
+                .err(&full, format!("malformed program JSON: {e}"))
+        })?;
+        Ok(parsed
+            .graph_module
+            .signature
+            .input_specs
+            .into_iter()
+            .filter_map(|spec| {
+                spec.parameter
+                    .map(|p| p.parameter_name)
+                    .or(spec.buffer.map(|b| b.buffer_name))
+                    .or(spec.tensor_constant.map(|c| c.tensor_constant_name))
+            })
+            .collect())
+    }
+
+    /// The program's weights or constants, in whichever layout the archive has.
+    fn payload(&mut self, payload: Payload) -> Result<()> {
+        let legacy = format!("{}{}.pt", payload.dir(), self.model);
+        if let Some(bytes) = self.archive.read(&legacy)? {
+            let bytes = bytes.into_owned();
+            return self.nested(&legacy, bytes, true);
+        }
+        let config_name = payload.config(self.model);
+        let full = self.archive.full_name(&config_name);
+        let text = self
+            .archive
+            .read(&config_name)?
+            .ok_or_else(|| self.archive.err(&full, "record is missing"))?;
+        let cost = (text.len() as u64).saturating_mul(JSON_COST);
+        self.archive
+            .meter
+            .check(self.archive.path(), cost, || format!("parsing {full}"))?;
+        let config: PayloadConfig = serde_json::from_slice(&text).map_err(|e| {
+            self.archive
+                .err(&full, format!("malformed config JSON: {e}"))
+        })?;
+        if let Some(dup) = config.config.first_duplicate() {
+            return Err(self
+                .archive
+                .err(&full, format!("'{dup}' is described twice")));
+        }
+        // One storage per member, shared by every fqn that names it.
+        let mut storages: HashMap<String, Arc<Storage>> = HashMap::new();
+        for (fqn, meta) in config.config.0 {
+            let at = |detail: String| format!("'{fqn}': {detail}");
+            if meta.use_pickle {
+                return Err(self.archive.err(
+                    &full,
+                    at("pickled tensor payloads (tensor subclasses) are not supported".into()),
+                ));
+            }
+            if let Payload::Constants = payload {
+                if meta.path_name.starts_with(CUSTOM_OBJ_PREFIX) {
+                    self.custom_object(&meta.path_name)?;
+                    continue;
+                }
+                if !meta.path_name.starts_with(TENSOR_CONSTANT_PREFIX) {
+                    return Err(self.archive.err(
+                        &full,
+                        at(format!(
+                            "member '{}' is neither a tensor nor a custom object",
+                            meta.path_name
+                        )),
+                    ));
+                }
+            }
+            let tensor = meta
+                .tensor_meta
+                .as_ref()
+                .ok_or_else(|| self.archive.err(&full, at("no tensor_meta".into())))?;
+            let spec = Spec::parse(tensor).map_err(|e| self.archive.err(&full, at(e)))?;
+            let member = format!("{}{}", payload.dir(), meta.path_name);
+            let storage = match storages.get(&meta.path_name) {
+                Some(storage) => {
+                    // torch views the first fqn's flat tensor: a second dtype would be ignored.
+                    if storage.dtype() != spec.dtype || *storage.device() != spec.device {
+                        return Err(self.archive.err(
+                            &full,
+                            at(format!(
+                                "shares member '{}' with another tensor of a different dtype or device",
+                                meta.path_name
+                            )),
+                        ));
+                    }
+                    Arc::clone(storage)
+                }
+                None => {
+                    let storage = self.storage(&member, &spec)?;
+                    storages.insert(meta.path_name.clone(), Arc::clone(&storage));
+                    storage
+                }
+            };
+            let name = format!("{}{fqn}", self.name_prefix());
+            let layout = Layout::new(&spec.sizes, &spec.strides, spec.offset)
+                .map_err(|e| self.archive.err(&full, at(e.to_string())))?;
+            let end = layout
+                .byte_range(spec.dtype)
+                .map_err(|e| self.archive.err(&full, at(e.to_string())))?
+                .map_or(0, |r| r.end);
+            if end > storage.nbytes() {
+                return Err(self.archive.err(
+                    &self.archive.full_name(&member),
+                    format!(
+                        "holds {} bytes but '{fqn}' ({} {:?}, strides {:?}, offset {}) needs {end}",
+                        storage.nbytes(),
+                        spec.dtype,
+                        spec.sizes,
+                        spec.strides,
+                        spec.offset
+                    ),
+                ));
+            }
+            self.name(&full, &name)?;
+            let is_param = matches!(payload, Payload::Weights) && meta.is_param;
+            let imp = TensorImpl::new(
+                layout,
+                spec.dtype,
+                spec.device.clone(),
+                tensor.requires_grad,
+                is_param,
+                storage,
+            );
+            self.parts.tensors.push(Tensor::new(name, Arc::new(imp)));
+        }
+        Ok(())
+    }
+
+    /// Claims a tensor name, refusing one given twice.
+    fn name(&mut self, part: &str, name: &str) -> Result<()> {
+        if !self.seen.insert(name.to_owned()) {
+            return Err(self
+                .archive
+                .err(part, format!("tensor '{name}' is described twice")));
+        }
+        let cost = (name.len() as u64).saturating_add(64);
+        self.archive.meter.hold(self.archive.path(), cost, || {
+            format!("the tensor names of {part}")
+        })
+    }
+
+    /// A raw member as one untyped storage of `spec`'s dtype, on `spec`'s device.
+    fn storage(&mut self, member: &str, spec: &Spec) -> Result<Arc<Storage>> {
+        let full = self.archive.full_name(member);
+        let entry = self
+            .archive
+            .entry(member)
+            .ok_or_else(|| self.archive.err(&full, "weight member is missing"))?;
+        let element = spec.dtype.bits() / 8;
+        // torch.frombuffer needs whole elements; an empty member would become zeros silently.
+        if !spec.dtype.bits().is_multiple_of(8)
+            || element == 0
+            || !entry.size.is_multiple_of(element)
+        {
+            return Err(self.archive.err(
+                &full,
+                format!("{} bytes are not whole {} elements", entry.size, spec.dtype),
+            ));
+        }
+        let data_ptr = if entry.is_stored() {
+            self.archive.read.insert(entry.name.clone());
+            let start = entry.data_start();
+            let end = start.checked_add(entry.size).ok_or(Error::Overflow {
+                what: "weight member end",
+            })?;
+            DataPtr::host(Arc::clone(self.archive.buffer), start..end)?
+        } else {
+            let bytes = self.archive.read(member)?.unwrap_or_default().into_owned();
+            self.archive
+                .meter
+                .hold(self.archive.path(), entry.size, || {
+                    format!("weight member {full}")
+                })?;
+            DataPtr::heap(self.archive.path(), bytes)
+        };
+        let storage = Arc::new(Storage::new(
+            self.parts.storages.len(),
+            member,
+            spec.dtype,
+            entry.size,
+            spec.device.to_string(),
+            data_ptr,
+        ));
+        self.parts.storages.push(Arc::clone(&storage));
+        Ok(storage)
+    }
+
+    /// A `torch.save` archive nested as a member, read by the `torch.save` reader: its tensors
+    /// kept when `keep` (a state dict or constants in the older layout), its pickles' globals
+    /// always.
+    pub(crate) fn nested(&mut self, member: &str, bytes: Vec<u8>, keep: bool) -> Result<()> {
+        let full = self.archive.full_name(member);
+        self.archive
+            .meter
+            .hold(self.archive.path(), bytes.len() as u64, || {
+                format!("nested archive {full}")
+            })?;
+        // Errors inside name the file and the member as one path.
+        let buffer = HostBuffer::from_vec(self.archive.path().join(&full), bytes);
+        let first = self.parts.tensors.len();
+        let first_storage = self.parts.storages.len();
+        let first_global = self.parts.unsafe_globals.len();
+        let format = if keep {
+            self.parts.meter = std::mem::take(&mut self.archive.meter);
+            let format = torch_zip::read_into(&buffer, self.parts);
+            self.archive.meter = std::mem::take(&mut self.parts.meter);
+            format
+        } else {
+            let mut scratch = Parts {
+                meter: std::mem::take(&mut self.archive.meter),
+                ..Parts::default()
+            };
+            let format = torch_zip::read_into(&buffer, &mut scratch);
+            self.archive.meter = std::mem::take(&mut scratch.meter);
+            self.parts
+                .unsafe_globals
+                .append(&mut scratch.unsafe_globals);
+            format
+        }?;
+        // A global's member names the nested archive too: `<member>/<its pickle>`.
+        for global in self.parts.unsafe_globals.iter_mut().skip(first_global) {
+            global.member = format!("{full}/{}", global.member);
+        }
+        if format != Format::PytorchZip {
+            return Err(self.archive.err(
+                &full,
+                format!("nested archive is {format}, not a torch.save archive"),
+            ));
+        }
+        if keep && self.model != "model" {
+            return Err(self.archive.err(
+                &full,
+                "a nested payload for a program other than \"model\" is not supported",
+            ));
+        }
+        rekey(self.parts, first_storage, first, member);
+        let names: Vec<String> = self
+            .parts
+            .tensors
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect();
+        for name in names {
+            self.name(&full, &name)?;
+        }
+        Ok(())
+    }
+
+    /// A custom object constant: TorchScript's pickle, audited, never run.
+    fn custom_object(&mut self, path_name: &str) -> Result<()> {
+        let member = format!("{CONSTANTS_DIR}{path_name}");
+        let full = self.archive.full_name(&member);
+        let bytes = self
+            .archive
+            .read(&member)?
+            .ok_or_else(|| self.archive.err(&full, "custom object member is missing"))?;
+        let budget = self.archive.meter.pickle_budget();
+        let unpickled = unpickle(
+            &bytes,
+            self.archive.path(),
+            &full,
+            0,
+            Loader::TorchScript,
+            &budget,
+        )?;
+        self.parts.unsafe_globals.extend(unpickled.unsafe_globals);
+        Ok(())
+    }
+}
+
+/// Prefixes the keys of the storages a nested archive added with its member name: the weights'
+/// and the constants' archives both number theirs from 0, and a key names one storage of the
+/// checkpoint. Tensors are rebuilt over the renamed storages, names sharing one view still
+/// sharing it.
+fn rekey(parts: &mut Parts, first_storage: usize, first_tensor: usize, member: &str) {
+    let mut renamed: HashMap<usize, Arc<Storage>> = HashMap::new();
+    for slot in parts.storages.iter_mut().skip(first_storage) {
+        let old = Arc::clone(slot);
+        let new = Arc::new(Storage::new(
+            old.id(),
+            format!("{member}/{}", old.key()),
+            old.dtype(),
+            old.nbytes(),
+            old.location(),
+            old.data_ptr().clone(),
+        ));
+        renamed.insert(old.id(), Arc::clone(&new));
+        *slot = new;
+    }
+    let mut views: HashMap<*const TensorImpl, Arc<TensorImpl>> = HashMap::new();
+    for tensor in parts.tensors.iter_mut().skip(first_tensor) {
+        let old = tensor.tensor_impl();
+        let Some(storage) = renamed.get(&old.storage().id()) else {
+            continue;
+        };
+        let imp = views.entry(Arc::as_ptr(old)).or_insert_with(|| {
+            Arc::new(TensorImpl::new(
+                old.layout().clone(),
+                old.dtype(),
+                old.device().clone(),
+                old.requires_grad(),
+                old.is_parameter(),
+                Arc::clone(storage),
+            ))
+        });
+        *tensor = Tensor::new(tensor.name(), Arc::clone(imp));
+    }
+}
+
+/// A tensor's description in a config, checked.
+struct Spec {
+    dtype: DType,
+    sizes: Vec<u64>,
+    strides: Vec<u64>,
+    offset: u64,
+    device: Device,
+}
+
+impl Spec {
+    fn parse(meta: &TensorMeta) -> std::result::Result<Spec, String> {
+        let dtype =
+            scalar_type(meta.dtype).ok_or_else(|| format!("unknown scalar type {}", meta.dtype))?;
+        if meta.layout != STRIDED {
+            return Err(format!("layout {} is not strided", meta.layout));
+        }
+        let ints = |what: &str, v: &[SymInt]| -> std::result::Result<Vec<u64>, String> {
+            v.iter().map(|s| s.concrete(what)).collect()
+        };
+        let device = match (meta.device.kind.as_str(), meta.device.index) {
+            (kind, None) => Device::parse(kind),
+            (kind, Some(i)) if i >= 0 => Device::parse(&format!("{kind}:{i}")),
+            (_, Some(i)) => return Err(format!("device index {i} is negative")),
+        };
+        Ok(Spec {
+            dtype,
+            sizes: ints("size", &meta.sizes)?,
+            strides: ints("stride", &meta.strides)?,
+            offset: meta.storage_offset.concrete("storage offset")?,
+            device,
+        })
+    }
+}
+
+/// `torch._export.serde.schema.Layout.Strided`.
+const STRIDED: i64 = 7;
+
+/// `torch._export.serde.schema.ScalarType` as torch 2.9.1 numbers it.
+fn scalar_type(code: i64) -> Option<DType> {
+    Some(match code {
+        1 => DType::UInt8,
+        2 => DType::Int8,
+        3 => DType::Int16,
+        4 => DType::Int32,
+        5 => DType::Int64,
+        6 => DType::Float16,
+        7 => DType::Float32,
+        8 => DType::Float64,
+        9 => DType::Complex32,
+        10 => DType::Complex64,
+        11 => DType::Complex128,
+        12 => DType::Bool,
+        13 => DType::BFloat16,
+        28 => DType::UInt16,
+        29 => DType::Float8E4m3fn,
+        30 => DType::Float8E5m2,
+        31 => DType::Float8E4m3fnuz,
+        32 => DType::Float8E5m2fnuz,
+        _ => return None,
+    })
+}
+
+/// `PayloadConfig`: fqn → payload, in file order, duplicates kept to be refused.
+#[derive(Deserialize)]
+struct PayloadConfig {
+    config: Entries<PayloadMeta>,
+}
+
+#[derive(Deserialize)]
+struct PayloadMeta {
+    path_name: String,
+    #[serde(default)]
+    is_param: bool,
+    #[serde(default)]
+    use_pickle: bool,
+    tensor_meta: Option<TensorMeta>,
+}
+
+#[derive(Deserialize)]
+struct TensorMeta {
+    dtype: i64,
+    sizes: Vec<SymInt>,
+    #[serde(default)]
+    requires_grad: bool,
+    device: JsonDevice,
+    strides: Vec<SymInt>,
+    storage_offset: SymInt,
+    layout: i64,
+}
+
+#[derive(Deserialize)]
+struct JsonDevice {
+    #[serde(rename = "type")]
+    kind: String,
+    index: Option<i64>,
+}
+
+/// A `SymInt` union: only `as_int` has a value a stored weight can have.
+#[derive(Deserialize)]
+struct SymInt {
+    as_int: Option<i64>,
+}
+
+impl SymInt {
+    fn concrete(&self, what: &str) -> std::result::Result<u64, String> {
+        match self.as_int {
+            Some(v) => u64::try_from(v).map_err(|_| format!("{what} {v} is negative")),
+            None => Err(format!("{what} is symbolic, not an integer")),
+        }
+    }
+}
+
+/// What of `models/<name>.json` names the weights: its signature's input specs.
+#[derive(Deserialize)]
+struct Program {
+    graph_module: GraphModule,
+}
+
+#[derive(Deserialize)]
+struct GraphModule {
+    signature: Signature,
+}
+
+#[derive(Deserialize)]
+struct Signature {
+    input_specs: Vec<InputSpec>,
+}
+
+#[derive(Deserialize)]
+struct InputSpec {
+    parameter: Option<ParameterSpec>,
+    buffer: Option<BufferSpec>,
+    tensor_constant: Option<ConstantSpec>,
+}
+
+#[derive(Deserialize)]
+struct ParameterSpec {
+    parameter_name: String,
+}
+
+#[derive(Deserialize)]
+struct BufferSpec {
+    buffer_name: String,
+}
+
+#[derive(Deserialize)]
+struct ConstantSpec {
+    tensor_constant_name: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(json: &str) -> TensorMeta {
+        serde_json::from_str(json).expect("tensor meta")
+    }
+
+    const FLOAT_2X3: &str = r#"{"dtype": 7, "sizes": [{"as_int": 2}, {"as_int": 3}],
+        "requires_grad": true, "device": {"type": "cuda", "index": 1},
+        "strides": [{"as_int": 3}, {"as_int": 1}], "storage_offset": {"as_int": 4}, "layout": 7}"#;
+
+    #[test]
+    fn a_tensor_meta_gives_dtype_layout_and_device() {
+        let spec = Spec::parse(&meta(FLOAT_2X3)).expect("valid");
+        assert_eq!(spec.dtype, DType::Float32);
+        assert_eq!(
+            (spec.sizes, spec.strides, spec.offset),
+            (vec![2, 3], vec![3, 1], 4)
+        );
+        assert_eq!(spec.device, Device::Cuda(Some(1)));
+    }
+
+    #[test]
+    fn what_no_stored_weight_can_be_is_refused() {
+        for (from, to, expected) in [
+            (r#""dtype": 7"#, r#""dtype": 0"#, "unknown scalar type 0"),
+            (
+                r#""layout": 7"#,
+                r#""layout": 1"#,
+                "layout 1 is not strided",
+            ),
+            (
+                r#"{"as_int": 2}"#,
+                r#"{"as_int": -2}"#,
+                "size -2 is negative",
+            ),
+            (
+                r#"{"as_int": 2}"#,
+                r#"{"as_expr": {"expr_str": "s0"}}"#,
+                "size is symbolic",
+            ),
+            (
+                r#""index": 1"#,
+                r#""index": -1"#,
+                "device index -1 is negative",
+            ),
+        ] {
+            let json = FLOAT_2X3.replacen(from, to, 1);
+            let err = Spec::parse(&meta(&json)).err().expect("refused");
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+
+    #[test]
+    fn scalar_types_follow_torchs_numbering() {
+        assert_eq!(scalar_type(5), Some(DType::Int64));
+        assert_eq!(scalar_type(13), Some(DType::BFloat16));
+        assert_eq!(scalar_type(28), Some(DType::UInt16));
+        assert_eq!(scalar_type(32), Some(DType::Float8E5m2fnuz));
+        assert_eq!(scalar_type(14), None);
+    }
+}

@@ -1,0 +1,27 @@
+//! Which reader a zip archive needs. Its first bytes cannot tell: `torch.save`,
+//! `torch.jit.save` and `torch.export.save` all write PyTorch's zip, records in their own
+//! order. Its records can, as torch decides: an `archive_format` record holding `pt2` marks a
+//! `torch.export` archive (`is_pt2_package`); an archive without a folder but with a root
+//! `version` record is one from before torch 2.7 (`torch.export.load`'s zipfile fallback);
+//! any other is `torch.load`'s.
+
+use super::zip::Zip;
+use super::{pt2, pt2_flat, torch_zip, Parts};
+use crate::error::Result;
+use crate::{Format, HostBuffer};
+use std::sync::Arc;
+
+/// Opens the archive once and hands it to the reader its records call for.
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
+    let meter = std::mem::take(&mut parts.meter);
+    let zip = Zip::open(buffer.source(), buffer.bytes(), &meter)?;
+    if pt2_flat::is_flat_export(&zip) {
+        return pt2_flat::read_archive(torch_zip::flat_archive(buffer, zip, meter), parts);
+    }
+    let archive = torch_zip::archive_of(buffer, zip, meter)?;
+    if pt2::is_pt2(&archive)? {
+        pt2::read_archive(archive, parts)
+    } else {
+        torch_zip::read_archive(archive, parts)
+    }
+}
