@@ -1,5 +1,6 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use crate::Severity;
 
 declare_rule!(TiedAlias {
     code: "TP103",
@@ -11,7 +12,12 @@ declare_rule!(TiedAlias {
 What it checks
   Groups of tensor names that are one and the same view: same storage, offset, shape,
   strides and dtype. A group whose names all match `[tied_weights] allow` (globs) in
-  tensorplay.toml is not reported.
+  tensorplay.toml is not reported. The ties transformers makes by default are reported
+  at info: an output head tied to the input embedding (`lm_head.weight`, `embed_out.weight`,
+  `cls.predictions.decoder.weight` with `wte.weight`, `embed_tokens.weight`,
+  `word_embeddings.weight`, `embed_in.weight`, `shared.weight`), encoder and decoder
+  sharing one embedding, and BERT's `cls.predictions.bias` with its decoder's bias; the
+  names must end in those parts after a dot, so a group with any other name stays a warning.
 
 Why it matters
   Tied weights are often intended (input embedding and output head), but an unintended tie
@@ -27,7 +33,49 @@ How to fix
     allow = [\"embed.weight\", \"lm_head.weight\"]
   Otherwise give the second name its own tensor: `w.clone()`.",
     check: check,
+    at_most: at_most,
 });
+
+/// Names transformers gives an input embedding and an output head (`*_tied_weights_keys`).
+const INPUT_EMBEDDINGS: &[&str] = &[
+    "wte.weight",
+    "embed_tokens.weight",
+    "word_embeddings.weight",
+    "embed_in.weight",
+    "shared.weight",
+];
+const OUTPUT_HEADS: &[&str] = &[
+    "lm_head.weight",
+    "embed_out.weight",
+    "cls.predictions.decoder.weight",
+];
+/// BERT's prediction head keeps its bias twice, as one tensor.
+const HEAD_BIAS: [&str; 2] = ["cls.predictions.bias", "cls.predictions.decoder.bias"];
+
+/// `name` is `part` or ends with `.part`.
+fn is(name: &str, part: &str) -> bool {
+    name.strip_suffix(part)
+        .is_some_and(|rest| rest.is_empty() || rest.ends_with('.'))
+}
+
+/// Whether a tie is one transformers makes by default: embeddings and heads only, with an
+/// input embedding among them, or BERT's head bias pair.
+fn is_default_tie(names: &[impl AsRef<str>]) -> bool {
+    let kinds = |parts: &[&str], name: &str| parts.iter().any(|p| is(name, p));
+    let embeddings = names
+        .iter()
+        .all(|n| kinds(INPUT_EMBEDDINGS, n.as_ref()) || kinds(OUTPUT_HEADS, n.as_ref()))
+        && names.iter().any(|n| kinds(INPUT_EMBEDDINGS, n.as_ref()));
+    let head_bias = names.len() == 2
+        && HEAD_BIAS
+            .iter()
+            .all(|p| names.iter().filter(|n| is(n.as_ref(), p)).count() == 1);
+    embeddings || head_bias
+}
+
+fn at_most(_ctx: &Context<'_>, draft: &Draft) -> Option<Severity> {
+    is_default_tie(&draft.tensors).then_some(Severity::Info)
+}
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     for shared in &ctx.shared {
@@ -49,10 +97,15 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 continue;
             }
             let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+            let known = if is_default_tie(&names) {
+                ": a tie transformers makes by default"
+            } else {
+                ""
+            };
             out.push(Draft {
                 tensors: names.iter().map(|n| (*n).to_owned()).collect(),
                 storage: Some(shared.storage.id()),
-                message: format!("{} are the same view of storage {} (tied)", quoted.join(" and "), shared.storage.id()),
+                message: format!("{} are the same view of storage {} (tied){known}", quoted.join(" and "), shared.storage.id()),
                 fix: "if the tie is intended, list the names under [tied_weights] allow in tensorplay.toml; otherwise save a `.clone()` under the second name".into(),
             });
         }
@@ -100,6 +153,72 @@ mod tests {
             found_with(&tied, &allowing("\"embed.weight\""), &Options::default()),
             expected
         );
+    }
+
+    #[test]
+    fn only_the_ties_transformers_makes_are_known() {
+        use super::is_default_tie;
+        assert!(is_default_tie(&[
+            "transformer.wte.weight",
+            "lm_head.weight"
+        ]));
+        assert!(is_default_tie(&[
+            "bert.embeddings.word_embeddings.weight",
+            "cls.predictions.decoder.weight"
+        ]));
+        assert!(is_default_tie(&[
+            "shared.weight",
+            "encoder.embed_tokens.weight",
+            "decoder.embed_tokens.weight"
+        ]));
+        assert!(is_default_tie(&[
+            "cls.predictions.bias",
+            "cls.predictions.decoder.bias"
+        ]));
+        // Two heads and no embedding; a name that only ends like one; a third name.
+        assert!(!is_default_tie(&["lm_head.weight", "embed_out.weight"]));
+        assert!(!is_default_tie(&["model.wte.weight", "my_lm_head.weight"]));
+        assert!(!is_default_tie(&["xwte.weight", "lm_head.weight"]));
+        assert!(!is_default_tie(&[
+            "wte.weight",
+            "lm_head.weight",
+            "layers.0.attn.weight"
+        ]));
+        assert!(!is_default_tie(&[
+            "cls.predictions.bias",
+            "cls.predictions.bias"
+        ]));
+    }
+
+    #[test]
+    fn a_default_tie_is_info() {
+        let s = storage(0, 12, "cpu");
+        let tied = checkpoint(
+            vec![
+                tensor(
+                    "transformer.wte.weight",
+                    &s,
+                    &[3, 4],
+                    &[4, 1],
+                    0,
+                    Device::Cpu,
+                ),
+                tensor("lm_head.weight", &s, &[3, 4], &[4, 1], 0, Device::Cpu),
+            ],
+            vec![s.clone()],
+        );
+        let report =
+            crate::audit::audit(&tied, "t.pt", &Config::default(), &Options::default(), None);
+        let tp103: Vec<_> = report
+            .findings
+            .iter()
+            .filter(|f| f.code == "TP103")
+            .collect();
+        assert_eq!(tp103.len(), 1);
+        assert_eq!(tp103[0].severity, crate::Severity::Info);
+        assert!(tp103[0]
+            .message
+            .ends_with("(tied): a tie transformers makes by default"));
     }
 
     #[test]
