@@ -1,7 +1,7 @@
 //! `tensorplay audit`: each rule fires on the fixture made to show it and stays quiet on
 //! clean ones; exit codes, configuration, baselines, reports.
 
-use crate::common::{root, stderr, stdout, tensorplay};
+use crate::common::{root, stderr, stdout, tensorplay, TempConfig};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -48,32 +48,6 @@ fn set(items: Expected<'_>) -> Vec<Found> {
         .collect();
     want.sort();
     want
-}
-
-/// A config file in a temp folder, removed at drop.
-struct TempConfig(PathBuf);
-
-impl TempConfig {
-    fn new(name: &str, text: &str) -> TempConfig {
-        let dir =
-            std::env::temp_dir().join(format!("tensorplay-test-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("tensorplay.toml");
-        std::fs::write(&path, text).expect("config");
-        TempConfig(path)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("utf-8 path")
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        if let Some(dir) = self.0.parent() {
-            std::fs::remove_dir_all(dir).ok();
-        }
-    }
 }
 
 #[test]

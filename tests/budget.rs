@@ -5,7 +5,9 @@
 //! inflating it; deflated storages are scanned as they stream, and a record that inflates
 //! to another size than it declares is refused.
 
-use crate::common::{peak_rss, read_json, root, stderr, stdout, tensorplay, TempDir};
+use crate::common::{
+    error_findings, peak_rss, read_json, root, stderr, stdout, tensorplay, TempDir,
+};
 use tensorplay_engine::load::{self, ReadLimits};
 use tensorplay_engine::{numeric, Error, ErrorKind, Owner};
 
@@ -28,26 +30,7 @@ fn audit(args: &[&str]) -> (Option<i32>, Vec<Vec<(String, String)>>) {
     let out = tensorplay(&all);
     let report: serde_json::Value =
         serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
-    let files = report["files"]
-        .as_array()
-        .expect("files")
-        .iter()
-        .map(|file| {
-            file["findings"]
-                .as_array()
-                .expect("findings")
-                .iter()
-                .filter(|f| f["severity"] == "error")
-                .map(|f| {
-                    (
-                        f["code"].as_str().expect("code").to_owned(),
-                        f["message"].as_str().unwrap_or_default().to_owned(),
-                    )
-                })
-                .collect()
-        })
-        .collect();
-    (out.status.code(), files)
+    (out.status.code(), error_findings(&report))
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! `make_budget.py` with the real libraries' verdicts); the 300 000-member archive is built
 //! here, in a temp folder, as no fixture should weigh that much.
 
-use crate::common::{peak_rss, read_json, root, TempDir};
+use crate::common::{error_findings, peak_rss, read_json, root, TempDir};
 use std::path::Path;
 use std::process::Command;
 
@@ -41,23 +41,7 @@ fn audit(path: &Path, budget: u64) -> Run {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report: serde_json::Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    let errors = report["files"]
-        .as_array()
-        .expect("files")
-        .iter()
-        .map(|file| {
-            file["findings"]
-                .as_array()
-                .expect("findings")
-                .iter()
-                .filter(|f| f["severity"] == "error")
-                .map(|f| {
-                    let text = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
-                    (text("code"), text("message"))
-                })
-                .collect()
-        })
-        .collect();
+    let errors = error_findings(&report);
     Run {
         code: out.status.code(),
         errors,

@@ -2,10 +2,9 @@
 //! made by `fixtures/make_models.py`): tensorplay reads them as torch does, and the gate
 //! passes them unless the file really has the hazard.
 
-use crate::common::{read_json, root, stderr, stdout, tensorplay};
+use crate::common::{read_json, root, stderr, stdout, tensorplay, TempConfig};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
 use tensorplay_engine::load;
 
 const TRUTH: &str = "fixtures/models/truth.json";
@@ -45,32 +44,6 @@ const TIES: &[(&str, &[&str])] = &[
 
 fn truth() -> serde_json::Map<String, Value> {
     read_json(TRUTH).as_object().expect("truth by path").clone()
-}
-
-/// A config file in a temp folder, removed at drop.
-struct TempConfig(PathBuf);
-
-impl TempConfig {
-    fn new(name: &str, text: &str) -> TempConfig {
-        let dir =
-            std::env::temp_dir().join(format!("tensorplay-models-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("tensorplay.toml");
-        std::fs::write(&path, text).expect("config");
-        TempConfig(path)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("utf-8 path")
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        if let Some(dir) = self.0.parent() {
-            std::fs::remove_dir_all(dir).ok();
-        }
-    }
 }
 
 /// `audit --format json ARGS`: exit code and report.

@@ -100,3 +100,43 @@ pub fn peak_rss(out: &Output) -> u64 {
         .unwrap_or_else(|| panic!("no peak memory note: {text}"));
     mib << 20
 }
+
+/// A `tensorplay.toml` in a temporary folder, removed when dropped.
+pub struct TempConfig {
+    _dir: TempDir,
+    path: PathBuf,
+}
+
+impl TempConfig {
+    pub fn new(name: &str, text: &str) -> TempConfig {
+        let dir = TempDir::new(&format!("config-{name}"));
+        let path = dir.0.join("tensorplay.toml");
+        std::fs::write(&path, text).expect("config");
+        TempConfig { _dir: dir, path }
+    }
+
+    pub fn path(&self) -> &str {
+        self.path.to_str().expect("utf-8 path")
+    }
+}
+
+/// Each file's error findings in a JSON report, as (code, message).
+pub fn error_findings(report: &serde_json::Value) -> Vec<Vec<(String, String)>> {
+    report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|file| {
+            file["findings"]
+                .as_array()
+                .expect("findings")
+                .iter()
+                .filter(|f| f["severity"] == "error")
+                .map(|f| {
+                    let text = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
+                    (text("code"), text("message"))
+                })
+                .collect()
+        })
+        .collect()
+}
