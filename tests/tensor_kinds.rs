@@ -140,7 +140,7 @@ fn every_kind_reads_as_torch_load_reads_it() {
             );
         }
     }
-    assert_eq!(seen, 15, "every kind fixture is compared");
+    assert_eq!(seen, 17, "every kind fixture is compared");
 }
 
 #[test]
@@ -191,6 +191,85 @@ fn a_wrapper_subclass_names_its_class_and_inner_tensors() {
         let t = by_name(&doc["tensors"], inner);
         let id = t["storage"].as_u64().expect("id") as usize;
         assert_eq!(doc["storages"][id]["tensors"][0], inner);
+    }
+}
+
+#[test]
+fn a_dtensor_is_a_wrapper_over_its_local_shard_and_its_classes_stay_unsafe() {
+    let truth = read_json(&format!("{DIR}/truth.json"));
+    for file in ["dtensor_shard.pt", "dtensor_replicate.pt"] {
+        let want = &truth[file];
+        let doc = inspect(file);
+        let w = by_name(&doc["composites"], "w");
+        assert_eq!(w["subclass"], "torch.distributed.tensor.DTensor", "{file}");
+        assert_eq!(w["layout"], "wrapper", "{file}");
+        // The global shape is the composite's; the local shard is its one component.
+        assert_eq!(w["shape"], want["tensors"][0]["shape"], "{file}");
+        assert_eq!(w["components"][0]["role"], "_local_tensor", "{file}");
+        let local = by_name(&doc["tensors"], "w._local_tensor");
+        assert_eq!(local["shape"], want["dtensor"]["local_shape"], "{file}");
+        assert_eq!(local["dtype"], want["tensors"][0]["dtype"], "{file}");
+        let values = want["dtensor"]["local_values"].as_array().expect("values");
+        assert_eq!(
+            storage_nbytes(&doc, local),
+            Value::from(values.len() as u64 * 4),
+            "{file}: float32 values"
+        );
+        // torch.load(weights_only=True) refuses these classes unless torch.distributed.tensor
+        // is imported first: tensorplay names them, as unsafe, and imports nothing.
+        assert!(
+            want["torch_default_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("must be imported to load DTensors")),
+            "{file}: {}",
+            want["torch_default_error"]
+        );
+        let globals: Vec<String> = doc["unsafe_globals"]
+            .as_array()
+            .expect("globals")
+            .iter()
+            .map(|g| {
+                format!(
+                    "{}.{}",
+                    g["module"].as_str().unwrap_or("?"),
+                    g["name"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        for class in [
+            "torch.distributed.tensor.DTensor",
+            "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+            "torch.distributed.tensor._dtensor_spec.TensorMeta",
+            "torch.distributed.device_mesh.DeviceMesh",
+        ] {
+            assert!(
+                globals.iter().any(|g| g == class),
+                "{file}: {class} in {globals:?}"
+            );
+        }
+        let placement = if file == "dtensor_shard.pt" {
+            "Shard"
+        } else {
+            "Replicate"
+        };
+        assert!(
+            want["dtensor"]["placements"][0]
+                .as_str()
+                .is_some_and(|p| p.starts_with(placement)),
+            "{file}"
+        );
+        assert!(
+            globals
+                .iter()
+                .any(|g| g == &format!("torch.distributed.tensor.placement_types.{placement}")),
+            "{file}: {globals:?}"
+        );
+        let codes = audit_codes(file);
+        assert_eq!(
+            codes.iter().filter(|c| *c == "TP501").count(),
+            5,
+            "{file}: {codes:?}"
+        );
     }
 }
 

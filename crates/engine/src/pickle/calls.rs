@@ -247,17 +247,20 @@ impl Machine<'_> {
         Ok(result)
     }
 
-    /// The tensors among a BUILD-style state's attributes, by attribute name.
+    /// The tensors among a BUILD-style state's attributes, by attribute name: a `__dict__`,
+    /// or `(__dict__, slots)` where either may be `None` (DTensor keeps `_local_tensor` in
+    /// a slot, its `__dict__` being `None`).
     fn state_tensors(&self, state: Option<Id>) -> Vec<(String, Id)> {
-        let dict = match state.map(|s| self.heap.get(s)) {
-            Some(Node::Dict(pairs)) => pairs.clone(),
-            Some(Node::Tuple(parts)) => match parts.first().map(|&p| self.heap.get(p)) {
-                Some(Node::Dict(pairs)) => pairs.clone(),
-                _ => Vec::new(),
-            },
+        let dicts: Vec<Id> = match state.map(|s| (s, self.heap.get(s))) {
+            Some((s, Node::Dict(_))) => vec![s],
+            Some((_, Node::Tuple(parts))) => parts.iter().take(2).copied().collect(),
             _ => Vec::new(),
         };
-        dict.into_iter()
+        let pairs = dicts.into_iter().flat_map(|d| match self.heap.get(d) {
+            Node::Dict(pairs) => pairs.clone(),
+            _ => Vec::new(),
+        });
+        pairs
             .filter(|&(_, v)| matches!(self.heap.get(v), Node::Tensor(_) | Node::Composite(_)))
             .filter_map(|(k, v)| Some((self.heap.str(k)?.to_owned(), v)))
             .collect()
