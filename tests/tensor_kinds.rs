@@ -180,6 +180,8 @@ fn a_wrapper_subclass_names_its_class_and_inner_tensors() {
         w["subclass"],
         "torch.testing._internal.two_tensor.TwoTensor"
     );
+    // Only a DTensor has placements.
+    assert!(w.get("placements").is_none(), "{w}");
     // Its class is outside torch.load's allowlist: named, never imported.
     let globals = doc["unsafe_globals"].as_array().expect("globals");
     assert!(
@@ -206,6 +208,8 @@ fn a_dtensor_is_a_wrapper_over_its_local_shard_and_its_classes_stay_unsafe() {
         // The global shape is the composite's; the local shard is its one component.
         assert_eq!(w["shape"], want["tensors"][0]["shape"], "{file}");
         assert_eq!(w["components"][0]["role"], "_local_tensor", "{file}");
+        // Its placements, read as data from `_spec`, print as torch prints them.
+        assert_eq!(w["placements"], want["dtensor"]["placements"], "{file}");
         let local = by_name(&doc["tensors"], "w._local_tensor");
         assert_eq!(local["shape"], want["dtensor"]["local_shape"], "{file}");
         assert_eq!(local["dtype"], want["tensors"][0]["dtype"], "{file}");

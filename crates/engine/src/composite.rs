@@ -27,6 +27,8 @@ pub struct CompositeTensor {
     /// Its components in the rebuild call's order: role (`indices`, `values`, an inner
     /// tensor's attribute name) and the component tensor's name in the checkpoint.
     pub components: Vec<Component>,
+    /// A DTensor's placements (`Shard(dim=0)`, `Replicate()`), where they read as plain data.
+    pub placements: Option<Vec<String>>,
 }
 
 /// One part of a [`CompositeTensor`].

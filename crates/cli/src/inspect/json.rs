@@ -85,6 +85,8 @@ struct CompositeJson<'a> {
     requires_grad: bool,
     is_parameter: bool,
     components: Vec<ComponentJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placements: Option<&'a [String]>,
 }
 
 #[derive(Serialize)]
@@ -159,6 +161,7 @@ pub fn render(
                 subclass: c.subclass.as_deref(),
                 requires_grad: c.requires_grad,
                 is_parameter: c.is_parameter,
+                placements: c.placements.as_deref(),
                 components: c
                     .components
                     .iter()

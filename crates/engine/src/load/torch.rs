@@ -431,6 +431,7 @@ fn add_composites(
             requires_grad: spec.requires_grad,
             is_parameter: spec.is_parameter,
             components,
+            placements: spec.placements.clone(),
         });
     }
     Ok(())

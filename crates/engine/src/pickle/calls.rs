@@ -7,6 +7,12 @@ use super::machine::Machine;
 use crate::error::Result;
 use crate::DType;
 
+/// A DTensor's placements are described only this small (one per mesh dimension, a few
+/// short fields each), so that describing them costs next to nothing.
+const MAX_PLACEMENTS: usize = 16;
+const MAX_PLACEMENT_FIELDS: usize = 4;
+const MAX_PLACEMENT_TEXT: usize = 64;
+
 /// How deep `_rebuild_from_type_v2` may nest calls to rebuild functions.
 const MAX_REBUILD_NESTING: u32 = 8;
 
@@ -239,8 +245,12 @@ impl Machine<'_> {
         if let Node::Composite(spec) = self.heap.get(result) {
             if spec.layout == WRAPPER {
                 let inner = self.state_tensors(a.get(3).copied());
+                let placements = self.dtensor_placements(spec, a.get(3).copied());
+                let text = placements.iter().flatten();
+                self.charge(text.fold(0u64, |acc, p| acc.saturating_add(p.len() as u64)))?;
                 if let Some(Node::Composite(spec)) = self.heap.get_mut(result) {
                     spec.components.extend(inner);
+                    spec.placements = placements;
                 }
             }
         }
@@ -264,6 +274,78 @@ impl Machine<'_> {
             .filter(|&(_, v)| matches!(self.heap.get(v), Node::Tensor(_) | Node::Composite(_)))
             .filter_map(|(k, v)| Some((self.heap.str(k)?.to_owned(), v)))
             .collect()
+    }
+
+    /// A DTensor's placements, from its state's `_spec` (a `DTensorSpec` whose BUILD state
+    /// holds `placements`, a tuple of `placement_types` objects), printed as Python's
+    /// dataclass repr does. `None` when any part is not that plain data: the placements are
+    /// described, never needed to read the tensor.
+    fn dtensor_placements(&self, spec: &CompositeSpec, state: Option<Id>) -> Option<Vec<String>> {
+        if spec.subclass.as_deref() != Some("torch.distributed.tensor.DTensor") {
+            return None;
+        }
+        let slots = match self.heap.get(state?) {
+            Node::Tuple(parts) => *parts.get(1)?,
+            _ => return None,
+        };
+        let dtensor_spec = self.attr(slots, "_spec")?;
+        let Node::Object {
+            state: Some(spec_state),
+            ..
+        } = self.heap.get(dtensor_spec)
+        else {
+            return None;
+        };
+        let Node::Tuple(items) = self.heap.get(self.attr(*spec_state, "placements")?) else {
+            return None;
+        };
+        if items.len() > MAX_PLACEMENTS {
+            return None;
+        }
+        items.iter().map(|&p| self.placement(p)).collect()
+    }
+
+    /// One placement: `Shard(dim=0)`, `Replicate()`, from its class and BUILD state.
+    fn placement(&self, id: Id) -> Option<String> {
+        let Node::Object { class, state, .. } = self.heap.get(id) else {
+            return None;
+        };
+        let Node::Global { module, name } = self.heap.get(*class) else {
+            return None;
+        };
+        if module != "torch.distributed.tensor.placement_types" {
+            return None;
+        }
+        let mut fields = Vec::new();
+        if let Some(state) = state {
+            let Node::Dict(pairs) = self.heap.get(*state) else {
+                return None;
+            };
+            if pairs.len() > MAX_PLACEMENT_FIELDS {
+                return None;
+            }
+            for &(k, v) in pairs {
+                let value = match self.heap.get(v) {
+                    Node::Int(i) => i.to_string(),
+                    Node::Str(s) if s.len() <= MAX_PLACEMENT_TEXT => format!("'{s}'"),
+                    _ => return None,
+                };
+                let key = self.heap.str(k).filter(|k| k.len() <= MAX_PLACEMENT_TEXT)?;
+                fields.push(format!("{key}={value}"));
+            }
+        }
+        Some(format!("{name}({})", fields.join(", ")))
+    }
+
+    /// The value of `key` in the dict `id`.
+    fn attr(&self, id: Id, key: &str) -> Option<Id> {
+        match self.heap.get(id) {
+            Node::Dict(pairs) => pairs
+                .iter()
+                .find(|&&(k, _)| self.heap.str(k) == Some(key))
+                .map(|&(_, v)| v),
+            _ => None,
+        }
     }
 
     /// `_rebuild_tensor_v2`/`_v3`'s metadata: `{"conj": True}`, `{"neg": True}`. Any other
@@ -339,6 +421,7 @@ impl Machine<'_> {
             requires_grad: false,
             is_parameter: false,
             components,
+            placements: None,
         })
     }
 
@@ -365,6 +448,7 @@ impl Machine<'_> {
             requires_grad: false,
             is_parameter: false,
             components,
+            placements: None,
         })
     }
 
@@ -393,6 +477,7 @@ impl Machine<'_> {
             requires_grad: a.get(7).and_then(|&i| self.heap.truthy(i)).unwrap_or(false),
             is_parameter: false,
             components: Vec::new(),
+            placements: None,
         })
     }
 

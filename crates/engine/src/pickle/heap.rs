@@ -81,6 +81,9 @@ pub struct CompositeSpec {
     pub is_parameter: bool,
     /// The component values by role, in the call's order.
     pub components: Vec<(String, Id)>,
+    /// A DTensor's placements as Python prints them (`Shard(dim=0)`, `Replicate()`), where
+    /// its `_spec` reads as plain data; `None` otherwise.
+    pub placements: Option<Vec<String>>,
 }
 
 /// What a tensor rebuild call said about a tensor; its storage is still a persistent id.

@@ -185,7 +185,7 @@ impl<'a> Machine<'a> {
     // ---- stack, marks, memo ----
 
     /// Counts `bytes` more of values against the read's memory budget.
-    fn charge(&mut self, bytes: u64) -> Result<()> {
+    pub(super) fn charge(&mut self, bytes: u64) -> Result<()> {
         const ID: u64 = std::mem::size_of::<Id>() as u64;
         self.heap_bytes = self.heap_bytes.saturating_add(bytes);
         let live = (self.stack.len() as u64)
