@@ -3,7 +3,7 @@
 //! and chunks, each chunk's bytes where the metadata puts them, and the verdict on each
 //! hostile copy.
 
-use crate::common::{read_json, root, stderr, stdout, tensorplay};
+use crate::common::{global_names, read_json, root, stderr, stdout, tensorplay};
 use serde_json::Value;
 
 fn inspect(dir: &str) -> Value {
@@ -236,19 +236,8 @@ fn each_hostile_directory_fails_with_its_reason() {
 #[test]
 fn only_dcp_own_dataclasses_are_data_in_metadata() {
     let doc = inspect("fixtures/dcp/bad/unsafe_global");
-    let globals = doc["unsafe_globals"].as_array().unwrap();
-    let names: Vec<String> = globals
-        .iter()
-        .map(|g| {
-            format!(
-                "{}.{}",
-                g["module"].as_str().unwrap(),
-                g["name"].as_str().unwrap()
-            )
-        })
-        .collect();
-    assert_eq!(names, ["posix.getcwd"]);
-    assert_eq!(globals[0]["member"], ".metadata");
+    assert_eq!(global_names(&doc["unsafe_globals"]), ["posix.getcwd"]);
+    assert_eq!(doc["unsafe_globals"][0]["member"], ".metadata");
 }
 
 #[test]

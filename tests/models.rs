@@ -2,7 +2,7 @@
 //! made by `fixtures/make_models.py`): tensorplay reads them as torch does, and the gate
 //! passes them unless the file really has the hazard.
 
-use crate::common::{read_json, root, stderr, stdout, tensorplay, TempConfig};
+use crate::common::{global_names, read_json, root, stderr, stdout, tensorplay, TempConfig};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tensorplay_engine::load;
@@ -296,18 +296,7 @@ fn a_training_checkpoint_with_namespace_and_numpy_passes_only_with_allow_globals
         .as_str()
         .expect("torch refuses it")
         .contains("Weights only load failed"));
-    let named: Vec<String> = truth["inspect"]["unsafe_globals"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| {
-            format!(
-                "{}.{}",
-                g["module"].as_str().unwrap(),
-                g["name"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let named = global_names(&truth["inspect"]["unsafe_globals"]);
     assert_eq!(
         named,
         [

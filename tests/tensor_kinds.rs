@@ -2,7 +2,7 @@
 //! sparse, nested and wrapper-subclass tensors with their components, packed quantized
 //! dtypes, bare storages and the conj/neg bits, compared with what torch.load reads.
 
-use crate::common::{read_json, stderr, stdout, tensorplay};
+use crate::common::{global_names, read_json, stderr, stdout, tensorplay};
 use serde_json::Value;
 
 const DIR: &str = "fixtures/pytorch/kinds";
@@ -228,18 +228,7 @@ fn a_dtensor_is_a_wrapper_over_its_local_shard_and_its_classes_stay_unsafe() {
             "{file}: {}",
             want["torch_default_error"]
         );
-        let globals: Vec<String> = doc["unsafe_globals"]
-            .as_array()
-            .expect("globals")
-            .iter()
-            .map(|g| {
-                format!(
-                    "{}.{}",
-                    g["module"].as_str().unwrap_or("?"),
-                    g["name"].as_str().unwrap_or("?")
-                )
-            })
-            .collect();
+        let globals = global_names(&doc["unsafe_globals"]);
         for class in [
             "torch.distributed.tensor.DTensor",
             "torch.distributed.tensor._dtensor_spec.DTensorSpec",

@@ -140,3 +140,16 @@ pub fn error_findings(report: &serde_json::Value) -> Vec<Vec<(String, String)>> 
         })
         .collect()
 }
+
+/// `module.name` of each global in a JSON list of them (`unsafe_globals`).
+pub fn global_names(globals: &serde_json::Value) -> Vec<String> {
+    globals
+        .as_array()
+        .expect("globals")
+        .iter()
+        .map(|g| {
+            let part = |k: &str| g[k].as_str().expect("module and name").to_owned();
+            format!("{}.{}", part("module"), part("name"))
+        })
+        .collect()
+}

@@ -223,21 +223,27 @@ impl ModelReader<'_, '_> {
         }
     }
 
-    /// The parameter, buffer and tensor constant names of the program's signature.
-    pub(crate) fn signature(&mut self, program: &str) -> Result<Vec<String>> {
-        let full = self.archive.full_name(program);
+    /// A JSON record of the archive, parsed once the budget admits what parsing it takes;
+    /// `what` names it in the error ("malformed config JSON").
+    fn json<T: serde::de::DeserializeOwned>(&mut self, name: &str, what: &str) -> Result<T> {
+        let full = self.archive.full_name(name);
         let bytes = self
             .archive
-            .read(program)?
+            .read(name)?
             .ok_or_else(|| self.archive.err(&full, "record is missing"))?;
         let cost = (bytes.len() as u64).saturating_mul(JSON_COST);
         self.archive
             .meter
             .check(self.archive.path(), cost, || format!("parsing {full}"))?;
-        let parsed: Program = serde_json::from_slice(&bytes).map_err(|e| {
+        serde_json::from_slice(&bytes).map_err(|e| {
             self.archive
-                .err(&full, format!("malformed program JSON: {e}"))
-        })?;
+                .err(&full, format!("malformed {what} JSON: {e}"))
+        })
+    }
+
+    /// The parameter, buffer and tensor constant names of the program's signature.
+    pub(crate) fn signature(&mut self, program: &str) -> Result<Vec<String>> {
+        let parsed: Program = self.json(program, "program")?;
         Ok(parsed
             .graph_module
             .signature
@@ -261,18 +267,7 @@ impl ModelReader<'_, '_> {
         }
         let config_name = payload.config(self.model);
         let full = self.archive.full_name(&config_name);
-        let text = self
-            .archive
-            .read(&config_name)?
-            .ok_or_else(|| self.archive.err(&full, "record is missing"))?;
-        let cost = (text.len() as u64).saturating_mul(JSON_COST);
-        self.archive
-            .meter
-            .check(self.archive.path(), cost, || format!("parsing {full}"))?;
-        let config: PayloadConfig = serde_json::from_slice(&text).map_err(|e| {
-            self.archive
-                .err(&full, format!("malformed config JSON: {e}"))
-        })?;
+        let config: PayloadConfig = self.json(&config_name, "config")?;
         if let Some(dup) = config.config.first_duplicate() {
             return Err(self
                 .archive

@@ -397,17 +397,7 @@ impl Machine<'_> {
                 return Err(self.err(format!("_rebuild_sparse_tensor: unknown layout {other}")))
             }
         };
-        let mut components = Vec::with_capacity(roles.len());
-        for (i, role) in roles.iter().enumerate() {
-            let id = data
-                .get(i)
-                .copied()
-                .filter(|&c| matches!(self.heap.get(c), Node::Tensor(_)))
-                .ok_or_else(|| {
-                    self.err(format!("_rebuild_sparse_tensor: {role} is not a tensor"))
-                })?;
-            components.push(((*role).to_owned(), id));
-        }
+        let components = self.components("_rebuild_sparse_tensor", data, roles)?;
         let sizes = data
             .get(roles.len())
             .and_then(|&i| self.heap.u64s(i))
@@ -425,20 +415,26 @@ impl Machine<'_> {
         })
     }
 
+    /// The first `roles.len()` of `args`, each a tensor, named by its role.
+    fn components(&self, call: &str, args: &[Id], roles: &[&str]) -> Result<Vec<(String, Id)>> {
+        roles
+            .iter()
+            .enumerate()
+            .map(|(i, role)| {
+                let id = args
+                    .get(i)
+                    .copied()
+                    .filter(|&c| matches!(self.heap.get(c), Node::Tensor(_)))
+                    .ok_or_else(|| self.err(format!("{call}: {role} is not a tensor")))?;
+                Ok(((*role).to_owned(), id))
+            })
+            .collect()
+    }
+
     /// `_rebuild_nested_tensor(buffer, sizes, strides, storage_offsets)`: four tensors.
     fn nested(&self, a: &[Id]) -> Result<CompositeSpec> {
         let roles = ["buffer", "sizes", "strides", "storage_offsets"];
-        let mut components = Vec::with_capacity(roles.len());
-        for (i, role) in roles.iter().enumerate() {
-            let id = a
-                .get(i)
-                .copied()
-                .filter(|&c| matches!(self.heap.get(c), Node::Tensor(_)))
-                .ok_or_else(|| {
-                    self.err(format!("_rebuild_nested_tensor: {role} is not a tensor"))
-                })?;
-            components.push(((*role).to_owned(), id));
-        }
+        let components = self.components("_rebuild_nested_tensor", a, &roles)?;
         Ok(CompositeSpec {
             layout: "nested",
             sizes: None,
