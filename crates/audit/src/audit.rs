@@ -58,7 +58,7 @@ pub fn audit(
         || reads_bytes.then(|| numeric::scan_checkpoint(ckpt, options.progress.as_deref())),
         || {
             rayon::join(
-                || simulate(ckpt, config, options.gpu_budget),
+                || simulate(ckpt, config, options),
                 || views::shared_storages(ckpt),
             )
         },
@@ -103,11 +103,13 @@ pub fn audit(
         allowed_globals: crate::rules::safety::allowed_seen(ckpt, &config.settings),
         memory: Some(memory_facts(&ctx.memory)),
         device: device_load.map(device_facts),
-        layout: Some(layout(
-            ckpt,
-            &ctx.memory.full,
-            config.settings.thresholds.fragmentation_score,
-        )),
+        layout: options.layout_facts.then(|| {
+            layout(
+                ckpt,
+                &ctx.memory.full,
+                config.settings.thresholds.fragmentation_score,
+            )
+        }),
     }
 }
 
@@ -125,10 +127,10 @@ fn device_facts(load: &DeviceLoad) -> DeviceFacts {
 }
 
 /// The load on an unbounded device, and on one of the budget's size when there is one.
-fn simulate(ckpt: &Checkpoint, config: &Config, budget: Option<u64>) -> Memory {
+fn simulate(ckpt: &Checkpoint, config: &Config, options: &Options) -> Memory {
+    let budget = options.gpu_budget;
     Memory {
-        // With its map: the HTML report draws it, and keeping it costs a few vectors.
-        full: simulate_load(ckpt, &config.allocator, u64::MAX, true),
+        full: simulate_load(ckpt, &config.allocator, u64::MAX, options.layout_facts),
         budget,
         within_budget: budget.map(|b| simulate_load(ckpt, &config.allocator, b, false)),
     }

@@ -24,6 +24,9 @@ pub struct Options {
     pub max_memory: Option<u64>,
     /// The layout every checkpoint must fit (`--expect`, TP601).
     pub expect: Option<Arc<Manifest>>,
+    /// Keep the storage-size and segment-map facts a display draws (the HTML report): one
+    /// block per storage, so only kept when something will show them.
+    pub layout_facts: bool,
 }
 
 impl Options {
@@ -47,6 +50,7 @@ impl Options {
             progress: None,
             max_memory: None,
             expect: None,
+            layout_facts: false,
         })
     }
 

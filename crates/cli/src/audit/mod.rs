@@ -124,6 +124,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let config = load_config(args.config.as_deref())?;
     let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
     options.gpu_budget = args.gpu_budget;
+    options.layout_facts = args.files.draws_layout();
     // The flag overrides the file's `max_memory`.
     options.max_memory = args.max_memory.or(config.max_memory);
     options.expect = match &args.expect {

@@ -27,6 +27,11 @@ pub struct ReportFiles {
 }
 
 impl ReportFiles {
+    /// Whether a report that draws the layout (storage sizes, segment maps) is asked for.
+    pub fn draws_layout(&self) -> bool {
+        self.html.is_some()
+    }
+
     /// Renders and writes every report asked for.
     pub fn write(&self, report: &Report) -> anyhow::Result<()> {
         if let Some(path) = &self.json {

@@ -750,6 +750,8 @@ pub struct CachingAllocator<B: SegmentBackend> {
     /// Live allocations: id to block address.
     live: HashMap<BlockId, u64, BuildHasherDefault<IdHasher>>,
     next_id: u64,
+    /// Whether allocated blocks are kept (see [`CachingAllocator::load_only`]).
+    keeps_allocated: bool,
 }
 
 impl<B: SegmentBackend> CachingAllocator<B> {
@@ -765,6 +767,20 @@ impl<B: SegmentBackend> CachingAllocator<B> {
             segments: BTreeMap::new(),
             live: HashMap::default(),
             next_id: 1,
+            keeps_allocated: true,
+        }
+    }
+
+    /// An allocator for allocations that are never freed (a checkpoint's load): it keeps no
+    /// state for an allocated block, only for segments and cached blocks, so a million
+    /// allocations cost no more memory than their segments. Every allocation and statistic
+    /// is the same as [`CachingAllocator::new`]'s; but nothing can be freed (`free` answers
+    /// [`AllocError::UnknownBlock`]), [`CachingAllocator::block`] finds nothing and
+    /// [`CachingAllocator::segments`] lists cached blocks only.
+    pub fn load_only(backend: B, config: AllocatorConfig) -> Self {
+        CachingAllocator {
+            keeps_allocated: false,
+            ..CachingAllocator::new(backend, config)
         }
     }
 
@@ -1028,8 +1044,11 @@ impl<B: SegmentBackend> CachingAllocator<B> {
                 },
             );
             if let Some(next) = old_next {
-                self.blocks.get_mut(&next).expect("next block exists").prev =
-                    Some(remaining_address);
+                // Absent only when allocated and forgotten (load-only): nothing to relink.
+                match self.blocks.get_mut(&next) {
+                    Some(node) => node.prev = Some(remaining_address),
+                    None => debug_assert!(!self.keeps_allocated, "next block exists"),
+                }
             }
             let node = self.blocks.get_mut(&address).expect("found block exists");
             node.size = size;
@@ -1056,7 +1075,12 @@ impl<B: SegmentBackend> CachingAllocator<B> {
         node.requested = requested;
         node.id = id;
         let block_size = node.size;
-        self.live.insert(id, address);
+        if self.keeps_allocated {
+            self.live.insert(id, address);
+        } else {
+            // Its neighbours keep its address (they stay split); nothing else refers to it.
+            self.blocks.remove(&address);
+        }
         self.stats.increase(pool, Kind::Allocation, 1);
         self.stats.increase(pool, Kind::AllocatedBytes, block_size);
         self.stats.increase(pool, Kind::Active, 1);
@@ -2231,6 +2255,35 @@ mod tests {
                 a.empty_cache().unwrap();
                 prop_assert_eq!(a.backend().used(), 0);
                 prop_assert_eq!(a.stats().reserved_bytes.current, 0);
+            }
+
+            #[test]
+            fn load_only_allocates_and_counts_as_the_full_allocator(
+                capacity_mb in prop::sample::select(vec![30u64, 64, 100, 256, 4096]),
+                config in config(),
+                sizes in prop::collection::vec(size(), 1..200),
+            ) {
+                let capacity = capacity_mb * MIB;
+                let mut full = CachingAllocator::new(Simulated::new(capacity), config.clone());
+                let mut load = CachingAllocator::load_only(Simulated::new(capacity), config);
+                for size in sizes {
+                    let (a, b) = (full.malloc(size), load.malloc(size));
+                    prop_assert_eq!(a.as_ref().ok(), b.as_ref().ok());
+                    prop_assert_eq!(a.is_err(), b.is_err());
+                    prop_assert_eq!(full.stats(), load.stats());
+                    prop_assert_eq!(full.largest_free_block(), load.largest_free_block());
+                    if let Ok(block) = b {
+                        prop_assert_eq!(load.block(block.id), None);
+                        let unknown = matches!(load.free(block.id), Err(AllocError::UnknownBlock(_)));
+                        prop_assert!(unknown || block.id == BlockId::NULL);
+                    }
+                }
+                // It holds the cached blocks only; the full allocator one per allocation too.
+                let cached = |a: &CachingAllocator<Simulated>| -> Vec<BlockInfo> {
+                    a.segments().into_iter().flat_map(|s| s.blocks).filter(|b| !b.allocated).collect()
+                };
+                prop_assert_eq!(cached(&full), cached(&load));
+                prop_assert!(load.segments().iter().flat_map(|s| &s.blocks).all(|b| !b.allocated));
             }
         }
     }

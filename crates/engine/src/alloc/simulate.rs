@@ -50,7 +50,13 @@ pub fn simulate_load(
     capacity: u64,
     with_map: bool,
 ) -> LoadSimulation {
-    let mut allocator = CachingAllocator::new(Simulated::new(capacity), config.clone());
+    let backend = Simulated::new(capacity);
+    // Without a map, nothing needs the allocated blocks: no state per storage.
+    let mut allocator = if with_map {
+        CachingAllocator::new(backend, config.clone())
+    } else {
+        CachingAllocator::load_only(backend, config.clone())
+    };
     let mut oom = None;
     let mut placements = Vec::new();
     for storage in &ckpt.storages {

@@ -130,16 +130,18 @@ pub(crate) const TENSOR_METADATA_BYTES: u64 = (std::mem::size_of::<crate::Tensor
 /// slices of the header (40 bytes) and its slot in the set that finds duplicate names.
 pub(crate) const HEADER_ENTRY_BYTES: u64 = 64;
 
-/// What the `safetensors` crate holds per entry while it reads a batch of entries for the
-/// cross-check (measured with heaptrack: serde's buffered `Content` for the entry, then its
-/// map and index entries), beyond the batch's text and the name copied.
-pub(crate) const CRATE_ENTRY_BYTES: u64 = 640;
+/// What the `safetensors` crate's reading holds per entry of a batch for the cross-check,
+/// beyond the name it copies: the name and `TensorInfo` pair (72 bytes), its shape (32 with
+/// malloc's header), the validated list (48) and the crate's name index (≈ 40), rounded up.
+pub(crate) const CRATE_ENTRY_BYTES: u64 = 256;
 
 impl Meter {
-    /// Charges one tensor's metadata and `beyond` bytes more (its name, what reading it
-    /// takes), held for the rest of the read.
-    pub fn hold_tensor(&self, path: &Path, beyond: usize) -> Result<()> {
-        let bytes = TENSOR_METADATA_BYTES.saturating_add(beyond as u64);
+    /// Charges `count` tensors' metadata, `each` bytes more per tensor (what reading it
+    /// takes) and `beyond` bytes in all (their names), held for the rest of the read.
+    pub fn hold_tensors(&self, path: &Path, count: u64, each: u64, beyond: u64) -> Result<()> {
+        let bytes = count
+            .saturating_mul(TENSOR_METADATA_BYTES.saturating_add(each))
+            .saturating_add(beyond);
         self.hold(path, bytes, || "per-tensor metadata".to_owned())
     }
 }
@@ -156,10 +158,9 @@ mod tensor_tests {
             ..ReadLimits::default()
         });
         let path = Path::new("m.safetensors");
-        for _ in 0..3 {
-            meter.hold_tensor(path, 10).unwrap();
-        }
-        let e = meter.hold_tensor(path, 10).unwrap_err();
+        meter.hold_tensors(path, 2, 10, 0).unwrap();
+        meter.hold_tensors(path, 1, 0, 10).unwrap();
+        let e = meter.hold_tensors(path, 1, 0, 0).unwrap_err();
         assert!(matches!(e, Error::MemoryBudget { .. }), "{e}");
         assert!(e.to_string().ends_with("per-tensor metadata"), "{e}");
         assert_eq!(meter.held(), 3 * per);

@@ -2,17 +2,19 @@
 //!
 //! tensorplay first applies the format's rules itself, stricter than the `safetensors` crate
 //! where the spec is (duplicate names, unknown entry fields, text before the opening brace),
-//! so every rejection names the tensor and the bytes at fault. The crate then parses the same
+//! so every rejection names the tensor and the bytes at fault. The crate then reads the same
 //! entries as the authority; its reading must agree with tensorplay's, entry for entry, or the
 //! file is refused as a parser differential.
 //!
 //! The crate reads a header whole into owned maps (≈ 700 bytes an entry: 700 MB for a million
-//! tensors), so it is handed the entries in bounded batches instead: each batch is the
-//! entries' own value text, verbatim, under a header of their own, preceded by one filler
-//! entry covering the bytes before the batch so that the crate's offset checks (contiguous
-//! from zero, sizes matching dtype × shape) apply to the file's real offsets. What the crate
-//! checks on the whole file only — the length prefix, UTF-8, the data length — tensorplay
-//! checks itself, with the same limits.
+//! tensors, most of it serde's buffering of the flattened map), so it is handed the entries in
+//! bounded batches instead: each entry's value text, verbatim, through the crate's own
+//! `TensorInfo`, and each batch through the crate's own validation (`Metadata::new`), after
+//! one filler entry covering the bytes before the batch, so that its offset checks
+//! (contiguous from zero, sizes matching dtype × shape) apply to the file's real offsets. What
+//! the crate checks on the whole file only — the length prefix, UTF-8, the JSON object around
+//! the entries, `__metadata__` as a map of strings, the data length — tensorplay checks itself,
+//! with the same limits.
 
 use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
 use super::Parts;
@@ -73,9 +75,9 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     let bytes = buffer.bytes();
     let (header, data_start) = split_header(path, bytes)?;
     let raw = split_entries(path, header, &parts.meter)?;
-    let (metadata, metadata_json, entries) = parse_entries(path, raw, &parts.meter)?;
+    let (metadata, entries) = parse_entries(path, raw, &parts.meter)?;
     check_data_len(buffer, data_start, &entries)?;
-    cross_check_with_crate(path, metadata_json, &entries, &parts.meter)?;
+    cross_check_with_crate(path, &entries, &parts.meter)?;
     build_into(buffer, data_start, entries, parts)?;
     parts.metadata = metadata;
     Ok(Format::Safetensors)
@@ -97,38 +99,58 @@ fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry<'_>]) -
     Ok(())
 }
 
-/// The four layers of validated entries, appended to `parts`: one storage per tensor.
+/// The four layers of validated entries, appended to `parts`: one storage per tensor,
+/// built in parallel (each tensor's layers stand alone).
 fn build_into(
     buffer: &Arc<HostBuffer>,
     data_start: u64,
     entries: Vec<Entry<'_>>,
     parts: &mut Parts,
 ) -> Result<()> {
-    parts.storages.reserve(entries.len());
-    parts.tensors.reserve(entries.len());
-    for entry in entries {
-        // Tiling and the data length put every offset inside the file: no sum here overflows.
-        let range = (data_start + entry.start)..(data_start + entry.end);
-        let data_ptr = DataPtr::host(Arc::clone(buffer), range)?;
-        let nbytes = entry.end - entry.start;
-        let storage = Arc::new(Storage::new(
-            parts.storages.len(),
-            Arc::clone(&entry.name),
-            entry.dtype,
-            nbytes,
-            "cpu",
-            data_ptr,
-        ));
-        parts.storages.push(Arc::clone(&storage));
-        let layout = Layout::contiguous(&entry.shape).map_err(|e| Error::InvalidTensor {
-            path: buffer.source().to_owned(),
-            tensor: entry.name.to_string(),
-            detail: e.to_string(),
-        })?;
-        let imp = TensorImpl::new(layout, entry.dtype, Device::Cpu, false, false, storage);
-        parts.tensors.push(Tensor::new(entry.name, Arc::new(imp)));
-    }
+    let first_id = parts.storages.len();
+    let storages = entries
+        .par_iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            // Tiling and the data length put every offset inside the file: no sum overflows.
+            let range = (data_start + entry.start)..(data_start + entry.end);
+            let data_ptr = DataPtr::host(Arc::clone(buffer), range)?;
+            Ok(Arc::new(Storage::new(
+                first_id + i,
+                Arc::clone(&entry.name),
+                entry.dtype,
+                entry.end - entry.start,
+                "cpu",
+                data_ptr,
+            )))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let tensors = entries
+        .into_par_iter()
+        .zip(&storages)
+        .map(|(entry, storage)| {
+            let layout = Layout::contiguous(&entry.shape).map_err(|e| Error::InvalidTensor {
+                path: buffer.source().to_owned(),
+                tensor: entry.name.to_string(),
+                detail: e.to_string(),
+            })?;
+            let storage = Arc::clone(storage);
+            let imp = TensorImpl::new(layout, entry.dtype, Device::Cpu, false, false, storage);
+            Ok(Tensor::new(entry.name, Arc::new(imp)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    append(&mut parts.storages, storages);
+    append(&mut parts.tensors, tensors);
     Ok(())
+}
+
+/// `to` followed by `more`, without a copy when `to` is empty.
+fn append<T>(to: &mut Vec<T>, mut more: Vec<T>) {
+    if to.is_empty() {
+        *to = more;
+    } else {
+        to.append(&mut more);
+    }
 }
 
 /// The header text and the file offset where tensor data begins.
@@ -266,50 +288,78 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// The `__metadata__` map, its value text, and the entries.
-type Parsed<'h> = (BTreeMap<String, String>, Option<&'h str>, Vec<Entry<'h>>);
+/// The `__metadata__` map and the entries.
+type Parsed<'h> = (BTreeMap<String, String>, Vec<Entry<'h>>);
 
 /// Parses and validates the entries: metadata, then entries sorted by data offset (ties,
 /// which only zero-size tensors can make, by name) that tile the data region exactly.
+///
+/// Every entry is charged before any is parsed; then the entries are parsed in parallel
+/// while the names are checked for duplicates. Errors keep one precedence whatever the
+/// timing: a duplicate name, the metadata, then the first bad entry in file order.
 fn parse_entries<'h>(path: &Path, raw: RawEntries<'h>, meter: &Meter) -> Result<Parsed<'h>> {
     let syntax = |detail: String| Error::HeaderSyntax {
         path: path.to_owned(),
         detail,
     };
-    let mut seen = HashSet::with_capacity(raw.len());
-    if let Some((name, _)) = raw.iter().find(|(name, _)| !seen.insert(name.as_ref())) {
+    // Charged before they are built: each entry itself, and the layers it becomes.
+    let tensors = raw.iter().filter(|(name, _)| name != METADATA_KEY);
+    let (count, names) = tensors.fold((0u64, 0u64), |(n, bytes), (name, _)| {
+        (n + 1, bytes.saturating_add(name.len() as u64))
+    });
+    meter.hold_tensors(path, count, std::mem::size_of::<Entry>() as u64, names)?;
+
+    let (duplicate, parsed) = rayon::join(
+        || first_duplicate(&raw),
+        || {
+            raw.par_iter()
+                .filter(|(name, _)| name != METADATA_KEY)
+                .map(|(name, value)| parse_entry(path, name, value.get()))
+                .collect::<Result<Vec<_>>>()
+        },
+    );
+    if let Some(name) = duplicate {
         return Err(Error::DuplicateTensor {
             path: path.to_owned(),
-            name: name.clone().into_owned(),
+            name: name.to_owned(),
         });
     }
-    drop(seen);
-
     let mut metadata = BTreeMap::new();
-    let mut metadata_json = None;
-    let mut entries = Vec::with_capacity(raw.len());
-    for (name, value) in raw {
-        if name == METADATA_KEY {
-            metadata = serde_json::from_str(value.get())
-                .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
-            metadata_json = Some(value.get());
-        } else {
-            // Charged before it is built: the entry itself, and the layers it becomes.
-            let beyond = std::mem::size_of::<Entry>() + name.len();
-            meter.hold_tensor(path, beyond)?;
-            entries.push(parse_entry(path, name, value.get())?);
-        }
+    if let Some((_, value)) = raw.iter().find(|(name, _)| name == METADATA_KEY) {
+        metadata = serde_json::from_str(value.get())
+            .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
     }
-    entries.sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
+    let mut entries = match parsed {
+        Ok(entries) => entries,
+        // Any one of the errors came back: the first in file order is the one reported.
+        Err(any) => {
+            let first = raw
+                .iter()
+                .filter(|(name, _)| name != METADATA_KEY)
+                .find_map(|(name, value)| parse_entry(path, name, value.get()).err());
+            return Err(first.unwrap_or(any));
+        }
+    };
+    drop(raw);
+    entries.par_sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
     check_tiling(path, &entries)?;
-    Ok((metadata, metadata_json, entries))
+    Ok((metadata, entries))
+}
+
+/// The first name met twice, in file order.
+fn first_duplicate<'r>(raw: &'r RawEntries<'_>) -> Option<&'r str> {
+    let mut seen =
+        HashSet::with_capacity_and_hasher(raw.len(), foldhash::quality::RandomState::default());
+    raw.iter()
+        .map(|(name, _)| name.as_ref())
+        .find(|name| !seen.insert(*name))
 }
 
 /// One tensor's entry: a known dtype, a shape, and offsets spanning exactly its bytes.
-fn parse_entry<'h>(path: &Path, name: Cow<'_, str>, json: &'h str) -> Result<Entry<'h>> {
+fn parse_entry<'h>(path: &Path, name: &str, json: &'h str) -> Result<Entry<'h>> {
     let invalid = |detail: String| Error::InvalidTensor {
         path: path.to_owned(),
-        tensor: name.as_ref().to_owned(),
+        tensor: name.to_owned(),
         detail,
     };
     let raw: RawEntry = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
@@ -340,7 +390,7 @@ fn parse_entry<'h>(path: &Path, name: Cow<'_, str>, json: &'h str) -> Result<Ent
         )));
     }
     Ok(Entry {
-        name: Arc::from(name.as_ref()),
+        name: Arc::from(name),
         dtype,
         shape: raw.shape,
         start,
@@ -381,16 +431,10 @@ fn check_tiling(path: &Path, entries: &[Entry<'_>]) -> Result<()> {
 
 /// Demands that the `safetensors` crate's reading of the entries agrees with tensorplay's,
 /// entry for entry, batch by batch (in parallel: each batch stands alone).
-fn cross_check_with_crate(
-    path: &Path,
-    metadata_json: Option<&str>,
-    entries: &[Entry<'_>],
-    meter: &Meter,
-) -> Result<()> {
+fn cross_check_with_crate(path: &Path, entries: &[Entry<'_>], meter: &Meter) -> Result<()> {
     let batch_bytes = |batch: &[Entry<'_>]| {
         batch.iter().fold(0u64, |acc, e| {
-            let text = e.json.len() + 2 * e.name.len();
-            acc.saturating_add(CRATE_ENTRY_BYTES + text as u64)
+            acc.saturating_add(CRATE_ENTRY_BYTES + e.name.len() as u64)
         })
     };
     // The batches read at once, one per worker: the largest of them, that many times.
@@ -403,58 +447,42 @@ fn cross_check_with_crate(
     meter.check(path, largest.saturating_mul(at_once.max(1)), || {
         "the safetensors crate's reading of the header".to_owned()
     })?;
-    if entries.is_empty() {
-        return check_batch(path, metadata_json, &[]);
-    }
     entries
         .par_chunks(CRATE_BATCH)
-        .enumerate()
-        .try_for_each(|(i, batch)| check_batch(path, metadata_json.filter(|_| i == 0), batch))
+        .try_for_each(|batch| check_batch(path, batch))
 }
 
-/// The crate's reading of one batch: a header of the batch's entries, their value text
-/// verbatim, after a filler entry of bytes `[0, start)` named apart from every entry.
-fn check_batch(path: &Path, metadata_json: Option<&str>, batch: &[Entry<'_>]) -> Result<()> {
+/// The crate's reading of one batch: each entry's value text through the crate's own
+/// `TensorInfo`, then the crate's validation of the batch (`Metadata::new`: offsets
+/// contiguous from zero, sizes matching dtype × shape) after a filler entry of bytes
+/// `[0, start)`, named apart from every entry, so the rules apply at the real offsets.
+fn check_batch(path: &Path, batch: &[Entry<'_>]) -> Result<()> {
+    use safetensors::tensor::{Metadata, TensorInfo};
     let rejected = |detail: String| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail,
     };
     let start = batch.first().map_or(0, |e| e.start);
-    let mut filler = String::from("tensorplay.filler");
-    while batch.iter().any(|e| *e.name == *filler) {
-        filler.push('_');
+    let start = usize::try_from(start).map_err(|_| Error::Overflow {
+        what: "data offset",
+    })?;
+    let mut filler_name = String::from("tensorplay.filler");
+    while batch.iter().any(|e| *e.name == *filler_name) {
+        filler_name.push('_');
     }
-    let quoted = |name: &str| serde_json::to_string(name).unwrap_or_default();
-    let text_len: usize = batch.iter().map(|e| e.name.len() + e.json.len() + 8).sum();
-    let mut header = String::with_capacity(text_len + 128);
-    header.push('{');
-    if let Some(json) = metadata_json {
-        header.push_str("\"__metadata__\":");
-        header.push_str(json);
-        header.push(',');
-    }
-    header.push_str(&format!(
-        "{}:{{\"dtype\":\"U8\",\"shape\":[{start}],\"data_offsets\":[0,{start}]}}",
-        quoted(&filler)
-    ));
-    for entry in batch {
-        header.push(',');
-        header.push_str(&quoted(&entry.name));
-        header.push(':');
-        header.push_str(entry.json);
-    }
-    header.push('}');
-
-    let reading =
-        std::panic::catch_unwind(|| serde_json::from_str::<safetensors::tensor::Metadata>(&header))
-            .map_err(|_| rejected("the safetensors crate panicked".into()))?
-            .map_err(|e| rejected(e.to_string()))?;
-    // The header holds exactly the batch's names (and the filler): every one must be found
-    // as tensorplay read it.
-    // Dtypes repeat: the crate's code is translated once per distinct dtype, not per tensor.
-    let mut last: Option<(safetensors::Dtype, Option<DType>)> = None;
-    for entry in batch {
-        let agrees = reading.info(&entry.name).is_some_and(|info| {
+    let filler = TensorInfo {
+        dtype: safetensors::Dtype::U8,
+        shape: vec![start],
+        data_offsets: (0, start),
+    };
+    std::panic::catch_unwind(|| {
+        let mut infos = Vec::with_capacity(batch.len() + 1);
+        infos.push((filler_name, filler));
+        // Dtypes repeat: the crate's code is translated once per distinct dtype, not per tensor.
+        let mut last: Option<(safetensors::Dtype, Option<DType>)> = None;
+        for entry in batch {
+            let info: TensorInfo = serde_json::from_str(entry.json)
+                .map_err(|e| rejected(format!("tensor '{}': {e}", entry.name)))?;
             let dtype = match last {
                 Some((code, ours)) if code == info.dtype => ours,
                 _ => {
@@ -468,22 +496,27 @@ fn check_batch(path: &Path, metadata_json: Option<&str>, batch: &[Entry<'_>]) ->
                 }
             };
             let (s, e) = info.data_offsets;
-            dtype == Some(entry.dtype)
+            let agrees = dtype == Some(entry.dtype)
                 && info
                     .shape
                     .iter()
                     .map(|&s| s as u64)
                     .eq(entry.shape.iter().copied())
-                && (s as u64, e as u64) == (entry.start, entry.end)
-        });
-        if !agrees {
-            return Err(rejected(format!(
-                "the crate reads tensor '{}' differently",
-                entry.name
-            )));
+                && (s as u64, e as u64) == (entry.start, entry.end);
+            if !agrees {
+                return Err(rejected(format!(
+                    "the crate reads tensor '{}' differently",
+                    entry.name
+                )));
+            }
+            infos.push((entry.name.to_string(), info));
         }
-    }
-    Ok(())
+        // As the crate orders a header's entries before validating them.
+        infos.sort_by_key(|(_, info)| info.data_offsets);
+        Metadata::new(None, infos).map_err(|e| rejected(e.to_string()))?;
+        Ok(())
+    })
+    .map_err(|_| rejected("the safetensors crate panicked".into()))?
 }
 
 #[cfg(test)]
@@ -618,24 +651,29 @@ mod tests {
             json,
         };
         let path = Path::new("t.safetensors");
-        assert!(check_batch(path, None, &[entry(DType::Float16, &[2], 4, 8)]).is_ok());
+        assert!(check_batch(path, &[entry(DType::Float16, &[2], 4, 8)]).is_ok());
         for wrong in [
             entry(DType::BFloat16, &[2], 4, 8),
             entry(DType::Float16, &[2, 1], 4, 8),
+            entry(DType::Float16, &[2], 0, 4),
         ] {
-            let e = check_batch(path, None, &[wrong]).unwrap_err().to_string();
+            let e = check_batch(path, &[wrong]).unwrap_err().to_string();
             assert!(e.contains("the crate reads tensor 'x' differently"), "{e}");
         }
-        // Other offsets than the text's: the crate finds the entry where the filler does not end.
-        let e = check_batch(path, None, &[entry(DType::Float16, &[2], 0, 4)])
+        // A gap after the first entry: the crate's offset rule, at the real offsets.
+        let after_gap = Entry {
+            name: Arc::from("y"),
+            json: r#"{"dtype":"F16","shape":[1],"data_offsets":[10,12]}"#,
+            ..entry(DType::Float16, &[1], 10, 12)
+        };
+        let e = check_batch(path, &[entry(DType::Float16, &[2], 4, 8), after_gap])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("invalid offset for tensor `x`"), "{e}");
+        assert!(e.contains("invalid offset for tensor `y`"), "{e}");
         // Offsets the crate refuses (a size that does not match) are the crate's verdict.
         let bad = r#"{"dtype":"F16","shape":[3],"data_offsets":[4,8]}"#;
         let e = check_batch(
             path,
-            None,
             &[Entry {
                 json: bad,
                 ..entry(DType::Float16, &[3], 4, 8)
@@ -647,6 +685,17 @@ mod tests {
             e.contains("rejected by the safetensors format rules"),
             "{e}"
         );
+        // Text the crate's `TensorInfo` cannot read is its verdict too.
+        let e = check_batch(
+            path,
+            &[Entry {
+                json: r#"{"dtype":"F17","shape":[2],"data_offsets":[4,8]}"#,
+                ..entry(DType::Float16, &[2], 4, 8)
+            }],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("tensor 'x': unknown variant `F17`"), "{e}");
     }
 
     #[test]
