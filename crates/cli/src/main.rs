@@ -20,6 +20,12 @@ mod table;
 mod views;
 
 use clap::{Parser, Subcommand};
+
+// A checkpoint of a million tensors is millions of small allocations made and freed on
+// several threads: mimalloc's per-thread free lists take them in about half the time of
+// glibc's arenas (BENCHMARKS.md, "allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use exit::ExitStatus;
 use std::process::ExitCode;
 
