@@ -9,6 +9,7 @@ use crate::registry::RULES;
 use crate::report::{DeviceFacts, FileReport, MemoryFacts};
 use crate::rule::{Context, Memory, Rule};
 use crate::Severity;
+use rayon::prelude::*;
 use std::collections::BTreeSet;
 use std::path::Path;
 use tensorplay_engine::alloc::device_load::DeviceLoad;
@@ -72,16 +73,24 @@ pub fn audit(
         device_load,
         expect: options.expect.as_deref(),
     };
-    let mut findings = Vec::new();
-    for (rule, severity) in &rules {
-        let mut drafts = Vec::new();
-        rule.check(&ctx, &mut drafts);
-        let severity = rule.at_least(&ctx).map_or(*severity, |s| s.max(*severity));
-        findings.extend(drafts.into_iter().map(|d| {
-            let severity = rule.at_most(&ctx, &d).map_or(severity, |s| s.min(severity));
-            finding(*rule, severity, d)
-        }));
-    }
+    // Rules read the context and nothing else: they run side by side, findings kept in
+    // rule order.
+    let findings: Vec<Finding> = rules
+        .par_iter()
+        .map(|(rule, severity)| {
+            let mut drafts = Vec::new();
+            rule.check(&ctx, &mut drafts);
+            let severity = rule.at_least(&ctx).map_or(*severity, |s| s.max(*severity));
+            drafts
+                .into_iter()
+                .map(|d| {
+                    let severity = rule.at_most(&ctx, &d).map_or(severity, |s| s.min(severity));
+                    finding(*rule, severity, d)
+                })
+                .collect::<Vec<_>>()
+        })
+        .flatten()
+        .collect();
     // Borrowed while deduplicated: a million tensors share a handful of values.
     let devices: BTreeSet<&str> = ckpt.storages.iter().map(|s| s.location()).collect();
     let dtypes: BTreeSet<&str> = ckpt

@@ -78,6 +78,9 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     let (metadata, entries) = parse_entries(path, raw, &parts.meter)?;
     check_data_len(buffer, data_start, &entries)?;
     cross_check_with_crate(path, &entries, &parts.meter)?;
+    // Read through: its pages (87 MB for a million entries) need not stay resident beside the
+    // layers built next; a later read faults them back in from the file.
+    buffer.release(0..data_start);
     build_into(buffer, data_start, entries, parts)?;
     parts.metadata = metadata;
     Ok(Format::Safetensors)

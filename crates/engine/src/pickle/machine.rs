@@ -49,6 +49,7 @@ pub fn unpickle(
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Memo::default(),
+        shared_scalars: [None; SHARED_SCALARS],
         ops: 0,
         heap_bytes: 0,
         budget,
@@ -83,6 +84,10 @@ pub(super) struct Machine<'a> {
     stack: Vec<Id>,
     marks: Vec<usize>,
     memo: Memo,
+    /// The one value of each of None, False, True and BININT1's 0–255, once made: a stream
+    /// repeats them for every tensor (offsets, sizes, flags), and being immutable they are
+    /// shared by id as the memo shares values, so a million tensors do not make millions.
+    shared_scalars: [Option<Id>; SHARED_SCALARS],
     ops: u64,
     /// Bytes the heap's values and the recorded globals take (they are never freed while
     /// the stream runs); the stack and memo are counted as they stand.
@@ -374,11 +379,31 @@ impl<'a> Machine<'a> {
 
     /// None, bools, integers and floats.
     fn scalar(&mut self, op: u8) -> Result<()> {
+        let (shared, node) = match op {
+            NONE => (0, Node::None),
+            NEWFALSE => (1, Node::Bool(false)),
+            NEWTRUE => (2, Node::Bool(true)),
+            BININT1 => {
+                let v = self.u8()?;
+                (3 + usize::from(v), Node::Int(i64::from(v)))
+            }
+            _ => return self.other_scalar(op),
+        };
+        match self.shared_scalars.get(shared).copied().flatten() {
+            Some(id) => self.push_id(id),
+            None => {
+                let id = self.alloc(node)?;
+                if let Some(slot) = self.shared_scalars.get_mut(shared) {
+                    *slot = Some(id);
+                }
+                self.push_id(id)
+            }
+        }
+    }
+
+    /// The scalars made anew each time: wider integers and floats.
+    fn other_scalar(&mut self, op: u8) -> Result<()> {
         let node = match op {
-            NONE => Node::None,
-            NEWTRUE => Node::Bool(true),
-            NEWFALSE => Node::Bool(false),
-            BININT1 => Node::Int(i64::from(self.u8()?)),
             BININT2 => Node::Int(i64::from(u16::from_le_bytes(self.array()?))),
             BININT => Node::Int(i64::from(i32::from_le_bytes(self.array()?))),
             LONG1 => {
@@ -712,6 +737,9 @@ impl<'a> Machine<'a> {
 }
 
 /// `n` values of `T`, in bytes.
+/// None, False, True and the 256 values of BININT1.
+const SHARED_SCALARS: usize = 3 + 256;
+
 fn slice_bytes<T>(n: usize) -> u64 {
     (n as u64).saturating_mul(std::mem::size_of::<T>() as u64)
 }

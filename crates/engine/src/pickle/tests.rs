@@ -358,12 +358,19 @@ fn budgets_bound_hostile_streams() {
         max_nodes: 3,
         ..Budget::default()
     };
-    let err = run_with(b"NNNN.", Loader::Python, &tight).unwrap_err();
+    let err = run_with(b"K\x01K\x02K\x03K\x04.", Loader::Python, &tight).unwrap_err();
     assert!(
         err.to_string()
             .contains("more than 3 values: budget exceeded"),
         "{err}"
     );
+    // None, the bools and small ints are made once and shared, like memoized values.
+    let four = Budget {
+        max_nodes: 4,
+        ..Budget::default()
+    };
+    let shared = run_with(b"NNK\x01\x88\x88NK\x01\x89.", Loader::Python, &four).unwrap();
+    assert_eq!(shared.heap.len(), 4);
     let tight = Budget {
         max_stack: 2,
         ..Budget::default()
