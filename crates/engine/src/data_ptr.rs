@@ -9,7 +9,8 @@ use std::sync::Arc;
 /// The final layer: where the bytes are.
 #[derive(Debug, Clone)]
 pub struct DataPtr {
-    address: u64,
+    // No address field: a host address is the buffer's plus the range start, any other is 0;
+    // a million storages hold 8 bytes less each.
     device: Device,
     owner: Owner,
 }
@@ -26,17 +27,22 @@ pub enum Owner {
     },
     /// Nothing: the storage has no bytes (meta tensors).
     None,
-    /// Bytes left compressed in the file (a deflated zip record): the record's `compressed`
-    /// range of a buffer, which inflates to `len` bytes. Never held whole: a scan inflates it
-    /// piece by piece, and `--metadata-only` not at all.
-    Deferred {
-        /// The buffer holding the compressed record.
-        buffer: Arc<HostBuffer>,
-        /// The compressed bytes inside it.
-        compressed: Range<u64>,
-        /// The size the record declares once inflated.
-        len: u64,
-    },
+    /// Bytes left compressed in the file (a deflated zip record). Never held whole: a scan
+    /// inflates them piece by piece, and `--metadata-only` not at all. Boxed: the rare case
+    /// keeps every storage's owner small.
+    Deferred(Box<Deferred>),
+}
+
+/// A record left compressed in the file: its `compressed` range of a buffer, which inflates to
+/// `len` bytes.
+#[derive(Debug, Clone)]
+pub struct Deferred {
+    /// The buffer holding the compressed record.
+    pub buffer: Arc<HostBuffer>,
+    /// The compressed bytes inside it.
+    pub compressed: Range<u64>,
+    /// The size the record declares once inflated.
+    pub len: u64,
 }
 
 impl DataPtr {
@@ -54,10 +60,7 @@ impl DataPtr {
                 ),
             });
         }
-        // Host addresses fit u64 on every supported target; the sum stays inside the buffer.
-        let address = buffer.bytes().as_ptr() as u64 + range.start;
         Ok(DataPtr {
-            address,
             device: Device::Cpu,
             owner: Owner::Host { buffer, range },
         })
@@ -68,9 +71,7 @@ impl DataPtr {
     pub fn heap(source: impl Into<std::path::PathBuf>, bytes: Vec<u8>) -> Self {
         let len = bytes.len() as u64;
         let buffer = HostBuffer::from_vec(source, bytes);
-        let address = buffer.bytes().as_ptr() as u64;
         DataPtr {
-            address,
             device: Device::Cpu,
             owner: Owner::Host {
                 buffer,
@@ -83,20 +84,18 @@ impl DataPtr {
     /// [`bytes`](Self::bytes) has none, [`len`](Self::len) is the declared `len`.
     pub fn deferred(buffer: Arc<HostBuffer>, compressed: Range<u64>, len: u64) -> Self {
         DataPtr {
-            address: 0,
             device: Device::Cpu,
-            owner: Owner::Deferred {
+            owner: Owner::Deferred(Box::new(Deferred {
                 buffer,
                 compressed,
                 len,
-            },
+            })),
         }
     }
 
     /// A DataPtr that owns nothing, for storages without bytes, on `device`.
     pub fn none(device: Device) -> Self {
         DataPtr {
-            address: 0,
             device,
             owner: Owner::None,
         }
@@ -104,7 +103,11 @@ impl DataPtr {
 
     /// The address in the owning process (host virtual address, or device pointer).
     pub fn address(&self) -> u64 {
-        self.address
+        match &self.owner {
+            // Host addresses fit u64 on every supported target; the sum stays inside the buffer.
+            Owner::Host { buffer, range } => buffer.bytes().as_ptr() as u64 + range.start,
+            Owner::None | Owner::Deferred(_) => 0,
+        }
     }
 
     /// The device the bytes really are on.
@@ -125,7 +128,7 @@ impl DataPtr {
                 let end = usize::try_from(range.end).ok()?;
                 buffer.bytes().get(start..end)
             }
-            Owner::None | Owner::Deferred { .. } => None,
+            Owner::None | Owner::Deferred(_) => None,
         }
     }
 
@@ -133,7 +136,7 @@ impl DataPtr {
     pub fn len(&self) -> u64 {
         match &self.owner {
             Owner::Host { range, .. } => range.end - range.start,
-            Owner::Deferred { len, .. } => *len,
+            Owner::Deferred(d) => d.len,
             Owner::None => 0,
         }
     }

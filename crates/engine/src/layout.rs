@@ -14,13 +14,11 @@ pub use walk::{Run, Runs, Walk};
 /// so the accessors below never overflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
-    // Inline up to four dimensions: nearly every tensor, and no allocation per tensor.
-    sizes: Dims,
-    strides: Dims,
+    // Sizes then strides, inline up to four dimensions (nearly every tensor): no allocation
+    // per tensor, one length for both. Element count and extent are derived, not kept: a
+    // million tensors' layouts stay 80 bytes each.
+    dims: SmallVec<[u64; 8]>,
     storage_offset: u64,
-    numel: u64,
-    /// One past the highest element index the view reaches; `storage_offset` when empty.
-    element_end: u64,
 }
 
 /// Sizes or strides of one layout.
@@ -33,41 +31,39 @@ impl Layout {
         strides: impl AsRef<[u64]>,
         storage_offset: u64,
     ) -> Result<Self> {
-        let sizes = Dims::from_slice(sizes.as_ref());
-        let strides = Dims::from_slice(strides.as_ref());
+        let (sizes, strides) = (sizes.as_ref(), strides.as_ref());
         if sizes.len() != strides.len() {
             return Err(Error::RankMismatch {
                 sizes: sizes.len(),
                 strides: strides.len(),
             });
         }
+        // Checked here once, so that the derived counts below never overflow.
         let numel = sizes
             .iter()
             .try_fold(1u64, |acc, &s| acc.checked_mul(s))
             .ok_or(Error::Overflow {
                 what: "element count",
             })?;
-        let element_end = if numel == 0 {
-            storage_offset
-        } else {
+        if numel > 0 {
             let overflow = || Error::Overflow {
                 what: "view extent",
             };
             let last = sizes
                 .iter()
-                .zip(&strides)
+                .zip(strides)
                 .try_fold(storage_offset, |acc, (&size, &stride)| {
                     (size - 1).checked_mul(stride)?.checked_add(acc)
                 })
                 .ok_or_else(overflow)?;
-            last.checked_add(1).ok_or_else(overflow)?
-        };
+            last.checked_add(1).ok_or_else(overflow)?;
+        }
+        let mut dims = SmallVec::with_capacity(2 * sizes.len());
+        dims.extend_from_slice(sizes);
+        dims.extend_from_slice(strides);
         Ok(Layout {
-            sizes,
-            strides,
+            dims,
             storage_offset,
-            numel,
-            element_end,
         })
     }
 
@@ -89,12 +85,12 @@ impl Layout {
 
     /// Sizes per dimension.
     pub fn sizes(&self) -> &[u64] {
-        &self.sizes
+        self.dims.split_at(self.dims.len() / 2).0
     }
 
     /// Strides per dimension, in elements.
     pub fn strides(&self) -> &[u64] {
-        &self.strides
+        self.dims.split_at(self.dims.len() / 2).1
     }
 
     /// Offset of the first element into the storage, in elements.
@@ -104,16 +100,33 @@ impl Layout {
 
     /// Number of elements.
     pub fn numel(&self) -> u64 {
-        self.numel
+        // Construction checked the product: saturating never changes it.
+        self.sizes().iter().fold(1, |acc, &s| acc.saturating_mul(s))
+    }
+
+    /// One past the highest element index the view reaches (checked by construction);
+    /// `storage_offset` when empty.
+    fn element_end(&self) -> u64 {
+        if self.numel() == 0 {
+            return self.storage_offset;
+        }
+        let last = self
+            .sizes()
+            .iter()
+            .zip(self.strides())
+            .fold(self.storage_offset, |acc, (&size, &stride)| {
+                (size - 1).saturating_mul(stride).saturating_add(acc)
+            });
+        last.saturating_add(1)
     }
 
     /// PyTorch's `is_contiguous()`: C order, ignoring size-1 dimensions; empty tensors are contiguous.
     pub fn is_contiguous(&self) -> bool {
-        if self.numel == 0 {
+        if self.numel() == 0 {
             return true;
         }
         let mut expected = 1u64;
-        for (&size, &stride) in self.sizes.iter().zip(&self.strides).rev() {
+        for (&size, &stride) in self.sizes().iter().zip(self.strides()).rev() {
             if size == 1 {
                 continue;
             }
@@ -128,7 +141,7 @@ impl Layout {
 
     /// Element indices the view touches: lowest, and one past the highest. `None` when empty.
     pub fn element_range(&self) -> Option<Range<u64>> {
-        (self.numel > 0).then_some(self.storage_offset..self.element_end)
+        (self.numel() > 0).then(|| self.storage_offset..self.element_end())
     }
 
     /// Bytes of the storage the view touches, `None` when it touches none.
@@ -154,7 +167,7 @@ impl Layout {
     /// Bytes the elements themselves occupy (numel × element width), whatever the strides.
     pub fn nbytes(&self, dtype: DType) -> Result<u64> {
         let bits = self
-            .numel
+            .numel()
             .checked_mul(dtype.bits())
             .ok_or(Error::Overflow {
                 what: "tensor byte size",

@@ -30,7 +30,7 @@ pub mod views;
 
 pub use checkpoint::{Checkpoint, ChunkedTensor, Format, TensorChunk};
 pub use composite::{Component, CompositeTensor};
-pub use data_ptr::{DataPtr, Owner};
+pub use data_ptr::{DataPtr, Deferred, Owner};
 pub use device::Device;
 pub use dtype::{DType, DTypeKind};
 pub use error::{Error, ErrorKind, Result};

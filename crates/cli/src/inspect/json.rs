@@ -230,12 +230,10 @@ fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<
             offset: Some(buffer.file_offset().saturating_add(range.start)),
             device: ptr.device().to_string(),
         },
-        Owner::Deferred {
-            buffer, compressed, ..
-        } => DataPtrJson {
+        Owner::Deferred(d) => DataPtrJson {
             backend: "deflated",
-            file: Some(buffer.source().display().to_string()),
-            offset: Some(buffer.file_offset().saturating_add(compressed.start)),
+            file: Some(d.buffer.source().display().to_string()),
+            offset: Some(d.buffer.file_offset().saturating_add(d.compressed.start)),
             device: ptr.device().to_string(),
         },
         Owner::None => DataPtrJson {

@@ -138,12 +138,10 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
                 buffer.file_offset().saturating_add(range.start)
             ),
             Owner::None => "none".to_owned(),
-            Owner::Deferred {
-                buffer, compressed, ..
-            } => format!(
+            Owner::Deferred(d) => format!(
                 "deflated ({} @ {})",
-                buffer.source().display(),
-                compressed.start
+                d.buffer.source().display(),
+                d.compressed.start
             ),
         };
         storages.row(vec![

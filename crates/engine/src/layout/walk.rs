@@ -83,7 +83,7 @@ impl Layout {
             stride: 1,
             logical: 0,
         };
-        if self.numel == 0 {
+        if self.numel() == 0 {
             return Ok(Walk {
                 storage_offset: self.storage_offset,
                 outer: Vec::new(),
@@ -93,17 +93,17 @@ impl Layout {
             });
         }
         // Logical strides, innermost first, then put back in order.
-        let mut logical = Vec::with_capacity(self.sizes.len());
+        let mut logical = Vec::with_capacity(self.sizes().len());
         let mut acc = 1u64;
-        for &size in self.sizes.iter().rev() {
+        for &size in self.sizes().iter().rev() {
             logical.push(acc);
             acc = acc.checked_mul(size).ok_or_else(overflow)?;
         }
         logical.reverse();
 
         let mut repeat = 1u64;
-        let mut dims: Vec<Dim> = Vec::with_capacity(self.sizes.len());
-        for ((&size, &stride), &logical) in self.sizes.iter().zip(&self.strides).zip(&logical) {
+        let mut dims: Vec<Dim> = Vec::with_capacity(self.sizes().len());
+        for ((&size, &stride), &logical) in self.sizes().iter().zip(self.strides()).zip(&logical) {
             if size == 1 {
                 continue;
             }

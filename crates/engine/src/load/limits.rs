@@ -150,6 +150,16 @@ impl Meter {
 mod tensor_tests {
     use super::*;
 
+    /// A million tensors are a million of each layer: with `Arc`'s two counters, a
+    /// `TensorImpl` and a `Storage` each fit a 128-byte allocation size class.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn the_layers_fit_128_byte_allocations() {
+        assert!(std::mem::size_of::<crate::TensorImpl>() + 16 <= 128);
+        assert!(std::mem::size_of::<crate::Storage>() + 16 <= 128);
+        assert_eq!(std::mem::size_of::<crate::Tensor>(), 24);
+    }
+
     #[test]
     fn tensors_are_charged_until_they_no_longer_fit() {
         let per = TENSOR_METADATA_BYTES + 10;

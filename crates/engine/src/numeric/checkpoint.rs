@@ -49,7 +49,7 @@ pub fn scan_checkpoint(
         if !scannable(imp.dtype()) {
             continue;
         }
-        if matches!(imp.storage().data_ptr().owner(), Owner::Deferred { .. }) {
+        if matches!(imp.storage().data_ptr().owner(), Owner::Deferred(_)) {
             deferred
                 .entry(Arc::as_ptr(imp.storage()))
                 .or_default()

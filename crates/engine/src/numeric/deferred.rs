@@ -44,14 +44,10 @@ pub(super) fn scan_deferred(
     if streaming.is_empty() {
         return done;
     }
-    let Owner::Deferred {
-        buffer,
-        compressed,
-        len,
-    } = first.storage().data_ptr().owner()
-    else {
+    let Owner::Deferred(deferred) = first.storage().data_ptr().owner() else {
         return done;
     };
+    let (buffer, compressed, len) = (&deferred.buffer, &deferred.compressed, &deferred.len);
     let bytes = usize::try_from(compressed.start)
         .ok()
         .zip(usize::try_from(compressed.end).ok())
@@ -388,12 +384,12 @@ mod tests {
             scan_deferred(&[(0, &d), (1, &t)], 7, Some(&progress)).len(),
             2
         );
-        let Owner::Deferred { compressed, .. } = deferred.data_ptr().owner() else {
+        let Owner::Deferred(record) = deferred.data_ptr().owner() else {
             panic!("deferred")
         };
         assert_eq!(
             progress.load(Ordering::Relaxed),
-            compressed.end - compressed.start
+            record.compressed.end - record.compressed.start
         );
         let found = streamed(&d, 3).unwrap();
         assert_eq!(
@@ -406,14 +402,15 @@ mod tests {
     fn a_record_of_the_wrong_size_scans_nothing() {
         let bytes = f32s(&[f32::NAN; 8]);
         let (_, deferred) = both(DType::Float32, &bytes);
-        let Owner::Deferred {
-            buffer, compressed, ..
-        } = deferred.data_ptr().owner()
-        else {
+        let Owner::Deferred(record) = deferred.data_ptr().owner() else {
             panic!("deferred")
         };
         for claimed in [28u64, 36] {
-            let ptr = DataPtr::deferred(Arc::clone(buffer), compressed.clone(), claimed);
+            let ptr = DataPtr::deferred(
+                Arc::clone(&record.buffer),
+                record.compressed.clone(),
+                claimed,
+            );
             let s = Arc::new(Storage::new(0, "0", DType::Float32, claimed, "cpu", ptr));
             let v = view(&s, DType::Float32, &[7], &[1], 0).unwrap();
             assert_eq!(streamed(&v, 5), None, "{claimed}");
