@@ -88,17 +88,23 @@ const FINDING_BYTES: u64 = 256;
 /// bytes (counted per view in O(n log n)), a finding and its names in up to six strings;
 /// disjoint views (a flat buffer) and tied names cost only their relations.
 pub fn check_budget(ckpt: &Checkpoint, path: &Path, limit: u64) -> Result<()> {
+    // Only storages with two views or more cost anything.
+    let views_of = views_per_storage(ckpt);
     // (storage, byte range, name bytes) per view, sorted so views of one storage, and views
     // of one byte range within it, are side by side.
     let mut views: Vec<(usize, Option<Range<u64>>, u64)> = ckpt
         .tensors
         .iter()
+        .filter(|t| {
+            views_of
+                .get(t.tensor_impl().storage().id())
+                .is_some_and(|&n| n >= 2)
+        })
         .map(|t| {
             let imp = t.tensor_impl();
             let range = imp.byte_range().ok().flatten();
             (imp.storage().id(), range, t.name().len() as u64)
         })
-        .filter(|(id, _, _)| *id < ckpt.storages.len())
         .collect();
     views.sort_unstable_by_key(|(id, range, _)| (*id, range.as_ref().map(|r| (r.start, r.end))));
     let mut needed = 0u64;
@@ -168,33 +174,47 @@ fn storage_cost(views: &[(usize, Option<Range<u64>>, u64)]) -> u64 {
         .saturating_add(names.saturating_mul(4))
 }
 
-/// Every storage that more than one tensor name views, in storage order. A view whose
-/// extent overflows counts as reaching no bytes.
-pub fn shared_storages(ckpt: &Checkpoint) -> Vec<SharedStorage<'_>> {
-    // Count first: most storages have one view, and then no list is built for them.
+/// How many tensors view each storage, by storage id: counted first, so that a million
+/// storages of one tensor each make no list of views.
+fn views_per_storage(ckpt: &Checkpoint) -> Vec<u32> {
     let mut counts = vec![0u32; ckpt.storages.len()];
     for tensor in &ckpt.tensors {
         if let Some(n) = counts.get_mut(tensor.tensor_impl().storage().id()) {
             *n = n.saturating_add(1);
         }
     }
-    let mut views: Vec<Vec<View<'_>>> = vec![Vec::new(); ckpt.storages.len()];
-    for tensor in &ckpt.tensors {
-        if counts.get(tensor.tensor_impl().storage().id()) < Some(&2) {
-            continue;
-        }
-        let imp = tensor.tensor_impl();
-        if let Some(list) = views.get_mut(imp.storage().id()) {
-            list.push(View {
+    counts
+}
+
+/// Every storage that more than one tensor name views, in storage order. A view whose
+/// extent overflows counts as reaching no bytes.
+pub fn shared_storages(ckpt: &Checkpoint) -> Vec<SharedStorage<'_>> {
+    let counts = views_per_storage(ckpt);
+    // (storage id, view) of the storages viewed twice or more; the stable sort keeps each
+    // storage's views in tensor order.
+    let mut shared: Vec<(usize, View<'_>)> = ckpt
+        .tensors
+        .iter()
+        .filter(|t| counts.get(t.tensor_impl().storage().id()) >= Some(&2))
+        .map(|tensor| {
+            let imp = tensor.tensor_impl();
+            let view = View {
                 tensor,
                 bytes: imp.byte_range().ok().flatten(),
-            });
-        }
-    }
-    ckpt.storages
-        .iter()
-        .zip(views)
-        .filter(|(_, views)| views.len() > 1)
+            };
+            (imp.storage().id(), view)
+        })
+        .collect();
+    shared.sort_by_key(|(id, _)| *id);
+    shared
+        .chunk_by(|a, b| a.0 == b.0)
+        .filter_map(|group| {
+            let storage = ckpt.storages.get(group.first()?.0)?;
+            Some((
+                storage,
+                group.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),
+            ))
+        })
         .map(|(storage, views)| {
             let mut relations = Vec::new();
             for (i, a) in views.iter().enumerate() {

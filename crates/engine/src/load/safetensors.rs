@@ -111,14 +111,25 @@ fn build_into(
     parts: &mut Parts,
 ) -> Result<()> {
     let first_id = parts.storages.len();
-    let storages = entries
+    // Indexed maps, written in place; a failure (none is expected after validation) is kept
+    // aside and reported after.
+    let failure = std::sync::Mutex::new(None);
+    let fail = |e: Error| {
+        failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get_or_insert(e);
+    };
+    let storages: Vec<Option<Arc<Storage>>> = entries
         .par_iter()
         .enumerate()
         .map(|(i, entry)| {
             // Tiling and the data length put every offset inside the file: no sum overflows.
             let range = (data_start + entry.start)..(data_start + entry.end);
-            let data_ptr = DataPtr::host(Arc::clone(buffer), range)?;
-            Ok(Arc::new(Storage::new(
+            let data_ptr = DataPtr::host(Arc::clone(buffer), range)
+                .map_err(fail)
+                .ok()?;
+            Some(Arc::new(Storage::new(
                 first_id + i,
                 Arc::clone(&entry.name),
                 entry.dtype,
@@ -127,24 +138,42 @@ fn build_into(
                 data_ptr,
             )))
         })
-        .collect::<Result<Vec<_>>>()?;
-    let tensors = entries
+        .collect();
+    let tensors: Vec<Option<Tensor>> = entries
         .into_par_iter()
         .zip(&storages)
         .map(|(entry, storage)| {
-            let layout = Layout::contiguous(&entry.shape).map_err(|e| Error::InvalidTensor {
-                path: buffer.source().to_owned(),
-                tensor: entry.name.to_string(),
-                detail: e.to_string(),
-            })?;
-            let storage = Arc::clone(storage);
+            let layout = Layout::contiguous(&entry.shape)
+                .map_err(|e| {
+                    fail(Error::InvalidTensor {
+                        path: buffer.source().to_owned(),
+                        tensor: entry.name.to_string(),
+                        detail: e.to_string(),
+                    })
+                })
+                .ok()?;
+            let storage = Arc::clone(storage.as_ref()?);
             let imp = TensorImpl::new(layout, entry.dtype, Device::Cpu, false, false, storage);
-            Ok(Tensor::new(entry.name, Arc::new(imp)))
+            Some(Tensor::new(entry.name, Arc::new(imp)))
         })
-        .collect::<Result<Vec<_>>>()?;
-    append(&mut parts.storages, storages);
-    append(&mut parts.tensors, tensors);
+        .collect();
+    if let Some(e) = failure
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    {
+        return Err(e);
+    }
+    append(&mut parts.storages, somes(storages));
+    append(&mut parts.tensors, somes(tensors));
     Ok(())
+}
+
+/// The values of a list without gaps, in the list's own memory: `Option` of a type with a
+/// niche (an `Arc`) is the same size, and `filter_map` collects in place where `flatten`
+/// would copy a million entries.
+#[allow(clippy::filter_map_identity)]
+fn somes<T>(list: Vec<Option<T>>) -> Vec<T> {
+    list.into_iter().filter_map(|v| v).collect()
 }
 
 /// `to` followed by `more`, without a copy when `to` is empty.
@@ -211,10 +240,15 @@ fn split_entries<'h>(path: &Path, header: &'h str, meter: &Meter) -> Result<RawE
         )));
     }
     let refused = RefCell::new(None);
+    // Room for the entries the header can hold (the shortest is over 50 bytes), within what
+    // the budget lets entries take: the list is not regrown and copied a million times over.
+    let room = (meter.limits.max_memory.saturating_sub(meter.held()) / HEADER_ENTRY_BYTES)
+        .min(header.len() as u64 / 50);
     let seed = EntriesSeed {
         path,
         meter,
         refused: &refused,
+        room: usize::try_from(room).unwrap_or(0),
     };
     let mut de = serde_json::Deserializer::from_str(header);
     let parsed = de
@@ -230,6 +264,7 @@ struct EntriesSeed<'p> {
     path: &'p Path,
     meter: &'p Meter,
     refused: &'p RefCell<Option<Error>>,
+    room: usize,
 }
 
 impl<'de> Visitor<'de> for EntriesSeed<'_> {
@@ -243,7 +278,7 @@ impl<'de> Visitor<'de> for EntriesSeed<'_> {
         self,
         mut map: A,
     ) -> std::result::Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(self.room);
         while let Some(Key(key)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
             // The slices, a key copied when it held escapes, and its slot in the set that
@@ -305,20 +340,32 @@ fn parse_entries<'h>(path: &Path, raw: RawEntries<'h>, meter: &Meter) -> Result<
         path: path.to_owned(),
         detail,
     };
+    // The tensors' entries: all but the metadata's (a second one is a duplicate name).
+    let meta_at = raw.iter().position(|(name, _)| name == METADATA_KEY);
+    let (before, after) = match meta_at {
+        Some(i) => (
+            raw.get(..i).unwrap_or_default(),
+            raw.get(i + 1..).unwrap_or_default(),
+        ),
+        None => (&raw[..], &[][..]),
+    };
     // Charged before they are built: each entry itself, and the layers it becomes.
-    let tensors = raw.iter().filter(|(name, _)| name != METADATA_KEY);
-    let (count, names) = tensors.fold((0u64, 0u64), |(n, bytes), (name, _)| {
-        (n + 1, bytes.saturating_add(name.len() as u64))
-    });
+    let names = before
+        .iter()
+        .chain(after)
+        .fold(0u64, |acc, (name, _)| acc.saturating_add(name.len() as u64));
+    let count = (before.len() + after.len()) as u64;
     meter.hold_tensors(path, count, std::mem::size_of::<Entry>() as u64, names)?;
 
+    // In order and indexed, so the list is written in place, not joined from pieces.
     let (duplicate, parsed) = rayon::join(
         || first_duplicate(&raw),
         || {
-            raw.par_iter()
-                .filter(|(name, _)| name != METADATA_KEY)
-                .map(|(name, value)| parse_entry(path, name, value.get()))
-                .collect::<Result<Vec<_>>>()
+            before
+                .par_iter()
+                .chain(after)
+                .map(|(name, value)| parse_entry(path, name, value.get()).ok())
+                .collect::<Vec<_>>()
         },
     );
     if let Some(name) = duplicate {
@@ -328,21 +375,19 @@ fn parse_entries<'h>(path: &Path, raw: RawEntries<'h>, meter: &Meter) -> Result<
         });
     }
     let mut metadata = BTreeMap::new();
-    if let Some((_, value)) = raw.iter().find(|(name, _)| name == METADATA_KEY) {
+    if let Some((_, value)) = meta_at.and_then(|i| raw.get(i)) {
         metadata = serde_json::from_str(value.get())
             .map_err(|e| syntax(format!("{METADATA_KEY} must map strings to strings: {e}")))?;
     }
-    let mut entries = match parsed {
-        Ok(entries) => entries,
-        // Any one of the errors came back: the first in file order is the one reported.
-        Err(any) => {
-            let first = raw
-                .iter()
-                .filter(|(name, _)| name != METADATA_KEY)
-                .find_map(|(name, value)| parse_entry(path, name, value.get()).err());
-            return Err(first.unwrap_or(any));
-        }
-    };
+    if parsed.iter().any(Option::is_none) {
+        // The first bad entry in file order is the one reported.
+        let first = before
+            .iter()
+            .chain(after)
+            .find_map(|(name, value)| parse_entry(path, name, value.get()).err());
+        return Err(first.unwrap_or_else(|| syntax("an entry could not be read".into())));
+    }
+    let mut entries = somes(parsed);
     drop(raw);
     entries.par_sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
     check_tiling(path, &entries)?;
