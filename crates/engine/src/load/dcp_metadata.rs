@@ -189,17 +189,12 @@ impl Reader<'_> {
     /// The state of an instance of `class` (a name in [`DCP_GLOBALS`]'s metadata module or
     /// filesystem module), made with no arguments.
     fn object(&self, id: Id, class: &str) -> Result<Option<Id>> {
-        let Node::Object {
-            class: c,
-            args,
-            state,
-            items,
-        } = self.heap.get(id)
-        else {
+        let Node::Object(object) = self.heap.get(id) else {
             return Err(self.err(format!("expected a {class}")));
         };
+        let (c, args, state, items) = (&object.class, &object.args, &object.state, &object.items);
         let named = match self.heap.get(*c) {
-            Node::Global { module, name } => name == class && is_dcp_global(module, name),
+            Node::Global(g) => g.name == class && is_dcp_global(&g.module, &g.name),
             _ => false,
         };
         let no_args = self.heap.seq(*args).is_some_and(<[Id]>::is_empty);
@@ -238,7 +233,7 @@ impl Reader<'_> {
                 .ok_or_else(|| self.err("a state_dict_metadata key is not a string"))?
                 .to_owned();
             match self.heap.get(v) {
-                Node::Object { class, .. } if self.class_name(*class) == "BytesStorageMetadata" => {
+                Node::Object(o) if self.class_name(o.class) == "BytesStorageMetadata" => {
                     self.object(v, "BytesStorageMetadata")?;
                     out.bytes.push(fqn);
                 }
@@ -256,7 +251,7 @@ impl Reader<'_> {
 
     fn class_name(&self, class: Id) -> &str {
         match self.heap.get(class) {
-            Node::Global { name, .. } => name,
+            Node::Global(g) => &g.name,
             _ => "",
         }
     }
@@ -296,7 +291,7 @@ impl Reader<'_> {
             .and_then(|s| self.heap.seq(s))
             .and_then(|s| s.first().copied());
         let dtype = first.and_then(|d| match self.heap.get(d) {
-            Node::Global { module, name } => match allowlist::classify(module, name) {
+            Node::Global(g) => match allowlist::classify(&g.module, &g.name) {
                 allowlist::Class::Known(allowlist::Known::Dtype(dtype)) => Some(dtype),
                 _ => None,
             },

@@ -173,7 +173,8 @@ impl Walk<'_> {
                     self.visit_child(v, name, || i.to_string())?;
                 }
             }
-            Node::Object { state, items, .. } => {
+            Node::Object(object) => {
+                let (state, items) = (&object.state, &object.items);
                 if let Some(state) = *state {
                     self.object_state(state, name)?;
                 }
@@ -247,7 +248,7 @@ fn holds_nothing(node: &Node) -> bool {
             | Node::Float(_)
             | Node::Str(_)
             | Node::Bytes(_)
-            | Node::Global { .. }
+            | Node::Global(_)
     )
 }
 

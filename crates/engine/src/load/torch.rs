@@ -101,11 +101,12 @@ pub(crate) fn storage_record(
         return Err("storage views (files from torch before 0.4) are not supported".into());
     }
     let class_dtype = match heap.get(class) {
-        Node::Global { module, name } => match allowlist::classify(module, name) {
+        Node::Global(g) => match allowlist::classify(&g.module, &g.name) {
             allowlist::Class::Known(allowlist::Known::Storage(dtype)) => dtype,
             _ => {
                 return Err(format!(
-                    "storage type {module}.{name} is not a storage class"
+                    "storage type {}.{} is not a storage class",
+                    g.module, g.name
                 ))
             }
         },

@@ -373,7 +373,7 @@ impl MemberPickles<'_> {
             .heap
             .seq(args.root)
             .and_then(|items| match args.heap.get(*items.get(2)?) {
-                Node::Global { module, name } => match classify(module, name) {
+                Node::Global(g) => match classify(&g.module, &g.name) {
                     Class::Known(Known::Storage(Some(dtype))) => dtype.element_size(),
                     _ => None,
                 },

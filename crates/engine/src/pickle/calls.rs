@@ -2,7 +2,7 @@
 //! allowlist, otherwise an opaque object. Nothing is ever called.
 
 use super::allowlist::{classify, Class, Known};
-use super::heap::{CompositeSpec, Id, Node, TensorSpec};
+use super::heap::{CompositeSpec, Id, Node, Object, TensorSpec};
 use super::machine::Machine;
 use crate::error::Result;
 use crate::DType;
@@ -22,7 +22,7 @@ const WRAPPER: &str = "wrapper";
 impl Machine<'_> {
     fn known(&self, id: Id) -> Option<Known> {
         match self.heap.get(id) {
-            Node::Global { module, name } => match classify(module, name) {
+            Node::Global(g) => match classify(&g.module, &g.name) {
                 Class::Known(k) => Some(k),
                 _ => None,
             },
@@ -38,12 +38,12 @@ impl Machine<'_> {
     }
 
     fn opaque(&mut self, class: Id, args: Id) -> Result<Id> {
-        self.alloc(Node::Object {
+        self.alloc(Node::Object(Box::new(Object {
             class,
             args,
             state: None,
             items: Vec::new(),
-        })
+        })))
     }
 
     /// NEWOBJ, INST, OBJ: `class(*args)`, interpreted only for dict and set classes.
@@ -233,12 +233,8 @@ impl Machine<'_> {
         // `_rebuild_njt`) is an opaque object: its state, set as BUILD would set it, keeps
         // the inner tensors in view, by attribute name.
         let state = a.get(3).copied();
-        if let (Some(Node::Object { state: slot, .. }), Some(state)) =
-            (self.heap.get_mut(result), state)
-        {
-            if slot.is_none() {
-                *slot = Some(state);
-            }
+        if let (Some(Node::Object(object)), Some(state)) = (self.heap.get_mut(result), state) {
+            object.state.get_or_insert(state);
         }
         // A wrapper subclass keeps its inner tensors in its state (`__dict__`, or
         // `(__dict__, slots)`): they are its components, by attribute name.
@@ -289,13 +285,10 @@ impl Machine<'_> {
             _ => return None,
         };
         let dtensor_spec = self.attr(slots, "_spec")?;
-        let Node::Object {
-            state: Some(spec_state),
-            ..
-        } = self.heap.get(dtensor_spec)
-        else {
+        let Node::Object(spec) = self.heap.get(dtensor_spec) else {
             return None;
         };
+        let spec_state = spec.state.as_ref()?;
         let Node::Tuple(items) = self.heap.get(self.attr(*spec_state, "placements")?) else {
             return None;
         };
@@ -307,12 +300,14 @@ impl Machine<'_> {
 
     /// One placement: `Shard(dim=0)`, `Replicate()`, from its class and BUILD state.
     fn placement(&self, id: Id) -> Option<String> {
-        let Node::Object { class, state, .. } = self.heap.get(id) else {
+        let Node::Object(object) = self.heap.get(id) else {
             return None;
         };
-        let Node::Global { module, name } = self.heap.get(*class) else {
+        let (class, state) = (&object.class, &object.state);
+        let Node::Global(global) = self.heap.get(*class) else {
             return None;
         };
+        let (module, name) = (&global.module, &global.name);
         if module != "torch.distributed.tensor.placement_types" {
             return None;
         }
@@ -453,7 +448,7 @@ impl Machine<'_> {
     /// with `_rebuild_from_type_v2`'s state.
     fn wrapper_subclass(&self, a: &[Id]) -> Result<CompositeSpec> {
         let subclass = match a.first().map(|&i| self.heap.get(i)) {
-            Some(Node::Global { module, name }) => format!("{module}.{name}"),
+            Some(Node::Global(g)) => format!("{}.{}", g.module, g.name),
             _ => return Err(self.err("_rebuild_wrapper_subclass: first argument is not a class")),
         };
         let dtype = a

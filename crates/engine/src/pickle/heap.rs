@@ -31,25 +31,12 @@ pub enum Node {
     Dict(Vec<(Id, Id)>),
     /// A set or frozenset.
     Set(Vec<Id>),
-    /// A name a pickle refers to: only a name.
-    Global {
-        /// Module, after Python 2 → 3 mapping.
-        module: String,
-        /// Attribute.
-        name: String,
-    },
+    /// A name a pickle refers to: only a name. Boxed, like the object and tensor variants, so
+    /// that every value stays 32 bytes: a stream makes millions of them.
+    Global(Box<Global>),
     /// An object the stream asks to construct (by REDUCE, NEWOBJ, INST or OBJ) that
     /// tensorplay does not interpret: kept with its arguments and any state or items given to it.
-    Object {
-        /// The callable or class, a [`Node::Global`] or another object.
-        class: Id,
-        /// Its arguments.
-        args: Id,
-        /// State set by BUILD.
-        state: Option<Id>,
-        /// Items appended (key `None`) or set (key `Some`) on it.
-        items: Vec<(Option<Id>, Id)>,
-    },
+    Object(Box<Object>),
     /// A persistent id (`BINPERSID`): the archive resolves it, usually to a storage.
     Persistent(Id),
     /// A tensor rebuilt by an allowlisted `torch._utils` function (boxed: it is the largest
@@ -58,6 +45,28 @@ pub enum Node {
     /// A tensor that is not one strided view (sparse, nested, a wrapper subclass): named by
     /// what the rebuild call says, made of component tensors.
     Composite(Box<CompositeSpec>),
+}
+
+/// A name a pickle refers to ([`Node::Global`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Global {
+    /// Module, after Python 2 → 3 mapping.
+    pub module: String,
+    /// Attribute.
+    pub name: String,
+}
+
+/// An object a pickle asks to construct ([`Node::Object`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    /// The callable or class, a [`Node::Global`] or another object.
+    pub class: Id,
+    /// Its arguments.
+    pub args: Id,
+    /// State set by BUILD.
+    pub state: Option<Id>,
+    /// Items appended (key `None`) or set (key `Some`) on it.
+    pub items: Vec<(Option<Id>, Id)>,
 }
 
 /// What a sparse, nested or wrapper-subclass rebuild said about a tensor.

@@ -2,7 +2,7 @@
 //! an interpretation of an allowlisted name or an opaque object.
 
 use super::allowlist::{classify, map_module, resolves, Class, Loader};
-use super::heap::{Heap, Id, Node};
+use super::heap::{Global, Heap, Id, Node, Object};
 use super::literals::{decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape};
 use super::memo::Memo;
 use super::opcodes::*;
@@ -546,9 +546,7 @@ impl<'a> Machine<'a> {
         self.charge(slice_bytes::<(Option<Id>, Id)>(items.len()))?;
         match self.heap.get_mut(target) {
             Some(Node::List(list) | Node::Set(list)) => list.extend(items),
-            Some(Node::Object { items: slot, .. }) => {
-                slot.extend(items.into_iter().map(|v| (None, v)))
-            }
+            Some(Node::Object(object)) => object.items.extend(items.into_iter().map(|v| (None, v))),
             _ => {
                 return Err(self.err("APPEND/ADDITEMS on a value that is not a list, set or object"))
             }
@@ -561,9 +559,9 @@ impl<'a> Machine<'a> {
         self.charge(slice_bytes::<(Option<Id>, Id)>(pairs.len()))?;
         match self.heap.get_mut(target) {
             Some(Node::Dict(dict)) => dict.extend(pairs),
-            Some(Node::Object { items: slot, .. }) => {
-                slot.extend(pairs.into_iter().map(|(k, v)| (Some(k), v)))
-            }
+            Some(Node::Object(object)) => object
+                .items
+                .extend(pairs.into_iter().map(|(k, v)| (Some(k), v))),
             _ => return Err(self.err("SETITEM on a value that is not a dict or object")),
         }
         Ok(())
@@ -640,10 +638,10 @@ impl<'a> Machine<'a> {
         if classify(module, name) == Class::TorchScript {
             self.torchscript_classes = true;
         }
-        self.alloc(Node::Global {
+        self.alloc(Node::Global(Box::new(Global {
             module: module.to_owned(),
             name: name.to_owned(),
-        })
+        })))
     }
 
     /// Calls and instantiations: interpreted when allowlisted, otherwise opaque; never made.
@@ -686,8 +684,8 @@ impl<'a> Machine<'a> {
     fn build(&mut self) -> Result<()> {
         let state = self.pop()?;
         let target = self.top()?;
-        if let Some(Node::Object { state: slot, .. }) = self.heap.get_mut(target) {
-            *slot = Some(state);
+        if let Some(Node::Object(object)) = self.heap.get_mut(target) {
+            object.state = Some(state);
         }
         // Dicts (an OrderedDict's `_metadata`), tensors (Parameter state) and the rest
         // would run `__setstate__`; their contents are already known.
@@ -757,8 +755,11 @@ fn node_bytes(node: &Node) -> u64 {
         Node::Str(text) => text.len() as u64,
         Node::List(items) | Node::Tuple(items) | Node::Set(items) => slice_bytes::<Id>(items.len()),
         Node::Dict(pairs) => slice_bytes::<(Id, Id)>(pairs.len()),
-        Node::Global { module, name } => (module.len() as u64).saturating_add(name.len() as u64),
-        Node::Object { items, .. } => slice_bytes::<(Option<Id>, Id)>(items.len()),
+        Node::Global(g) => (g.module.len() as u64)
+            .saturating_add(g.name.len() as u64)
+            .saturating_add(std::mem::size_of::<Global>() as u64),
+        Node::Object(object) => slice_bytes::<(Option<Id>, Id)>(object.items.len())
+            .saturating_add(std::mem::size_of::<Object>() as u64),
         Node::Composite(spec) => {
             let roles = spec
                 .components

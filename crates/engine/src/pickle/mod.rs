@@ -18,7 +18,7 @@ mod opcodes;
 
 pub use allowlist::Loader;
 pub use budget::Budget;
-pub use heap::{CompositeSpec, Heap, Id, Node, TensorSpec};
+pub use heap::{CompositeSpec, Global, Heap, Id, Node, Object, TensorSpec};
 pub use machine::{unpickle, Unpickled};
 
 /// A global a pickle references outside the allowlist. Never imported, never called.

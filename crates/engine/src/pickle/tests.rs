@@ -154,17 +154,20 @@ fn unsafe_globals_are_recorded_and_never_called() {
         // Reading goes on: the payload is an opaque object beside the ordinary value.
         assert_eq!(u.heap.int(field(&u, u.root, "w")), Some(1));
         let payload = field(&u, u.root, "payload");
-        let Node::Object { class, args, .. } = u.heap.get(payload) else {
+        let Node::Object(object) = u.heap.get(payload) else {
             panic!("payload is not opaque");
         };
         assert_eq!(
-            u.heap.get(*class),
-            &Node::Global {
+            u.heap.get(object.class),
+            &Node::Global(Box::new(Global {
                 module: "posix".into(),
                 name: "system".into()
-            }
+            }))
         );
-        assert_eq!(u.heap.str(u.heap.seq(*args).unwrap()[0]), Some("echo hi"));
+        assert_eq!(
+            u.heap.str(u.heap.seq(object.args).unwrap()[0]),
+            Some("echo hi")
+        );
     }
 }
 
@@ -251,18 +254,18 @@ fn instances_extensions_persistent_ids_and_stack_ops() {
     assert_eq!(items.len(), 9);
 
     let object = |id: Id| match u.heap.get(id) {
-        Node::Object {
-            class, args, state, ..
-        } => (
-            u.heap.get(*class).clone(),
-            u.heap.seq(*args).unwrap().to_vec(),
-            *state,
+        Node::Object(object) => (
+            u.heap.get(object.class).clone(),
+            u.heap.seq(object.args).unwrap().to_vec(),
+            object.state,
         ),
         other => panic!("not an object: {other:?}"),
     };
-    let global = |module: &str, name: &str| Node::Global {
-        module: module.into(),
-        name: name.into(),
+    let global = |module: &str, name: &str| {
+        Node::Global(Box::new(Global {
+            module: module.into(),
+            name: name.into(),
+        }))
     };
     let (class, args, state) = object(items[0]);
     assert_eq!(class, global("os", "system"));
@@ -517,4 +520,11 @@ proptest! {
         }
         let _ = run(&bytes);
     }
+}
+
+/// A stream of a million tensors makes millions of values: each stays 32 bytes.
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn values_stay_32_bytes() {
+    assert_eq!(std::mem::size_of::<Node>(), 32);
 }
