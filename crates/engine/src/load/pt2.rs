@@ -46,7 +46,7 @@ pub(crate) fn is_pt2(archive: &Archive<'_>) -> Result<bool> {
     let Some(entry) = archive.entry(ARCHIVE_FORMAT) else {
         return Ok(false);
     };
-    let value = archive.inflate(&entry)?;
+    let value = archive.inflate(entry)?;
     if *value != *b"pt2" {
         let shown = String::from_utf8_lossy(value.get(..32).unwrap_or(&value)).into_owned();
         return Err(archive.err(
@@ -375,42 +375,37 @@ impl ModelReader<'_, '_> {
     /// A raw member as one untyped storage of `spec`'s dtype, on `spec`'s device.
     fn storage(&mut self, member: &str, spec: &Spec) -> Result<Arc<Storage>> {
         let full = self.archive.full_name(member);
-        let entry = self
+        let (index, entry) = self
             .archive
-            .entry(member)
+            .indexed(member)
             .ok_or_else(|| self.archive.err(&full, "weight member is missing"))?;
+        let (size, stored, start) = (entry.size, entry.is_stored(), entry.data_start());
         let element = spec.dtype.bits() / 8;
         // torch.frombuffer needs whole elements; an empty member would become zeros silently.
-        if !spec.dtype.bits().is_multiple_of(8)
-            || element == 0
-            || !entry.size.is_multiple_of(element)
-        {
+        if !spec.dtype.bits().is_multiple_of(8) || element == 0 || !size.is_multiple_of(element) {
             return Err(self.archive.err(
                 &full,
-                format!("{} bytes are not whole {} elements", entry.size, spec.dtype),
+                format!("{} bytes are not whole {} elements", size, spec.dtype),
             ));
         }
-        let data_ptr = if entry.is_stored() {
-            self.archive.read.insert(entry.name.clone());
-            let start = entry.data_start();
-            let end = start.checked_add(entry.size).ok_or(Error::Overflow {
+        let data_ptr = if stored {
+            self.archive.mark_read(index);
+            let end = start.checked_add(size).ok_or(Error::Overflow {
                 what: "weight member end",
             })?;
             DataPtr::host(Arc::clone(self.archive.buffer), start..end)?
         } else {
-            let bytes = self.archive.read(member)?.unwrap_or_default().into_owned();
-            self.archive
-                .meter
-                .hold(self.archive.path(), entry.size, || {
-                    format!("weight member {full}")
-                })?;
+            let bytes = self.archive.read_at(index)?.into_owned();
+            self.archive.meter.hold(self.archive.path(), size, || {
+                format!("weight member {full}")
+            })?;
             DataPtr::heap(self.archive.path(), bytes)
         };
         let storage = Arc::new(Storage::new(
             self.parts.storages.len(),
             member,
             spec.dtype,
-            entry.size,
+            size,
             spec.device.to_string(),
             data_ptr,
         ));

@@ -16,7 +16,6 @@ use crate::error::{Error, Result};
 use crate::pickle::{unpickle, Loader};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -44,8 +43,8 @@ pub(crate) struct Archive<'a> {
     pub zip: Zip<'a>,
     pub prefix: String,
     big_endian: bool,
-    /// Entries already read as a pickle or a storage record, by full name.
-    pub read: HashSet<String>,
+    /// Per entry, by central-directory index: already read as a pickle or a storage record.
+    read: Vec<bool>,
     /// The read's memory account, taken from its `Parts` while the archive is read.
     pub meter: Meter,
 }
@@ -70,18 +69,50 @@ impl<'a> Archive<'a> {
         format!("{}/{name}", self.prefix)
     }
 
+    /// The central-directory index of the entry PyTorch's reader finds for a record name
+    /// (under the archive's folder).
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.zip.position(&[&self.prefix], name)
+    }
+
     /// The entry PyTorch's reader finds for a record name (under the archive's folder).
-    pub fn entry(&self, name: &str) -> Option<Entry> {
-        self.zip.find(&self.full_name(name)).cloned()
+    pub fn entry(&self, name: &str) -> Option<&Entry> {
+        self.indexed(name).map(|(_, entry)| entry)
+    }
+
+    /// [`entry`](Self::entry) with its central-directory index.
+    pub fn indexed(&self, name: &str) -> Option<(usize, &Entry)> {
+        let index = self.position(name)?;
+        Some((index, self.zip.entries().get(index)?))
+    }
+
+    /// Notes the entry at `index` as read, so [`audit_other_pickles`] passes it by.
+    pub fn mark_read(&mut self, index: usize) {
+        if let Some(read) = self.read.get_mut(index) {
+            *read = true;
+        }
+    }
+
+    /// Whether the entry at `index` was read as a pickle or a storage record.
+    pub fn was_read(&self, index: usize) -> bool {
+        self.read.get(index).is_some_and(|&read| read)
     }
 
     /// A record's bytes, or `None` when the archive has no such record.
     pub fn read(&mut self, name: &str) -> Result<Option<Cow<'a, [u8]>>> {
-        let Some(entry) = self.entry(name) else {
-            return Ok(None);
-        };
-        self.read.insert(entry.name.clone());
-        self.inflate(&entry).map(Some)
+        match self.position(name) {
+            Some(index) => self.read_at(index).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of the entry at `index`, noted as read.
+    pub fn read_at(&mut self, index: usize) -> Result<Cow<'a, [u8]>> {
+        self.mark_read(index);
+        match self.zip.entries().get(index) {
+            Some(entry) => self.inflate(entry),
+            None => Ok(Cow::Borrowed(&[])),
+        }
     }
 
     /// An entry's bytes, once what inflating it would take fits the memory budget.
@@ -110,10 +141,10 @@ pub(crate) fn flat_archive<'a>(
 ) -> Archive<'a> {
     Archive {
         buffer,
-        zip,
         prefix: String::new(),
         big_endian: false,
-        read: HashSet::new(),
+        read: vec![false; zip.entries().len()],
+        zip,
         meter,
     }
 }
@@ -145,10 +176,10 @@ pub(crate) fn archive_of<'a>(
     }
     Ok(Archive {
         buffer,
-        zip,
         prefix,
         big_endian: false,
-        read: HashSet::new(),
+        read: vec![false; zip.entries().len()],
+        zip,
         meter,
     })
 }
@@ -260,11 +291,11 @@ pub(crate) fn audit_other_pickles(
     parts: &mut Parts,
 ) -> Result<()> {
     let path = archive.path();
-    for entry in archive.zip.entries() {
-        if archive.read.contains(&entry.name) {
+    for (index, entry) in archive.zip.entries().iter().enumerate() {
+        if archive.was_read(index) {
             continue;
         }
-        let named = entry.name.to_ascii_lowercase().ends_with(".pkl");
+        let named = ends_with_caseless(&entry.name, ".pkl");
         if !named && !matches!(*archive.zip.peek(entry, 2)?, [0x80, 2..=5]) {
             continue;
         }
@@ -281,6 +312,14 @@ pub(crate) fn audit_other_pickles(
     Ok(())
 }
 
+/// Whether `name` ends with `suffix` ignoring ASCII case, without lowercasing a copy.
+fn ends_with_caseless(name: &str, suffix: &str) -> bool {
+    name.len()
+        .checked_sub(suffix.len())
+        .and_then(|start| name.as_bytes().get(start..))
+        .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix.as_bytes()))
+}
+
 /// Storage records of one archive folder (`data/<key>`; TorchScript constants keep their
 /// `constants/` in the key).
 struct Records<'a, 'b> {
@@ -295,40 +334,47 @@ impl StorageSource for Records<'_, '_> {
         dtype: DType,
         nbytes: u64,
     ) -> Result<Option<DataPtr>> {
-        let name = if self.folder.is_empty() {
-            record.key.clone()
-        } else {
-            format!("{}/{}", self.folder, record.key)
+        let archive = &mut *self.archive;
+        let index = archive
+            .zip
+            .position(&[&archive.prefix, self.folder], &record.key);
+        // The record's full name, built only for an error.
+        let folder = self.folder;
+        let full = |archive: &Archive<'_>| {
+            let name = if folder.is_empty() {
+                Cow::Borrowed(record.key.as_str())
+            } else {
+                Cow::Owned(format!("{folder}/{}", record.key))
+            };
+            archive.full_name(&name)
         };
-        let full = self.archive.full_name(&name);
-        let Some(entry) = self.archive.entry(&name) else {
+        let Some((index, entry)) = index.and_then(|i| Some((i, archive.zip.entries().get(i)?)))
+        else {
             if record.location == "meta" {
                 return Ok(None);
             }
-            return Err(self.archive.err(&full, "storage record is missing"));
+            return Err(archive.err(&full(archive), "storage record is missing"));
         };
         if entry.size != nbytes {
-            return Err(self.archive.err(
-                &full,
+            return Err(archive.err(
+                &full(archive),
                 format!(
                     "record holds {} bytes but the pickle describes {nbytes} ({} {dtype})",
                     entry.size, record.numel
                 ),
             ));
         }
-        if entry.is_stored() && !self.archive.big_endian {
-            self.archive.read.insert(entry.name.clone());
+        if entry.is_stored() && !archive.big_endian {
             let start = entry.data_start();
+            archive.mark_read(index);
             let end = start.checked_add(nbytes).ok_or(Error::Overflow {
                 what: "storage record end",
             })?;
-            return DataPtr::host(Arc::clone(self.archive.buffer), start..end).map(Some);
+            return DataPtr::host(Arc::clone(archive.buffer), start..end).map(Some);
         }
-        let archive = &mut *self.archive;
         let limits = archive.meter.limits;
         if !limits.hold_storages && !archive.big_endian {
-            if let Some(compressed) = archive.zip.deflated_range(&entry)? {
-                archive.read.insert(entry.name.clone());
+            if let Some(compressed) = archive.zip.deflated_range(entry)? {
                 if limits.storage_bytes {
                     // torch.load inflates every record and refuses one of the wrong size:
                     // checked here, one piece at a time, so a scan later cannot meet it.
@@ -336,20 +382,21 @@ impl StorageSource for Records<'_, '_> {
                     let mut released = compressed.start;
                     archive
                         .zip
-                        .inflate_each(&entry, INFLATE_CHUNK, |_, _, consumed| {
+                        .inflate_each(entry, INFLATE_CHUNK, |_, _, consumed| {
                             released = release_read(buffer, released, consumed);
                         })?;
                 }
+                archive.mark_read(index);
                 // The bytes stay compressed in the file; a scan inflates them piece by piece.
                 let buffer = Arc::clone(archive.buffer);
                 return Ok(Some(DataPtr::deferred(buffer, compressed, nbytes)));
             }
         }
-        let mut bytes = archive.read(&name)?.unwrap_or_default().into_owned();
+        let mut bytes = archive.read_at(index)?.into_owned();
         // Held with the checkpoint: charged for the rest of the read.
-        archive
-            .meter
-            .hold(archive.path(), nbytes, || format!("storage record {full}"))?;
+        archive.meter.hold(archive.path(), nbytes, || {
+            format!("storage record {}", full(archive))
+        })?;
         if archive.big_endian {
             byteswap(&mut bytes, dtype);
         }

@@ -174,6 +174,10 @@ fn between(
     previous: Option<&Entry>,
     entry: Option<&Entry>,
 ) -> Result<()> {
+    if next == pos {
+        return Ok(());
+    }
+    // Named only for the error: this runs once per entry.
     let after = previous.map_or_else(
         || "the start of the file".to_owned(),
         |p| format!("entry '{}'", p.name),
@@ -182,18 +186,14 @@ fn between(
         || "the central directory".to_owned(),
         |e| format!("entry '{}'", e.name),
     );
-    if next < pos {
-        return Err(file.ambiguous(format!(
-            "{before} at offset {next} overlaps {after}, which ends at offset {pos}"
-        )));
-    }
-    if next > pos {
-        return Err(file.ambiguous(format!(
+    Err(file.ambiguous(if next < pos {
+        format!("{before} at offset {next} overlaps {after}, which ends at offset {pos}")
+    } else {
+        format!(
             "{} between {after} and {before} (offset {pos})",
             stray(file, pos, next)
-        )));
-    }
-    Ok(())
+        )
+    }))
 }
 
 /// What the bytes in `start..end` look like: a local entry no central entry lists, or data.

@@ -16,13 +16,13 @@ mod end;
 mod fields;
 mod inflate;
 mod local;
+mod names;
 #[cfg(test)]
 mod tests;
 
 use super::limits::Meter;
 use crate::error::{Error, Result};
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::path::Path;
 
 pub(crate) use central::Entry;
@@ -32,8 +32,9 @@ pub(crate) use inflate::chunks as inflate_chunks;
 pub(crate) struct Zip<'a> {
     file: File<'a>,
     entries: Vec<Entry>,
-    /// Entry index by ASCII-lowercased name: miniz's lookups ignore case.
-    by_name: HashMap<String, usize>,
+    /// Entry indices sorted by name ignoring ASCII case: miniz binary-searches its directory
+    /// sorted so, and a lookup here then needs no lowercased copy of the name.
+    sorted: Vec<usize>,
 }
 
 impl<'a> Zip<'a> {
@@ -46,12 +47,12 @@ impl<'a> Zip<'a> {
             format!("the central directory's {} entries", end.count)
         })?;
         let mut entries = central::read(&file, &end)?;
-        let by_name = unique_names(&file, &entries)?;
+        let sorted = names::unique_names(&file, &entries)?;
         local::check(&file, &mut entries, end.cd_offset)?;
         Ok(Zip {
             file,
             entries,
-            by_name,
+            sorted,
         })
     }
 
@@ -60,12 +61,19 @@ impl<'a> Zip<'a> {
         &self.entries
     }
 
-    /// The entry PyTorch's reader finds for `name`: the one whose name equals it ignoring
-    /// ASCII case (names are unique that way, so the binary search has one answer).
+    /// The entry PyTorch's reader finds for a whole `name` (readers use [`Self::position`]).
+    #[cfg(test)]
     pub fn find(&self, name: &str) -> Option<&Entry> {
-        self.by_name
-            .get(&name.to_ascii_lowercase())
-            .and_then(|&i| self.entries.get(i))
+        self.position(&[], name).and_then(|i| self.entries.get(i))
+    }
+
+    /// The central-directory index of the entry PyTorch's reader finds for the name `folders`
+    /// and `name` make joined by '/': the one whose name equals it ignoring ASCII case (names
+    /// are unique that way, so the binary search has one answer). Empty folders are left out
+    /// and the name is kept even when empty, as `format!("{folder}/{name}")` would; callers
+    /// look records up under their folders without building the joined name.
+    pub fn position(&self, folders: &[&str], name: &str) -> Option<usize> {
+        names::search(&self.sorted, &self.entries, folders, name)
     }
 
     /// An entry's bytes: borrowed when stored, inflated (exactly its declared size) otherwise.
@@ -138,8 +146,10 @@ impl<'a> Zip<'a> {
 }
 
 /// An upper bound on the memory the directory takes once read: per entry its [`Entry`], a
-/// lookup slot (at the map's worst load) and a place in the local-order check; its names
-/// twice (each entry's and the lookup key), bounded by the directory's size.
+/// lookup slot and a place in the local-order check; its names, bounded by the directory's
+/// size. The slot and a second copy of the names are still counted as when the lookup was a
+/// hash map of lowercased names, now an overestimate, so that a file fits the same budget as
+/// before.
 fn directory_cost(end: &end::End) -> u64 {
     const SLOT: u64 = (std::mem::size_of::<(String, usize)>() as u64 + 1) * 2;
     const PER_ENTRY: u64 =
@@ -147,30 +157,6 @@ fn directory_cost(end: &end::End) -> u64 {
     end.count
         .saturating_mul(PER_ENTRY)
         .saturating_add(end.cd_size.saturating_mul(2))
-}
-
-/// Refuses two names that are one to miniz (equal ignoring ASCII case); returns the lookup.
-fn unique_names(file: &File<'_>, entries: &[Entry]) -> Result<HashMap<String, usize>> {
-    let mut by_name: HashMap<String, usize> = HashMap::with_capacity(entries.len());
-    for (i, entry) in entries.iter().enumerate() {
-        if let Some(&first) = by_name.get(&entry.name.to_ascii_lowercase()) {
-            let other = entries.get(first).map_or("", |e| e.name.as_str());
-            return Err(file.ambiguous(if other == entry.name {
-                format!(
-                    "two entries are named '{}' (central directory entries {first} and {i})",
-                    entry.name
-                )
-            } else {
-                format!(
-                    "entries '{other}' and '{}' differ only in case, and PyTorch's reader \
-                     matches names ignoring case (central directory entries {first} and {i})",
-                    entry.name
-                )
-            }));
-        }
-        by_name.insert(entry.name.to_ascii_lowercase(), i);
-    }
-    Ok(by_name)
 }
 
 /// The file being read, and the two ways it can be refused.

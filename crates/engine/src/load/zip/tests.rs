@@ -1,7 +1,7 @@
 //! Archives built byte by byte the way torch's writer lays them out (stored, data descriptors,
 //! zip64 end records), then bent one field at a time.
 
-use super::Zip;
+use super::{names, File, Zip};
 use crate::load::limits::{Meter, ReadLimits};
 use std::io::Write;
 use std::path::Path;
@@ -405,5 +405,230 @@ fn a_folder_with_bytes_and_names_that_are_not_text_are_ambiguous() {
     refused(
         &bytes,
         "the name of central entry 1 (offset 178) is not UTF-8 text",
+    );
+}
+
+/// The joined name `position` looks for: empty folders left out, the last piece kept.
+fn joined(folders: &[&str], last: &str) -> String {
+    let mut pieces: Vec<&str> = folders.iter().copied().filter(|f| !f.is_empty()).collect();
+    pieces.push(last);
+    pieces.join("/")
+}
+
+/// What the comparisons must agree with: the lowercased copies, compared as bytes, and how
+/// many leading bytes they share.
+fn reference(a: &str, b: &str) -> (std::cmp::Ordering, usize) {
+    let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
+    let agree = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    (a.cmp(&b), agree)
+}
+
+/// Names to compare: differing in case or in one byte early and late (in the words compared
+/// eight bytes at a time and in the bytes after them); '@', '[', '`' and '{' (next to the
+/// letters: '[' and '`' lie between the capitals and the small letters, so a caseless order
+/// differs from the bytes'); letters beyond ASCII, whose lead bytes' low bits look like
+/// capitals ('Ł' is 0xC5 0x81, 'Ż' 0xC5 0xBB); prefixes of one another.
+const NAMES: &str = "|a|A|a/|a/b|A/B|a/bc|a/b/c|a/B/C|ab|a0|a.|a_|b|[|`|Z|z|arch/data/1\
+                     |arch/data/10|arch/Data/1|arch/data|arch/|archive/|archive/data/1234567\
+                     |archive/data/12345678|ARCHIVE/DATA/12345678|archive/data/123456789\
+                     |archive/data/12345678X|archive/data/12345678x|archive/data/12345678[\
+                     |archive/data/12345678`|archive/data/1234567890123456\
+                     |archive/data/1234567890123457|archive/data/123456789012345A\
+                     |archive/data/123456789012345a|ARCHIVE/@ATA/x|archive/[ata/x|archive/`ata/x\
+                     |archive/{ata/x|archive/Żata/x|archive/zata/x|archive/ŻATA/x|archive/źata/x\
+                     |archive/ŁATA/x|archive/eata/x|Łarchive|łarchive|earchive|жarchive|大archive\
+                     |@rchive/data/1|`rchive/data/1|[rchive/|{rchive/|Zarchive|zarchive|[rchive\
+                     |`rchive|{rchive|Arch1ve|aRCH1VE|Arch1ve/@|Arch1ve/[";
+
+#[test]
+fn names_compare_as_their_lowercased_copies() {
+    for a in NAMES.split('|') {
+        for b in NAMES.split('|') {
+            assert_eq!(
+                names::cmp_caseless(a.as_bytes(), b.as_bytes()),
+                reference(a, b),
+                "{a:?} against {b:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn joined_names_compare_as_their_lowercased_join_from_any_agreed_start() {
+    let queries: [(&[&str], &str); 17] = [
+        (&[], ""),
+        (&[], "a"),
+        (&["a"], ""),
+        (&["a"], "b"),
+        (&["A", "b"], "C"),
+        (&["", "a", ""], "b"),
+        (&["a"], "bc"),
+        (&["arch", "data"], "1"),
+        (&["ARCH", "", "data"], "10"),
+        (&["arch"], "data/1"),
+        (&["arch"], "data"),
+        (&["arch", "data"], ""),
+        (&["ar", "ch"], "data"),
+        (&[""], "_"),
+        (&["archive", "DATA"], "12345678"),
+        (&["Archive", "data"], "12345678x"),
+        (&["archive/data", ""], "1234567890123456"),
+    ];
+    for name in NAMES.split('|') {
+        for (folders, last) in queries {
+            let expected = reference(name, &joined(folders, last));
+            // Skipping bytes known to agree, up to all of them, changes nothing.
+            for skip in 0..=expected.1 {
+                assert_eq!(
+                    names::cmp_joined(name.as_bytes(), folders, last, skip),
+                    expected,
+                    "{name:?} against {folders:?} {last:?} past {skip}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_search_finds_what_a_scan_ignoring_case_finds() {
+    // Names alike in long runs (as a checkpoint's records are), in several cases and depths.
+    let mut names: Vec<String> = (0..300).map(|i| format!("arch/data/{i}")).collect();
+    names.extend((0..40).map(|i| format!("arch/DATA/{i}x")));
+    names.extend((0..40).map(|i| format!("arch/data/{i}/y")));
+    names.extend(
+        [
+            "arch/data.pkl",
+            "arch/Data",
+            "arch/datA/",
+            "arch/constants/0",
+            "arch/b",
+        ]
+        .map(String::from),
+    );
+    let entries: Vec<super::Entry> = names
+        .iter()
+        .map(|name| super::Entry {
+            name: name.clone(),
+            flags: 0,
+            method: 0,
+            crc: 0,
+            compressed: 0,
+            size: 0,
+            local_offset: 0,
+            zip64: false,
+            data_start: 0,
+        })
+        .collect();
+    let file = File {
+        path: Path::new("t.pt"),
+        bytes: &[],
+    };
+    let sorted = names::unique_names(&file, &entries).expect("unique");
+    let mut queries: Vec<(Vec<&str>, String)> = Vec::new();
+    for i in 0..400 {
+        for (folders, last) in [
+            (vec!["arch", "data"], format!("{i}")),
+            (vec!["ARCH", "data"], format!("{i}X")),
+            (vec!["arch", "", "Data"], format!("{i}/Y")),
+            (vec!["arch"], format!("data/{i}")),
+            (vec!["", "arch"], format!("DATA/{i}/")),
+        ] {
+            queries.push((folders, last));
+        }
+    }
+    for (folders, last) in [
+        (vec!["arch"], "data.pkl"),
+        (vec!["arch"], "data"),
+        (vec!["arch", "data"], ""),
+        (vec!["arch"], "b"),
+        (vec!["arch"], "a"),
+        (vec!["arch"], "c"),
+        (vec![], ""),
+        (vec!["arch", "constants"], "0"),
+    ] {
+        queries.push((folders, last.to_owned()));
+    }
+    let mut found = 0;
+    for (folders, last) in &queries {
+        let want = joined(folders, last).to_ascii_lowercase();
+        let scan = names.iter().position(|n| n.to_ascii_lowercase() == want);
+        let searched = names::search(&sorted, &entries, folders, last);
+        assert_eq!(searched, scan, "{folders:?} {last:?}");
+        found += usize::from(scan.is_some());
+    }
+    // Most are there, some are not: both answers are checked.
+    assert_eq!((queries.len(), found), (2008, 685));
+}
+
+#[test]
+fn records_are_found_under_their_folders_ignoring_case() {
+    let members = vec![
+        stored("Arch/data.pkl", b"\x80\x02N."),
+        stored("arch/data/1", &[1]),
+        stored("arch/DATA/10", &[10]),
+        stored("arch/data/1x", &[11]),
+        stored("arch/data/", b""),
+        stored("arch/version", b"3\n"),
+    ];
+    let built = build(&members, b"");
+    let zip = Zip::open(Path::new("t.pt"), &built.bytes, &Meter::default()).expect("reads");
+    let at = |folders: &[&str], name: &str| zip.position(folders, name);
+    assert_eq!(at(&["arch"], "data.pkl"), Some(0));
+    assert_eq!(at(&["ARCH", "data"], "1"), Some(1));
+    // A name that is a prefix of others, and one that others are a prefix of.
+    assert_eq!(at(&["arch", "data"], "10"), Some(2));
+    assert_eq!(at(&["arch", "Data"], "1X"), Some(3));
+    assert_eq!(at(&["arch", "data"], "100"), None);
+    assert_eq!(at(&["arch", "data"], "0"), None);
+    // Empty folders are left out; an empty name still ends the joined name with '/'.
+    assert_eq!(at(&["", "arch", ""], "version"), Some(5));
+    assert_eq!(at(&["arch", "data"], ""), Some(4));
+    assert_eq!(at(&["arch"], "data"), None);
+    assert_eq!(at(&[], "arch/data/10"), Some(2));
+    assert_eq!(at(&["arch/data"], "10"), Some(2));
+    assert_eq!(at(&["arc", "h"], "version"), None);
+    assert_eq!(
+        zip.find("ARCH/VERSION").map(|e| e.name.as_str()),
+        Some("arch/version")
+    );
+    assert!(zip.find("arch").is_none());
+}
+
+#[test]
+fn of_several_names_equal_ignoring_case_the_first_repeat_in_directory_order_is_reported() {
+    // "b" repeats at entry 2, before "a" repeats at entry 3, though "a" sorts first.
+    let members = vec![
+        stored("a/b", b"1"),
+        stored("a/a", b"2"),
+        stored("a/B", b"3"),
+        stored("a/A", b"4"),
+        stored("a/b", b"5"),
+    ];
+    refused(
+        &build(&members, b"").bytes,
+        "ambiguous archive: entries 'a/b' and 'a/B' differ only in case, and PyTorch's reader \
+         matches names ignoring case (central directory entries 0 and 2)",
+    );
+    let members = vec![
+        stored("a/x", b"1"),
+        stored("a/c", b"2"),
+        stored("a/C", b"3"),
+        stored("a/c", b"4"),
+    ];
+    refused(
+        &build(&members, b"").bytes,
+        "entries 'a/c' and 'a/C' differ only in case, and PyTorch's reader matches names \
+         ignoring case (central directory entries 1 and 2)",
+    );
+    let members = vec![
+        stored("a/y", b"1"),
+        stored("a/x", b"2"),
+        stored("a/X", b"3"),
+        stored("a/Y", b"4"),
+    ];
+    refused(
+        &build(&members, b"").bytes,
+        "entries 'a/x' and 'a/X' differ only in case, and PyTorch's reader matches names \
+         ignoring case (central directory entries 1 and 2)",
     );
 }
