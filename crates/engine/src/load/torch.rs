@@ -199,7 +199,8 @@ impl StorageRecords {
     fn collect(member: &Member<'_>) -> Result<Self> {
         let heap = &member.unpickled.heap;
         let mut records: Vec<(StorageRecord, Option<DType>)> = Vec::new();
-        let mut by_key: HashMap<String, usize> = HashMap::new();
+        let mut by_key: HashMap<String, usize, foldhash::quality::RandomState> =
+            HashMap::default();
         let mut record_of = vec![None; heap.len()];
         for &node in &member.unpickled.persistent {
             let Node::Persistent(pid) = heap.get(node) else {

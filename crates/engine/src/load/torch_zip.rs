@@ -270,14 +270,24 @@ fn add_pickle(
     let full_name = archive.full_name(name);
     let path = archive.buffer.source();
     let budget = archive.meter.pickle_budget();
+    let unpickled = unpickle(&bytes, path, &full_name, 0, loader, &budget)?;
+    // Read through: the directory, every local header and the pickle (the whole file, for
+    // a hundred thousand small records) need not stay resident beside the values built from
+    // them; what is read again faults back in from the file.
+    archive.buffer.release(0..archive.buffer.len());
     let member = Member {
         path,
         name: &full_name,
-        unpickled: unpickle(&bytes, path, &full_name, 0, loader, &budget)?,
+        unpickled,
         key_prefix,
         name_prefix,
     };
-    add_member(member, &mut Records { archive, folder }, &budget, parts)?;
+    let mut records = Records {
+        archive,
+        folder,
+        next: 0,
+    };
+    add_member(member, &mut records, &budget, parts)?;
     Ok(true)
 }
 
@@ -325,6 +335,8 @@ fn ends_with_caseless(name: &str, suffix: &str) -> bool {
 struct Records<'a, 'b> {
     archive: &'a mut Archive<'b>,
     folder: &'a str,
+    /// The entry after the last record found: where the next one most likely is.
+    next: usize,
 }
 
 impl StorageSource for Records<'_, '_> {
@@ -335,9 +347,13 @@ impl StorageSource for Records<'_, '_> {
         nbytes: u64,
     ) -> Result<Option<DataPtr>> {
         let archive = &mut *self.archive;
-        let index = archive
-            .zip
-            .position(&[&archive.prefix, self.folder], &record.key);
+        let index =
+            archive
+                .zip
+                .position_from(self.next, &[&archive.prefix, self.folder], &record.key);
+        if let Some(found) = index {
+            self.next = found.saturating_add(1);
+        }
         // The record's full name, built only for an error.
         let folder = self.folder;
         let full = |archive: &Archive<'_>| {

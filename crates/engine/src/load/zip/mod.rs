@@ -76,6 +76,22 @@ impl<'a> Zip<'a> {
         names::search(&self.sorted, &self.entries, folders, name)
     }
 
+    /// [`Self::position`], trying the entry at `guess` first: `torch.save` writes records in
+    /// the order its pickle names them, so the entry after the last one found is nearly
+    /// always the next one asked for. Names are unique ignoring case, so a match is the
+    /// answer the search would give.
+    pub fn position_from(&self, guess: usize, folders: &[&str], name: &str) -> Option<usize> {
+        let hit = self.entries.get(guess).is_some_and(|entry| {
+            names::cmp_joined(entry.name.as_bytes(), folders, name, 0)
+                .0
+                .is_eq()
+        });
+        if hit {
+            return Some(guess);
+        }
+        self.position(folders, name)
+    }
+
     /// An entry's bytes: borrowed when stored, inflated (exactly its declared size) otherwise.
     pub fn read(&self, entry: &Entry) -> Result<Cow<'a, [u8]>> {
         let compressed = self.compressed(entry)?;

@@ -592,6 +592,15 @@ fn records_are_found_under_their_folders_ignoring_case() {
         Some("arch/version")
     );
     assert!(zip.find("arch").is_none());
+    // A guess is taken only when it names the record (ignoring case), else the search runs;
+    // a guess past the end is no answer.
+    for guess in 0..8 {
+        let from = |folders: &[&str], name: &str| zip.position_from(guess, folders, name);
+        assert_eq!(from(&["arch", "data"], "10"), Some(2), "{guess}");
+        assert_eq!(from(&["ARCH", "data"], "1"), Some(1), "{guess}");
+        assert_eq!(from(&["arch", "data"], "100"), None, "{guess}");
+        assert_eq!(from(&["arch"], "data"), None, "{guess}");
+    }
 }
 
 #[test]
