@@ -253,7 +253,15 @@ fn audit_one(
         }
         None => None,
     };
-    Ok(audit(&ckpt, shown, config, options, loaded.as_ref()))
+    let report = audit(&ckpt, shown, config, options, loaded.as_ref());
+    // Freeing a million tensors' layers takes a while and decides nothing: it runs beside
+    // the rest of the audit on a thread of its own (started at once, so memory stays bounded
+    // over many files), and the process may end before it is done. Where no thread can be
+    // started, the checkpoint is freed here, with the closure that holds it.
+    let _ = std::thread::Builder::new()
+        .name("drop-checkpoint".into())
+        .spawn(move || drop(ckpt));
+    Ok(report)
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
