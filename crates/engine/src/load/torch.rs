@@ -178,8 +178,10 @@ pub(crate) fn add_member(
     records.learn_dtypes(heap, &names);
     records.mark_saved_alone(&saved_alone);
     let storages = records.storages(&member, source, parts)?;
+    // The records are in their storages now: only the way from ids to them is kept.
+    let StorageRecords { record_of, .. } = records;
     let first_tensor = parts.tensors.len();
-    add_tensors(&member, names, &records.record_of, &storages, parts)?;
+    add_tensors(&member, names, &record_of, &storages, parts)?;
     add_composites(&member, &composites, first_tensor, parts)?;
     parts.unsafe_globals.extend(member.unpickled.unsafe_globals);
     Ok(())
@@ -191,16 +193,19 @@ struct StorageRecords {
     records: Vec<(StorageRecord, Option<DType>)>,
     /// Per record: whether the object holds it as a storage of its own.
     saved_alone: Vec<bool>,
-    /// Indexed by heap id: which record a persistent-id node names.
-    record_of: Vec<Option<usize>>,
+    /// Indexed by heap id: which record a persistent-id node names (records are fewer than
+    /// heap ids, which are `u32`).
+    record_of: Vec<Option<u32>>,
 }
 
 impl StorageRecords {
     fn collect(member: &Member<'_>) -> Result<Self> {
         let heap = &member.unpickled.heap;
-        let mut records: Vec<(StorageRecord, Option<DType>)> = Vec::new();
+        // Sized for one record per persistent id, the common case: neither regrows.
+        let ids = member.unpickled.persistent.len();
+        let mut records: Vec<(StorageRecord, Option<DType>)> = Vec::with_capacity(ids);
         let mut by_key: HashMap<String, usize, foldhash::quality::RandomState> =
-            HashMap::default();
+            HashMap::with_capacity_and_hasher(ids, Default::default());
         let mut record_of = vec![None; heap.len()];
         for &node in &member.unpickled.persistent {
             let Node::Persistent(pid) = heap.get(node) else {
@@ -226,7 +231,7 @@ impl StorageRecords {
                 }
             };
             if let Some(slot) = record_of.get_mut(node as usize) {
-                *slot = Some(index);
+                *slot = u32::try_from(index).ok();
             }
         }
         Ok(StorageRecords {
@@ -245,6 +250,7 @@ impl StorageRecords {
             let Some(index) = spec
                 .storage
                 .and_then(|s| self.record_of.get(s as usize).copied().flatten())
+                .map(|index| index as usize)
             else {
                 continue;
             };
@@ -260,7 +266,7 @@ impl StorageRecords {
     fn mark_saved_alone(&mut self, persistent: &[Id]) {
         for &node in persistent {
             if let Some(Some(index)) = self.record_of.get(node as usize) {
-                if let Some(slot) = self.saved_alone.get_mut(*index) {
+                if let Some(slot) = self.saved_alone.get_mut(*index as usize) {
                     *slot = true;
                 }
             }
@@ -296,10 +302,10 @@ impl StorageRecords {
             };
             let mut storage = Storage::new(
                 parts.storages.len(),
-                record.key.clone(),
+                record.key.as_str(),
                 dtype,
                 nbytes,
-                record.location.clone(),
+                &record.location,
                 data_ptr,
             );
             if alone {
@@ -318,11 +324,12 @@ impl StorageRecords {
 fn add_tensors(
     member: &Member<'_>,
     names: Vec<(String, Id)>,
-    record_of: &[Option<usize>],
+    record_of: &[Option<u32>],
     storages: &[Arc<Storage>],
     parts: &mut Parts,
 ) -> Result<()> {
     let heap = &member.unpickled.heap;
+    parts.tensors.reserve(names.len());
     let mut impls: Vec<Option<Arc<TensorImpl>>> = vec![None; heap.len()];
     for (name, id) in names {
         let Node::Tensor(spec) = heap.get(id) else {
@@ -345,14 +352,14 @@ fn add_tensors(
                 .ok_or_else(|| invalid("its storage is not a storage persistent id".into()))
                 .and_then(|index| {
                     storages
-                        .get(index)
+                        .get(index as usize)
                         .map(Arc::clone)
                         .ok_or_else(|| invalid("storage missing".into()))
                 })?,
             None => meta_storage(spec, parts).map_err(invalid)?,
         };
         let dtype = spec.dtype.unwrap_or(storage.dtype());
-        let layout = Layout::new(spec.sizes.clone(), spec.strides.clone(), spec.offset)
+        let layout = Layout::new(&spec.sizes, &spec.strides, spec.offset)
             .map_err(|e| invalid(e.to_string()))?;
         let device = spec
             .device
@@ -442,8 +449,7 @@ fn add_composites(
 /// For a tensor saved without storage (meta): a storage of no bytes, sized for the view.
 fn meta_storage(spec: &TensorSpec, parts: &mut Parts) -> std::result::Result<Arc<Storage>, String> {
     let dtype = spec.dtype.unwrap_or(DType::Float32);
-    let layout = Layout::new(spec.sizes.clone(), spec.strides.clone(), spec.offset)
-        .map_err(|e| e.to_string())?;
+    let layout = Layout::new(&spec.sizes, &spec.strides, spec.offset).map_err(|e| e.to_string())?;
     let nbytes = layout
         .byte_range(dtype)
         .map_err(|e| e.to_string())?
