@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Benchmark tensorplay against `cat` and the Python way on generated checkpoints (1 GiB bf16,
-# transformer-shaped, in safetensors and PyTorch zip; 20 000 small tensors in both), then
+# Benchmark tensorplay against `cat`, a two-thread sum over the mapped file and the Python way
+# on generated checkpoints (1 GiB bf16, transformer-shaped, in safetensors and PyTorch zip;
+# 20 000 small tensors in both), then
 # write BENCHMARKS.md. Usage: scripts/bench.sh [--scale] [WORKDIR]   (default: /tmp/tensorplay-bench)
 # Needs ~3 GiB free in WORKDIR. Installs the pinned torch/safetensors into .venv-fixtures.
 # --scale: only the per-tensor table (1 000 → 1 000 000 tensors against the safetensors
@@ -24,5 +25,7 @@ if [ ${#SCALE[@]} -gt 0 ]; then
         -r scripts/requirements-bench.txt
 fi
 cargo build --release --locked
+cargo build --release --locked -p tensorplay-engine --example mapped_sum
 "$VENV/bin/python" scripts/bench.py --tensorplay target/release/tensorplay \
+    --mapped-sum target/release/examples/mapped_sum \
     --workdir "${1:-/tmp/tensorplay-bench}" --out BENCHMARKS.md "${SCALE[@]}"
