@@ -605,39 +605,32 @@ fn records_are_found_under_their_folders_ignoring_case() {
 
 #[test]
 fn of_several_names_equal_ignoring_case_the_first_repeat_in_directory_order_is_reported() {
-    // "b" repeats at entry 2, before "a" repeats at entry 3, though "a" sorts first.
-    let members = vec![
-        stored("a/b", b"1"),
-        stored("a/a", b"2"),
-        stored("a/B", b"3"),
-        stored("a/A", b"4"),
-        stored("a/b", b"5"),
+    // Each case: its names in directory order, and the pair reported.
+    let cases: [(&[&str], &str); 3] = [
+        // "b" repeats at entry 2, before "a" repeats at entry 3, though "a" sorts first.
+        (
+            &["a/b", "a/a", "a/B", "a/A", "a/b"],
+            "ambiguous archive: entries 'a/b' and 'a/B' differ only in case, and PyTorch's \
+             reader matches names ignoring case (central directory entries 0 and 2)",
+        ),
+        (
+            &["a/x", "a/c", "a/C", "a/c"],
+            "entries 'a/c' and 'a/C' differ only in case, and PyTorch's reader matches names \
+             ignoring case (central directory entries 1 and 2)",
+        ),
+        (
+            &["a/y", "a/x", "a/X", "a/Y"],
+            "entries 'a/x' and 'a/X' differ only in case, and PyTorch's reader matches names \
+             ignoring case (central directory entries 1 and 2)",
+        ),
     ];
-    refused(
-        &build(&members, b"").bytes,
-        "ambiguous archive: entries 'a/b' and 'a/B' differ only in case, and PyTorch's reader \
-         matches names ignoring case (central directory entries 0 and 2)",
-    );
-    let members = vec![
-        stored("a/x", b"1"),
-        stored("a/c", b"2"),
-        stored("a/C", b"3"),
-        stored("a/c", b"4"),
-    ];
-    refused(
-        &build(&members, b"").bytes,
-        "entries 'a/c' and 'a/C' differ only in case, and PyTorch's reader matches names \
-         ignoring case (central directory entries 1 and 2)",
-    );
-    let members = vec![
-        stored("a/y", b"1"),
-        stored("a/x", b"2"),
-        stored("a/X", b"3"),
-        stored("a/Y", b"4"),
-    ];
-    refused(
-        &build(&members, b"").bytes,
-        "entries 'a/x' and 'a/X' differ only in case, and PyTorch's reader matches names \
-         ignoring case (central directory entries 1 and 2)",
-    );
+    const DATA: [&[u8]; 5] = [b"1", b"2", b"3", b"4", b"5"];
+    for (names, expected) in cases {
+        let members: Vec<Member> = names
+            .iter()
+            .zip(DATA)
+            .map(|(&name, data)| stored(name, data))
+            .collect();
+        refused(&build(&members, b"").bytes, expected);
+    }
 }
