@@ -128,8 +128,17 @@ impl<'a> Archive<'a> {
 
 /// Opens `buffer` as a zip archive, its memory account taken from `meter`.
 pub(crate) fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
-    let zip = Zip::open(buffer.source(), buffer.bytes(), &meter)?;
+    let zip = open_zip(buffer, &meter)?;
     archive_of(buffer, zip, meter)
+}
+
+/// Reads and checks the zip structure of `buffer`.
+pub(crate) fn open_zip<'a>(buffer: &'a HostBuffer, meter: &Meter) -> Result<Zip<'a>> {
+    let zip = Zip::open(buffer.source(), buffer.bytes(), meter)?;
+    // Checking every local header read the whole file when its records are small; none of
+    // it need stay resident while the pickle's values are built.
+    buffer.release(0..buffer.len());
+    Ok(zip)
 }
 
 /// An archive without a folder, its records named from the archive's root (`torch.export`

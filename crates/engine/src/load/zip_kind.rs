@@ -5,7 +5,6 @@
 //! `version` record is one from before torch 2.7 (`torch.export.load`'s zipfile fallback);
 //! any other is `torch.load`'s.
 
-use super::zip::Zip;
 use super::{pt2, pt2_flat, torch_zip, Parts};
 use crate::error::Result;
 use crate::{Format, HostBuffer};
@@ -14,7 +13,7 @@ use std::sync::Arc;
 /// Opens the archive once and hands it to the reader its records call for.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
     let meter = std::mem::take(&mut parts.meter);
-    let zip = Zip::open(buffer.source(), buffer.bytes(), &meter)?;
+    let zip = torch_zip::open_zip(buffer, &meter)?;
     if pt2_flat::is_flat_export(&zip) {
         return pt2_flat::read_archive(torch_zip::flat_archive(buffer, zip, meter), parts);
     }

@@ -12,9 +12,7 @@ use std::cmp::Ordering;
 /// indices sorted by name ignoring case, the order [`search`] relies on.
 pub(super) fn unique_names(file: &File<'_>, entries: &[Entry]) -> Result<Vec<usize>> {
     let name = |i: usize| entries.get(i).map_or(&[][..], |e| e.name.as_bytes());
-    let mut sorted: Vec<usize> = (0..entries.len()).collect();
-    // Ties in directory order: within names equal ignoring case, the earliest comes first.
-    sorted.sort_unstable_by(|&a, &b| cmp_caseless(name(a), name(b)).0.then(a.cmp(&b)));
+    let sorted = sort_caseless(entries.len(), name);
     // The error names the first entry, in directory order, whose name an earlier one already
     // had, and that earlier one: of each run of equal names, its first two indices; of the
     // runs, the one whose second index comes first. Every adjacent equal pair is (a, b) with
@@ -40,6 +38,45 @@ pub(super) fn unique_names(file: &File<'_>, entries: &[Entry]) -> Result<Vec<usi
              names ignoring case (central directory entries {first} and {i})"
         )
     }))
+}
+
+/// Indices `0..count` ordered by `name` ignoring ASCII case, ties in index order.
+///
+/// A hundred thousand records share their folder and differ in a few bytes: each index is
+/// packed below the twelve bytes that follow the prefix all names share (lowercased, padded
+/// with zeros: an order the full comparison agrees with) and the numbers sorted as numbers;
+/// only names whose twelve bytes agree are then compared in full.
+fn sort_caseless<'n>(count: usize, name: impl Fn(usize) -> &'n [u8]) -> Vec<usize> {
+    const KEY_BYTES: usize = 12;
+    // Ties in index order: within names equal ignoring case, the earliest comes first.
+    let full = |a: usize, b: usize| cmp_caseless(name(a), name(b)).0.then(a.cmp(&b));
+    if u32::try_from(count).is_err() {
+        let mut sorted: Vec<usize> = (0..count).collect();
+        sorted.sort_unstable_by(|&a, &b| full(a, b));
+        return sorted;
+    }
+    let shared = (1..count)
+        .map(|i| cmp_caseless(name(0), name(i)).1)
+        .min()
+        .unwrap_or(0);
+    let mut keyed: Vec<u128> = (0..count)
+        .map(|i| {
+            let mut key = [0u8; 16];
+            let rest = name(i).get(shared..).unwrap_or_default();
+            for (k, b) in key.iter_mut().zip(rest.iter().take(KEY_BYTES)) {
+                *k = b.to_ascii_lowercase();
+            }
+            u128::from_be_bytes(key) | i as u128
+        })
+        .collect();
+    keyed.sort_unstable();
+    let index = |packed: u128| (packed & u128::from(u32::MAX)) as usize;
+    for run in keyed.chunk_by_mut(|a, b| a >> 32 == b >> 32) {
+        if run.len() > 1 {
+            run.sort_unstable_by(|&a, &b| full(index(a), index(b)));
+        }
+    }
+    keyed.into_iter().map(index).collect()
 }
 
 /// The index of the entry named `folders` and `last` joined by '/' ignoring case (empty

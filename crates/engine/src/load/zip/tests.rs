@@ -489,6 +489,48 @@ fn joined_names_compare_as_their_lowercased_join_from_any_agreed_start() {
     }
 }
 
+/// Entries named `names`, nothing else read from them.
+fn named_entries(names: &[String]) -> Vec<super::Entry> {
+    names
+        .iter()
+        .map(|name| super::Entry {
+            name: name.clone(),
+            flags: 0,
+            method: 0,
+            crc: 0,
+            compressed: 0,
+            size: 0,
+            local_offset: 0,
+            zip64: false,
+            data_start: 0,
+        })
+        .collect()
+}
+
+#[test]
+fn the_directory_sorts_as_its_lowercased_names() {
+    // Each list once as is and once under a shared folder (the sort skips what all names
+    // share); zero bytes and names ending within or past the sixteen bytes sorted on first.
+    let mut base: Vec<String> = Vec::new();
+    for name in NAMES.split('|').chain(["a\0", "a\0\0b", "a\0B", "a\x01"]) {
+        if !base.iter().any(|b| b.eq_ignore_ascii_case(name)) {
+            base.push(name.to_owned());
+        }
+    }
+    for folder in ["", "Shared/Folder/", "shared/"] {
+        let names: Vec<String> = base.iter().map(|n| format!("{folder}{n}")).collect();
+        let entries = named_entries(&names);
+        let file = File {
+            path: Path::new("t.pt"),
+            bytes: &[],
+        };
+        let sorted = names::unique_names(&file, &entries).expect("unique");
+        let mut expected: Vec<usize> = (0..names.len()).collect();
+        expected.sort_by(|&a, &b| reference(&names[a], &names[b]).0.then(a.cmp(&b)));
+        assert_eq!(sorted, expected, "under {folder:?}");
+    }
+}
+
 #[test]
 fn the_search_finds_what_a_scan_ignoring_case_finds() {
     // Names alike in long runs (as a checkpoint's records are), in several cases and depths.
@@ -505,20 +547,7 @@ fn the_search_finds_what_a_scan_ignoring_case_finds() {
         ]
         .map(String::from),
     );
-    let entries: Vec<super::Entry> = names
-        .iter()
-        .map(|name| super::Entry {
-            name: name.clone(),
-            flags: 0,
-            method: 0,
-            crc: 0,
-            compressed: 0,
-            size: 0,
-            local_offset: 0,
-            zip64: false,
-            data_start: 0,
-        })
-        .collect();
+    let entries = named_entries(&names);
     let file = File {
         path: Path::new("t.pt"),
         bytes: &[],
