@@ -291,8 +291,8 @@ impl Reader<'_> {
             .and_then(|s| self.heap.seq(s))
             .and_then(|s| s.first().copied());
         let dtype = first.and_then(|d| match self.heap.get(d) {
-            Node::Global(g) => match allowlist::classify(&g.module, &g.name) {
-                allowlist::Class::Known(allowlist::Known::Dtype(dtype)) => Some(dtype),
+            Node::Global(g) => match g.known() {
+                Some(allowlist::Known::Dtype(dtype)) => Some(dtype),
                 _ => None,
             },
             _ => None,

@@ -168,7 +168,8 @@ impl Walk<'_> {
                     self.visit_child(v, name, || key_text(heap, k))?;
                 }
             }
-            Node::List(items) | Node::Tuple(items) | Node::Set(items) => {
+            Node::List(_) | Node::Tuple(_) | Node::Set(_) => {
+                let items = heap.items(id).unwrap_or_default();
                 for (i, &v) in items.iter().enumerate() {
                     self.visit_child(v, name, || i.to_string())?;
                 }
@@ -273,7 +274,7 @@ fn join(prefix: &str, key: &str) -> String {
 /// would print it, roughly.
 fn key_text(heap: &Heap, id: Id) -> String {
     match heap.get(id) {
-        Node::Str(s) => s.clone(),
+        Node::Str(s) => s.to_string(),
         Node::Int(v) => v.to_string(),
         Node::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
         Node::None => "None".to_owned(),

@@ -4,11 +4,13 @@
 use super::flatten::{named_tensors, Named, Stop};
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{allowlist, Budget, Heap, Id, Node, TensorSpec, Unpickled};
+use crate::pickle::{allowlist, Budget, CompositeSpec, Heap, Id, Node, TensorSpec, Unpickled};
 use crate::{
     Component, CompositeTensor, DType, DataPtr, Device, Layout, Storage, Tensor, TensorImpl,
 };
+use hashbrown::HashTable;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -101,8 +103,8 @@ pub(crate) fn storage_record(
         return Err("storage views (files from torch before 0.4) are not supported".into());
     }
     let class_dtype = match heap.get(class) {
-        Node::Global(g) => match allowlist::classify(&g.module, &g.name) {
-            allowlist::Class::Known(allowlist::Known::Storage(dtype)) => dtype,
+        Node::Global(g) => match g.known() {
+            Some(allowlist::Known::Storage(dtype)) => dtype,
             _ => {
                 return Err(format!(
                     "storage type {}.{} is not a storage class",
@@ -113,8 +115,8 @@ pub(crate) fn storage_record(
         _ => return Err("storage type is not a class name".into()),
     };
     let key = match heap.get(key) {
-        Node::Str(s) => s.clone(),
-        Node::Int(v) => v.to_string(),
+        Node::Str(s) => [key_prefix, s].concat(),
+        Node::Int(v) => format!("{key_prefix}{v}"),
         _ => return Err("storage key is not a string".into()),
     };
     let location = heap
@@ -126,7 +128,7 @@ pub(crate) fn storage_record(
         .and_then(|v| u64::try_from(v).ok())
         .ok_or("storage size is not a non-negative integer")?;
     Ok(Some(StorageRecord {
-        key: format!("{key_prefix}{key}"),
+        key,
         class_dtype,
         location,
         numel,
@@ -135,7 +137,7 @@ pub(crate) fn storage_record(
 
 /// Adds the member's storages (in the order the stream loads them) and its named tensors.
 pub(crate) fn add_member(
-    member: Member<'_>,
+    mut member: Member<'_>,
     source: &mut dyn StorageSource,
     budget: &Budget,
     parts: &mut Parts,
@@ -175,14 +177,19 @@ pub(crate) fn add_member(
         format!("the tensor names of {}", member.name)
     })?;
     let mut records = StorageRecords::collect(&member)?;
-    records.learn_dtypes(heap, &names);
     records.mark_saved_alone(&saved_alone);
+    // What the layers need is taken out of the stream's values, and the values freed before
+    // the layers are made: a hundred thousand tensors' worth of both need not be held at once.
+    let heap = &mut member.unpickled.heap;
+    let specs = Specs::take(heap, names, &records);
+    records.learn_dtypes(&specs);
+    let composites = composite_specs(heap, composites);
+    drop(std::mem::take(heap));
     let storages = records.storages(&member, source, parts)?;
-    // The records are in their storages now: only the way from ids to them is kept.
-    let StorageRecords { record_of, .. } = records;
+    drop(records);
     let first_tensor = parts.tensors.len();
-    add_tensors(&member, names, &record_of, &storages, parts)?;
-    add_composites(&member, &composites, first_tensor, parts)?;
+    add_tensors(&member, specs, &storages, parts)?;
+    add_composites(&member, composites, first_tensor, parts)?;
     parts.unsafe_globals.extend(member.unpickled.unsafe_globals);
     Ok(())
 }
@@ -193,20 +200,29 @@ struct StorageRecords {
     records: Vec<(StorageRecord, Option<DType>)>,
     /// Per record: whether the object holds it as a storage of its own.
     saved_alone: Vec<bool>,
-    /// Indexed by heap id: which record a persistent-id node names (records are fewer than
-    /// heap ids, which are `u32`).
-    record_of: Vec<Option<u32>>,
+    /// Which record each storage persistent-id node names (records are fewer than heap
+    /// ids, which are `u32`).
+    record_of: IdMap<u32>,
 }
+
+/// A map keyed by heap id, sized for the few ids of one kind rather than the whole heap.
+type IdMap<T> = HashMap<Id, T, foldhash::fast::RandomState>;
 
 impl StorageRecords {
     fn collect(member: &Member<'_>) -> Result<Self> {
         let heap = &member.unpickled.heap;
-        // Sized for one record per persistent id, the common case: neither regrows.
+        // Sized for one record per persistent id, the common case: none regrows.
         let ids = member.unpickled.persistent.len();
         let mut records: Vec<(StorageRecord, Option<DType>)> = Vec::with_capacity(ids);
-        let mut by_key: HashMap<String, usize, foldhash::quality::RandomState> =
-            HashMap::with_capacity_and_hasher(ids, Default::default());
-        let mut record_of = vec![None; heap.len()];
+        // Record indices by key, hashed from the records' own keys: no second copy of them.
+        let keys = foldhash::quality::RandomState::default();
+        let key_hash = |records: &[(StorageRecord, Option<DType>)], i: u32| {
+            records
+                .get(i as usize)
+                .map_or(0, |(r, _)| keys.hash_one(r.key.as_str()))
+        };
+        let mut by_key: HashTable<u32> = HashTable::with_capacity(ids);
+        let mut record_of = IdMap::with_capacity_and_hasher(ids, Default::default());
         for &node in &member.unpickled.persistent {
             let Node::Persistent(pid) = heap.get(node) else {
                 continue;
@@ -214,9 +230,15 @@ impl StorageRecords {
             let record =
                 storage_record(heap, *pid, member.key_prefix).map_err(|e| member.err(None, e))?;
             let Some(record) = record else { continue };
-            let index = match by_key.get(&record.key) {
+            let hash = keys.hash_one(record.key.as_str());
+            let same_key = |&i: &u32| {
+                records
+                    .get(i as usize)
+                    .is_some_and(|(r, _)| r.key == record.key)
+            };
+            let index = match by_key.find(hash, same_key) {
                 Some(&i) => {
-                    if records.get(i).map(|(r, _)| r) != Some(&record) {
+                    if records.get(i as usize).map(|(r, _)| r) != Some(&record) {
                         return Err(member.err(
                             None,
                             format!("storage '{}' is described twice, differently", record.key),
@@ -225,14 +247,15 @@ impl StorageRecords {
                     i
                 }
                 None => {
-                    by_key.insert(record.key.clone(), records.len());
+                    // Records are fewer than the heap's values, whose ids are `u32`.
+                    let i = u32::try_from(records.len())
+                        .map_err(|_| member.err(None, "too many storages"))?;
+                    by_key.insert_unique(hash, i, |&j| key_hash(&records, j));
                     records.push((record, None));
-                    records.len() - 1
+                    i
                 }
             };
-            if let Some(slot) = record_of.get_mut(node as usize) {
-                *slot = u32::try_from(index).ok();
-            }
+            record_of.insert(node, index);
         }
         Ok(StorageRecords {
             saved_alone: vec![false; records.len()],
@@ -241,20 +264,14 @@ impl StorageRecords {
         })
     }
 
-    /// Gives each storage the dtype of the first tensor that views it.
-    fn learn_dtypes(&mut self, heap: &Heap, names: &[(String, Id)]) {
-        for (_, id) in names {
-            let Node::Tensor(spec) = heap.get(*id) else {
-                continue;
-            };
-            let Some(index) = spec
-                .storage
-                .and_then(|s| self.record_of.get(s as usize).copied().flatten())
-                .map(|index| index as usize)
+    /// Gives each storage the dtype of the first tensor, in name order, that views it.
+    fn learn_dtypes(&mut self, specs: &Specs) {
+        for (_, slot) in &specs.names {
+            let Some(Slot::Spec(spec, StorageRef::Record(index))) = specs.slots.get(*slot as usize)
             else {
                 continue;
             };
-            if let Some((record, dtype)) = self.records.get_mut(index) {
+            if let Some((record, dtype)) = self.records.get_mut(*index as usize) {
                 if dtype.is_none() {
                     *dtype = spec.dtype.or(record.class_dtype);
                 }
@@ -264,9 +281,9 @@ impl StorageRecords {
 
     /// Marks the records the object holds as storages of their own (`persistent` nodes).
     fn mark_saved_alone(&mut self, persistent: &[Id]) {
-        for &node in persistent {
-            if let Some(Some(index)) = self.record_of.get(node as usize) {
-                if let Some(slot) = self.saved_alone.get_mut(*index as usize) {
+        for node in persistent {
+            if let Some(&index) = self.record_of.get(node) {
+                if let Some(slot) = self.saved_alone.get_mut(index as usize) {
                     *slot = true;
                 }
             }
@@ -319,44 +336,99 @@ impl StorageRecords {
     }
 }
 
+/// Where a rebuilt tensor's storage comes from.
+#[derive(Clone, Copy)]
+enum StorageRef {
+    /// The storage record at this index.
+    Record(u32),
+    /// None: the tensor was saved without one (meta).
+    Meta,
+    /// Its persistent id names no storage record.
+    NotAStorage,
+}
+
+/// A tensor object the names reach: what its rebuild call said, until its layers are made.
+enum Slot {
+    Spec(Box<TensorSpec>, StorageRef),
+    Built(Arc<TensorImpl>),
+}
+
+/// The member's named tensors, taken out of its values: one slot per tensor object, so the
+/// names that reach one object share its layers.
+struct Specs {
+    /// In name order: each name and the slot of its tensor.
+    names: Vec<(String, u32)>,
+    slots: Vec<Slot>,
+}
+
+impl Specs {
+    fn take(heap: &mut Heap, names: Vec<(String, Id)>, records: &StorageRecords) -> Self {
+        let mut slot_of: IdMap<u32> =
+            IdMap::with_capacity_and_hasher(names.len(), Default::default());
+        let mut slots = Vec::with_capacity(names.len());
+        // Collected in place of `names`, as the values are of one size.
+        let names = names
+            .into_iter()
+            .filter_map(|(name, id)| {
+                let slot = match slot_of.get(&id) {
+                    Some(&slot) => slot,
+                    None => {
+                        let spec = heap.take_tensor(id)?;
+                        let slot = u32::try_from(slots.len()).ok()?;
+                        let storage = match spec.storage {
+                            None => StorageRef::Meta,
+                            Some(node) => records
+                                .record_of
+                                .get(&node)
+                                .map_or(StorageRef::NotAStorage, |&i| StorageRef::Record(i)),
+                        };
+                        slots.push(Slot::Spec(spec, storage));
+                        slot_of.insert(id, slot);
+                        slot
+                    }
+                };
+                Some((name, slot))
+            })
+            .collect();
+        Specs { names, slots }
+    }
+}
+
 /// Adds a tensor per name; one TensorImpl per rebuilt tensor object, shared by every name
 /// that reaches it.
 fn add_tensors(
     member: &Member<'_>,
-    names: Vec<(String, Id)>,
-    record_of: &[Option<u32>],
+    specs: Specs,
     storages: &[Arc<Storage>],
     parts: &mut Parts,
 ) -> Result<()> {
-    let heap = &member.unpickled.heap;
+    let Specs { names, mut slots } = specs;
     parts.tensors.reserve(names.len());
-    let mut impls: Vec<Option<Arc<TensorImpl>>> = vec![None; heap.len()];
-    for (name, id) in names {
-        let Node::Tensor(spec) = heap.get(id) else {
+    for (name, index) in names {
+        let Some(slot) = slots.get_mut(index as usize) else {
             continue;
         };
-        if let Some(Some(imp)) = impls.get(id as usize) {
-            parts.tensors.push(Tensor::new(name, Arc::clone(imp)));
-            continue;
-        }
+        let (spec, storage) = match slot {
+            Slot::Built(imp) => {
+                parts.tensors.push(Tensor::new(name, Arc::clone(imp)));
+                continue;
+            }
+            Slot::Spec(spec, storage) => (spec, *storage),
+        };
         let invalid = |detail: String| Error::InvalidTensor {
             path: member.path.to_owned(),
             tensor: name.clone(),
             detail,
         };
-        let storage = match spec.storage {
-            Some(node) => record_of
-                .get(node as usize)
-                .copied()
-                .flatten()
-                .ok_or_else(|| invalid("its storage is not a storage persistent id".into()))
-                .and_then(|index| {
-                    storages
-                        .get(index as usize)
-                        .map(Arc::clone)
-                        .ok_or_else(|| invalid("storage missing".into()))
-                })?,
-            None => meta_storage(spec, parts).map_err(invalid)?,
+        let storage = match storage {
+            StorageRef::Record(index) => storages
+                .get(index as usize)
+                .map(Arc::clone)
+                .ok_or_else(|| invalid("storage missing".into()))?,
+            StorageRef::NotAStorage => {
+                return Err(invalid("its storage is not a storage persistent id".into()))
+            }
+            StorageRef::Meta => meta_storage(spec, parts).map_err(invalid)?,
         };
         let dtype = spec.dtype.unwrap_or(storage.dtype());
         let layout = Layout::new(&spec.sizes, &spec.strides, spec.offset)
@@ -376,12 +448,21 @@ fn add_tensors(
             )
             .with_conj_neg(spec.is_conj, spec.is_neg),
         );
-        if let Some(slot) = impls.get_mut(id as usize) {
-            *slot = Some(Arc::clone(&imp));
-        }
+        *slot = Slot::Built(Arc::clone(&imp));
         parts.tensors.push(Tensor::new(name, imp));
     }
     Ok(())
+}
+
+/// The composite tensors' specs by name, copied out of the values (they are few).
+fn composite_specs(heap: &Heap, composites: Vec<(String, Id)>) -> Vec<(String, CompositeSpec)> {
+    composites
+        .into_iter()
+        .filter_map(|(name, id)| match heap.get(id) {
+            Node::Composite(spec) => Some((name, CompositeSpec::clone(spec))),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Adds a composite tensor per name. Its components were added as tensors (from
@@ -389,11 +470,10 @@ fn add_tensors(
 /// name it, is that of the component the call says.
 fn add_composites(
     member: &Member<'_>,
-    composites: &[(String, Id)],
+    composites: Vec<(String, CompositeSpec)>,
     first_tensor: usize,
     parts: &mut Parts,
 ) -> Result<()> {
-    let heap = &member.unpickled.heap;
     if composites.is_empty() {
         return Ok(());
     }
@@ -405,10 +485,7 @@ fn add_composites(
         .iter()
         .map(|t| (t.name().to_owned(), t.tensor_impl().dtype()))
         .collect();
-    for (name, id) in composites {
-        let Node::Composite(spec) = heap.get(*id) else {
-            continue;
-        };
+    for (name, spec) in composites {
         let invalid = |detail: String| Error::InvalidTensor {
             path: member.path.to_owned(),
             tensor: name.clone(),
@@ -432,15 +509,15 @@ fn add_composites(
         };
         dtypes.insert(name.clone(), dtype);
         parts.composites.push(CompositeTensor {
-            name: name.clone(),
+            name,
             layout: spec.layout,
-            shape: spec.sizes.clone(),
+            shape: spec.sizes,
             dtype,
-            subclass: spec.subclass.clone(),
+            subclass: spec.subclass,
             requires_grad: spec.requires_grad,
             is_parameter: spec.is_parameter,
             components,
-            placements: spec.placements.clone(),
+            placements: spec.placements,
         });
     }
     Ok(())

@@ -108,7 +108,7 @@ fn read_stream(
             .unwrap_or_else(|| Err(stream.err(name, stream.pos, "missing")))
     };
     let (_, magic) = next(PICKLES[0])?;
-    if magic.heap.get(magic.root) != &Node::BigInt(MAGIC.to_vec()) {
+    if magic.heap.get(magic.root) != &Node::BigInt(MAGIC.into()) {
         return Err(stream.err(PICKLES[0], 0, "magic number is not PyTorch's"));
     }
     let (at, protocol) = next(PICKLES[1])?;

@@ -14,7 +14,7 @@
 use super::torch_legacy::Pickles;
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::allowlist::{classify, Class, Known};
+use crate::pickle::allowlist::Known;
 use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal};
 use crate::{Format, HostBuffer};
 use std::ops::Range;
@@ -373,8 +373,8 @@ impl MemberPickles<'_> {
             .heap
             .seq(args.root)
             .and_then(|items| match args.heap.get(*items.get(2)?) {
-                Node::Global(g) => match classify(&g.module, &g.name) {
-                    Class::Known(Known::Storage(Some(dtype))) => dtype.element_size(),
+                Node::Global(g) => match g.known() {
+                    Some(Known::Storage(Some(dtype))) => dtype.element_size(),
                     _ => None,
                 },
                 _ => None,

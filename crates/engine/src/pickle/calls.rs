@@ -1,11 +1,13 @@
 //! What REDUCE, NEWOBJ, INST and OBJ make: an interpretation when the callable is on the
 //! allowlist, otherwise an opaque object. Nothing is ever called.
 
-use super::allowlist::{classify, Class, Known};
+use super::allowlist::Known;
 use super::heap::{CompositeSpec, Id, Node, Object, TensorSpec};
 use super::machine::Machine;
 use crate::error::Result;
 use crate::DType;
+use smallvec::SmallVec;
+use thin_vec::ThinVec;
 
 /// A DTensor's placements are described only this small (one per mesh dimension, a few
 /// short fields each), so that describing them costs next to nothing.
@@ -22,10 +24,7 @@ const WRAPPER: &str = "wrapper";
 impl Machine<'_> {
     fn known(&self, id: Id) -> Option<Known> {
         match self.heap.get(id) {
-            Node::Global(g) => match classify(&g.module, &g.name) {
-                Class::Known(k) => Some(k),
-                _ => None,
-            },
+            Node::Global(g) => g.known(),
             _ => None,
         }
     }
@@ -49,8 +48,8 @@ impl Machine<'_> {
     /// NEWOBJ, INST, OBJ: `class(*args)`, interpreted only for dict and set classes.
     pub(super) fn new_object(&mut self, class: Id, args: Id) -> Result<Id> {
         match self.known(class) {
-            Some(Known::Dict) => self.alloc(Node::Dict(Vec::new())),
-            Some(Known::Set) => self.alloc(Node::Set(Vec::new())),
+            Some(Known::Dict) => self.alloc(Node::Dict(ThinVec::new())),
+            Some(Known::Set) => self.alloc(Node::Set(ThinVec::new())),
             _ => self.opaque(class, args),
         }
     }
@@ -60,8 +59,9 @@ impl Machine<'_> {
         let Some(known) = self.known(callable) else {
             return self.opaque(callable, args);
         };
-        let a: Vec<Id> = match self.heap.seq(args) {
-            Some(items) => items.to_vec(),
+        // Copied out of the heap the call adds to; on the stack for the usual few.
+        let a: SmallVec<[Id; 8]> = match self.heap.seq(args) {
+            Some(items) => SmallVec::from_slice(items),
             None => return Err(self.err("call arguments are not a tuple")),
         };
         let arg = |i: usize| a.get(i).copied();
@@ -70,13 +70,13 @@ impl Machine<'_> {
             Known::Set => Node::Set(
                 arg(0)
                     .and_then(|i| self.heap.seq(i))
-                    .map(<[Id]>::to_vec)
+                    .map(ThinVec::from)
                     .unwrap_or_default(),
             ),
             Known::CodecsEncode => self.codecs_encode(&a)?,
             Known::Bytearray => match arg(0).map(|i| self.heap.get(i)) {
                 Some(Node::Bytes(b)) => Node::Bytes(b.clone()),
-                _ => Node::Bytes(Vec::new()),
+                _ => Node::Bytes(Box::default()),
             },
             Known::Size | Known::JitIdentity => {
                 return arg(0).ok_or_else(|| self.err("call needs an argument"));
@@ -144,7 +144,7 @@ impl Machine<'_> {
 
     /// `OrderedDict(items)`: a dict of the (key, value) pairs of its first argument, if any.
     fn ordered_dict(&self, a: &[Id]) -> Result<Node> {
-        let mut pairs = Vec::new();
+        let mut pairs = ThinVec::new();
         if let Some(items) = a.first().and_then(|&i| self.heap.seq(i)) {
             for &pair in items {
                 match self.heap.seq(pair) {
@@ -174,7 +174,7 @@ impl Machine<'_> {
         } else {
             text.as_bytes().to_vec()
         };
-        Ok(Node::Bytes(bytes))
+        Ok(Node::Bytes(bytes.into()))
     }
 
     /// `torch.device(type[, index])`, kept as its text (`cuda:0`).
@@ -187,7 +187,7 @@ impl Machine<'_> {
             Some(index) => format!("{kind}:{index}"),
             None => kind.to_owned(),
         };
-        Ok(Node::Str(text))
+        Ok(Node::Str(text.into()))
     }
 
     /// `_rebuild_meta_tensor_no_storage(dtype, size, stride, requires_grad)`.
@@ -264,7 +264,7 @@ impl Machine<'_> {
         };
         let pairs = dicts.into_iter().flat_map(|d| match self.heap.get(d) {
             Node::Dict(pairs) => pairs.clone(),
-            _ => Vec::new(),
+            _ => ThinVec::new(),
         });
         pairs
             .filter(|&(_, v)| matches!(self.heap.get(v), Node::Tensor(_) | Node::Composite(_)))

@@ -1,12 +1,17 @@
 //! The values a pickle builds. Containers hold ids into one heap, so the memo shares
 //! objects by reference exactly as Python's does, and nothing is ever deep-copied.
 
+use super::allowlist::{classify, Class, Known};
 use crate::DType;
+use thin_vec::ThinVec;
 
 /// Index of a value in its [`Heap`].
 pub type Id = u32;
 
-/// One value built by the machine.
+/// One value built by the machine. Every variant holds at most two words, so that a value
+/// takes 24 bytes: a stream makes millions of them. Immutable values hold boxed slices;
+/// containers that grow hold one-word vectors (an empty one allocates nothing, and
+/// `torch.save` writes an empty `OrderedDict` per tensor).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Node {
     /// `None`
@@ -16,23 +21,23 @@ pub enum Node {
     /// An integer that fits 64 bits.
     Int(i64),
     /// A wider integer, as little-endian two's-complement bytes.
-    BigInt(Vec<u8>),
+    BigInt(Box<[u8]>),
     /// A float.
     Float(f64),
     /// A text string.
-    Str(String),
+    Str(Box<str>),
     /// A byte string.
-    Bytes(Vec<u8>),
+    Bytes(Box<[u8]>),
     /// A list.
-    List(Vec<Id>),
+    List(ThinVec<Id>),
     /// A tuple.
-    Tuple(Vec<Id>),
+    Tuple(Box<[Id]>),
     /// A dict (or `OrderedDict`), in insertion order.
-    Dict(Vec<(Id, Id)>),
+    Dict(ThinVec<(Id, Id)>),
     /// A set or frozenset.
-    Set(Vec<Id>),
-    /// A name a pickle refers to: only a name. Boxed, like the object and tensor variants, so
-    /// that every value stays 32 bytes: a stream makes millions of them.
+    Set(ThinVec<Id>),
+    /// A name a pickle refers to: only a name. Boxed, like the object and tensor variants,
+    /// for the size of every value.
     Global(Box<Global>),
     /// An object the stream asks to construct (by REDUCE, NEWOBJ, INST or OBJ) that
     /// tensorplay does not interpret: kept with its arguments and any state or items given to it.
@@ -54,6 +59,33 @@ pub struct Global {
     pub module: String,
     /// Attribute.
     pub name: String,
+    /// What the name is, looked up once: a stream names a global once and calls it for
+    /// every tensor.
+    class: Class,
+}
+
+impl Global {
+    /// `module.name`, module already mapped.
+    pub fn new(module: &str, name: &str) -> Self {
+        Global {
+            module: module.to_owned(),
+            name: name.to_owned(),
+            class: classify(module, name),
+        }
+    }
+
+    /// What the name is, in any loader's table.
+    pub fn class(&self) -> Class {
+        self.class
+    }
+
+    /// The interpreted name it is, if any.
+    pub fn known(&self) -> Option<Known> {
+        match self.class {
+            Class::Known(known) => Some(known),
+            _ => None,
+        }
+    }
 }
 
 /// An object a pickle asks to construct ([`Node::Object`]).
@@ -147,6 +179,19 @@ impl Heap {
         self.nodes.get_mut(id as usize)
     }
 
+    /// Moves a rebuilt tensor's spec out, leaving `None`: for a reader done with the values
+    /// but that one.
+    pub(crate) fn take_tensor(&mut self, id: Id) -> Option<Box<TensorSpec>> {
+        let node = self.nodes.get_mut(id as usize)?;
+        match std::mem::replace(node, Node::None) {
+            Node::Tensor(spec) => Some(spec),
+            other => {
+                *node = other;
+                None
+            }
+        }
+    }
+
     /// Number of values.
     pub fn len(&self) -> usize {
         self.nodes.len()
@@ -162,7 +207,10 @@ impl Heap {
         if self.nodes.len() >= max_nodes {
             return None;
         }
-        let id = Id::try_from(self.nodes.len()).ok()?;
+        // Below `Id::MAX`, which the memo cannot store.
+        let id = Id::try_from(self.nodes.len())
+            .ok()
+            .filter(|&id| id < Id::MAX)?;
         self.nodes.push(node);
         Some(id)
     }
@@ -170,8 +218,17 @@ impl Heap {
     /// The items of a tuple or list.
     pub fn seq(&self, id: Id) -> Option<&[Id]> {
         match self.get(id) {
-            Node::Tuple(items) | Node::List(items) => Some(items),
+            Node::Tuple(items) => Some(items),
+            Node::List(items) => Some(items),
             _ => None,
+        }
+    }
+
+    /// The items of a tuple, list or set.
+    pub fn items(&self, id: Id) -> Option<&[Id]> {
+        match self.get(id) {
+            Node::Set(items) => Some(items),
+            _ => self.seq(id),
         }
     }
 
@@ -203,9 +260,12 @@ impl Heap {
 
     /// A tuple or list of non-negative integers.
     pub fn u64s(&self, id: Id) -> Option<Vec<u64>> {
-        self.seq(id)?
-            .iter()
-            .map(|&i| self.int(i).and_then(|v| u64::try_from(v).ok()))
-            .collect()
+        let items = self.seq(id)?;
+        // Sized exactly: every tensor keeps two of these (collecting would start at four).
+        let mut values = Vec::with_capacity(items.len());
+        for &i in items {
+            values.push(self.int(i).and_then(|v| u64::try_from(v).ok())?);
+        }
+        Some(values)
     }
 }

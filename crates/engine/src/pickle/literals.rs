@@ -5,7 +5,7 @@ use super::heap::Node;
 /// A LONG1/LONG4 operand: an `Int` when it fits 64 bits.
 pub(super) fn long_from_le(bytes: &[u8]) -> Node {
     if bytes.len() > 8 {
-        return Node::BigInt(bytes.to_vec());
+        return Node::BigInt(bytes.into());
     }
     // Sign-extend to 64 bits; no bytes at all is 0.
     let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);

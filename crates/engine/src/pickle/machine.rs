@@ -1,7 +1,7 @@
 //! The opcode interpreter: Python's `pickle._Unpickler`, with every call replaced by either
 //! an interpretation of an allowlisted name or an opaque object.
 
-use super::allowlist::{classify, map_module, resolves, Class, Loader};
+use super::allowlist::{map_module, resolves, Class, Loader};
 use super::heap::{Global, Heap, Id, Node, Object};
 use super::literals::{decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape};
 use super::memo::Memo;
@@ -9,6 +9,7 @@ use super::opcodes::*;
 use super::{Budget, UnsafeGlobal};
 use crate::error::{Error, Result};
 use std::path::Path;
+use thin_vec::ThinVec;
 
 /// The result of running one pickle stream.
 #[derive(Debug)]
@@ -48,7 +49,8 @@ pub fn unpickle(
         heap: Heap::with_capacity((bytes.len() / 8).min(budget.max_nodes)),
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: Memo::default(),
+        // Picklers memoize most values: one key per 13 bytes of a `torch.save` stream.
+        memo: Memo::with_capacity((bytes.len() / 12).min(budget.max_memo)),
         shared_scalars: [None; SHARED_SCALARS],
         ops: 0,
         heap_bytes: 0,
@@ -84,8 +86,8 @@ pub(super) struct Machine<'a> {
     stack: Vec<Id>,
     marks: Vec<usize>,
     memo: Memo,
-    /// The one value of each of None, False, True and BININT1's 0–255, once made: a stream
-    /// repeats them for every tensor (offsets, sizes, flags), and being immutable they are
+    /// The one value of each of None, False, True, `()` and BININT1's 0–255, once made: a
+    /// stream repeats them for every tensor (offsets, sizes, flags), and being immutable they are
     /// shared by id as the memo shares values, so a million tensors do not make millions.
     shared_scalars: [Option<Id>; SHARED_SCALARS],
     ops: u64,
@@ -189,7 +191,9 @@ impl<'a> Machine<'a> {
 
     // ---- stack, marks, memo ----
 
-    /// Counts `bytes` more of values against the read's memory budget.
+    /// Counts `bytes` more of values against the read's memory budget. Inlined, its refusal
+    /// kept apart: it runs several times per opcode.
+    #[inline]
     pub(super) fn charge(&mut self, bytes: u64) -> Result<()> {
         const ID: u64 = std::mem::size_of::<Id>() as u64;
         self.heap_bytes = self.heap_bytes.saturating_add(bytes);
@@ -203,18 +207,24 @@ impl<'a> Machine<'a> {
             .saturating_add(self.heap_bytes)
             .saturating_add(live);
         if needed > self.budget.max_memory {
-            return Err(Error::MemoryBudget {
-                path: self.path.to_owned(),
-                needed,
-                limit: self.budget.max_memory,
-                what: format!(
-                    "the values pickle {} builds (at byte {})",
-                    self.member,
-                    self.position()
-                ),
-            });
+            return Err(self.over_budget(needed));
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn over_budget(&self, needed: u64) -> Error {
+        Error::MemoryBudget {
+            path: self.path.to_owned(),
+            needed,
+            limit: self.budget.max_memory,
+            what: format!(
+                "the values pickle {} builds (at byte {})",
+                self.member,
+                self.position()
+            ),
+        }
     }
 
     pub(super) fn alloc(&mut self, node: Node) -> Result<Id> {
@@ -380,15 +390,21 @@ impl<'a> Machine<'a> {
     /// None, bools, integers and floats.
     fn scalar(&mut self, op: u8) -> Result<()> {
         let (shared, node) = match op {
-            NONE => (0, Node::None),
-            NEWFALSE => (1, Node::Bool(false)),
-            NEWTRUE => (2, Node::Bool(true)),
+            NONE => (SHARED_NONE, Node::None),
+            NEWFALSE => (SHARED_FALSE, Node::Bool(false)),
+            NEWTRUE => (SHARED_TRUE, Node::Bool(true)),
             BININT1 => {
                 let v = self.u8()?;
-                (3 + usize::from(v), Node::Int(i64::from(v)))
+                (SHARED_BININT1 + usize::from(v), Node::Int(i64::from(v)))
             }
             _ => return self.other_scalar(op),
         };
+        self.push_shared(shared, node)
+    }
+
+    /// Pushes the one value kept in slot `shared` of [`SHARED_SCALARS`], made from `node`
+    /// the first time.
+    fn push_shared(&mut self, shared: usize, node: Node) -> Result<()> {
         match self.shared_scalars.get(shared).copied().flatten() {
             Some(id) => self.push_id(id),
             None => {
@@ -451,22 +467,28 @@ impl<'a> Machine<'a> {
                 let raw = self.counted(op)?;
                 let text =
                     std::str::from_utf8(raw).map_err(|_| self.err("string is not valid UTF-8"))?;
-                Node::Str(text.to_owned())
+                Node::Str(text.into())
             }
             // Python 2 `str`: bytes that PyTorch's loader decodes as text.
             BINSTRING | SHORT_BINSTRING => {
-                Node::Str(String::from_utf8_lossy(self.counted(op)?).into_owned())
+                Node::Str(String::from_utf8_lossy(self.counted(op)?).into())
             }
             BINBYTES | SHORT_BINBYTES | BINBYTES8 | BYTEARRAY8 => {
-                Node::Bytes(self.counted(op)?.to_vec())
+                Node::Bytes(self.counted(op)?.into())
             }
             UNICODE => {
                 let text = raw_unicode_escape(self.line()?);
-                Node::Str(text.ok_or_else(|| self.err("malformed UNICODE escape"))?)
+                Node::Str(
+                    text.ok_or_else(|| self.err("malformed UNICODE escape"))?
+                        .into(),
+                )
             }
             STRING => {
                 let text = python_string_literal(self.line()?);
-                Node::Str(text.ok_or_else(|| self.err("malformed STRING literal"))?)
+                Node::Str(
+                    text.ok_or_else(|| self.err("malformed STRING literal"))?
+                        .into(),
+                )
             }
             _ => return Err(self.unknown(op)),
         };
@@ -488,20 +510,23 @@ impl<'a> Machine<'a> {
     /// Tuples, lists, dicts and sets, empty or from the stack.
     fn new_container(&mut self, op: u8) -> Result<()> {
         let node = match op {
-            EMPTY_TUPLE => Node::Tuple(Vec::new()),
-            EMPTY_LIST => Node::List(Vec::new()),
-            EMPTY_DICT => Node::Dict(Vec::new()),
-            EMPTY_SET => Node::Set(Vec::new()),
-            TUPLE => Node::Tuple(self.pop_mark()?),
-            TUPLE1 => Node::Tuple(self.pop_n(1)?),
-            TUPLE2 => Node::Tuple(self.pop_n(2)?),
-            TUPLE3 => Node::Tuple(self.pop_n(3)?),
-            LIST => Node::List(self.pop_mark()?),
+            // One empty tuple, as in Python: `torch.save` writes one per tensor.
+            EMPTY_TUPLE => {
+                return self.push_shared(SHARED_EMPTY_TUPLE, Node::Tuple(Box::default()))
+            }
+            EMPTY_LIST => Node::List(ThinVec::new()),
+            EMPTY_DICT => Node::Dict(ThinVec::new()),
+            EMPTY_SET => Node::Set(ThinVec::new()),
+            TUPLE => Node::Tuple(self.pop_mark()?.into()),
+            TUPLE1 => Node::Tuple(self.pop_n(1)?.into()),
+            TUPLE2 => Node::Tuple(self.pop_n(2)?.into()),
+            TUPLE3 => Node::Tuple(self.pop_n(3)?.into()),
+            LIST => Node::List(self.pop_mark()?.into()),
             DICT => {
                 let items = self.pop_mark()?;
-                Node::Dict(self.pairs(&items)?)
+                Node::Dict(self.pairs(&items)?.into())
             }
-            FROZENSET => Node::Set(self.pop_mark()?),
+            FROZENSET => Node::Set(self.pop_mark()?.into()),
             _ => return Err(self.unknown(op)),
         };
         self.push(node)
@@ -635,13 +660,11 @@ impl<'a> Machine<'a> {
                 position: self.position(),
             });
         }
-        if classify(module, name) == Class::TorchScript {
+        let global = Global::new(module, name);
+        if global.class() == Class::TorchScript {
             self.torchscript_classes = true;
         }
-        self.alloc(Node::Global(Box::new(Global {
-            module: module.to_owned(),
-            name: name.to_owned(),
-        })))
+        self.alloc(Node::Global(Box::new(global)))
     }
 
     /// Calls and instantiations: interpreted when allowlisted, otherwise opaque; never made.
@@ -665,7 +688,7 @@ impl<'a> Machine<'a> {
                 let (module, name) = self.name_lines()?;
                 let items = self.pop_mark()?;
                 let class = self.global(module, name)?;
-                let args = self.alloc(Node::Tuple(items))?;
+                let args = self.alloc(Node::Tuple(items.into()))?;
                 self.new_object(class, args)?
             }
             OBJ => {
@@ -673,7 +696,7 @@ impl<'a> Machine<'a> {
                 let Some((&class, rest)) = items.split_first() else {
                     return Err(self.err("OBJ without a class"));
                 };
-                let args = self.alloc(Node::Tuple(rest.to_vec()))?;
+                let args = self.alloc(Node::Tuple(rest.into()))?;
                 self.new_object(class, args)?
             }
             _ => return Err(self.unknown(op)),
@@ -697,7 +720,7 @@ impl<'a> Machine<'a> {
         let pid = match op {
             PERSID => {
                 let text = self.line_str()?;
-                self.alloc(Node::Str(text.to_owned()))?
+                self.alloc(Node::Str(text.into()))?
             }
             BINPERSID => self.pop()?,
             _ => return Err(self.unknown(op)),
@@ -734,10 +757,15 @@ impl<'a> Machine<'a> {
     }
 }
 
-/// `n` values of `T`, in bytes.
-/// None, False, True and the 256 values of BININT1.
-const SHARED_SCALARS: usize = 3 + 256;
+/// None, False, True, the empty tuple and the 256 values of BININT1.
+const SHARED_SCALARS: usize = SHARED_BININT1 + 256;
+const SHARED_NONE: usize = 0;
+const SHARED_FALSE: usize = 1;
+const SHARED_TRUE: usize = 2;
+const SHARED_EMPTY_TUPLE: usize = 3;
+const SHARED_BININT1: usize = 4;
 
+/// `n` values of `T`, in bytes.
 fn slice_bytes<T>(n: usize) -> u64 {
     (n as u64).saturating_mul(std::mem::size_of::<T>() as u64)
 }
@@ -753,7 +781,8 @@ fn node_bytes(node: &Node) -> u64 {
         | Node::Tensor(_) => 0,
         Node::BigInt(bytes) | Node::Bytes(bytes) => bytes.len() as u64,
         Node::Str(text) => text.len() as u64,
-        Node::List(items) | Node::Tuple(items) | Node::Set(items) => slice_bytes::<Id>(items.len()),
+        Node::List(items) | Node::Set(items) => slice_bytes::<Id>(items.len()),
+        Node::Tuple(items) => slice_bytes::<Id>(items.len()),
         Node::Dict(pairs) => slice_bytes::<(Id, Id)>(pairs.len()),
         Node::Global(g) => (g.module.len() as u64)
             .saturating_add(g.name.len() as u64)

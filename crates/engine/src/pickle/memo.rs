@@ -3,18 +3,28 @@
 
 use super::heap::Id;
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 
 /// How far past the dense part a key may land and still extend it.
 const MAX_GAP: u64 = 1024;
 
 #[derive(Debug, Default)]
 pub(super) struct Memo {
-    dense: Vec<Option<Id>>,
+    /// `id + 1` by key, so that an empty slot takes no more than a full one: four bytes.
+    dense: Vec<Option<NonZeroU32>>,
     sparse: HashMap<u64, Id>,
     len: usize,
 }
 
 impl Memo {
+    /// A memo with room for `capacity` dense keys before it regrows.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Memo {
+            dense: Vec::with_capacity(capacity),
+            ..Memo::default()
+        }
+    }
+
     /// Number of distinct keys stored (Python's `len(memo)`).
     pub fn len(&self) -> usize {
         self.len
@@ -22,7 +32,7 @@ impl Memo {
 
     pub fn get(&self, key: u64) -> Option<Id> {
         match usize::try_from(key).ok().and_then(|k| self.dense.get(k)) {
-            Some(slot) => *slot,
+            Some(slot) => slot.map(|stored| stored.get() - 1),
             None => self.sparse.get(&key).copied(),
         }
     }
@@ -31,8 +41,12 @@ impl Memo {
         self.get(key).is_some()
     }
 
-    /// Stores `id` under `key`, replacing what was there.
+    /// Stores `id` under `key`, replacing what was there. Ids are below [`Id::MAX`]: the heap
+    /// makes no other (one that were not would read as never stored, a refusal).
     pub fn insert(&mut self, key: u64, id: Id) {
+        let Some(stored) = NonZeroU32::new(id.wrapping_add(1)) else {
+            return;
+        };
         let dense_len = self.dense.len() as u64;
         if key < dense_len.saturating_add(MAX_GAP) && !self.sparse.contains_key(&key) {
             // Bounded by the gap: at most MAX_GAP slots beyond the current length.
@@ -41,7 +55,7 @@ impl Memo {
                 self.dense.resize(index + 1, None);
             }
             if let Some(slot) = self.dense.get_mut(index) {
-                if slot.replace(id).is_none() {
+                if slot.replace(stored).is_none() {
                     self.len += 1;
                 }
             }
