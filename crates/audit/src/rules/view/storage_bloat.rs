@@ -30,18 +30,36 @@ How to fix
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     let limits = &ctx.settings.thresholds;
-    let mut ranges: Vec<Vec<(u64, u64)>> = vec![Vec::new(); ctx.ckpt.storages.len()];
-    for t in &ctx.ckpt.tensors {
-        let imp = t.tensor_impl();
-        if let (Ok(Some(r)), Some(list)) = (imp.byte_range(), ranges.get_mut(imp.storage().id())) {
-            list.push((r.start, r.end));
+    // (storage, start, end) of every view, sorted: each storage's views side by side in
+    // byte order, with no list per storage (files list tensors in storage order, which the
+    // sort finds at once).
+    let mut ranges: Vec<(usize, u64, u64)> = ctx
+        .ckpt
+        .tensors
+        .iter()
+        .filter_map(|t| {
+            let imp = t.tensor_impl();
+            let r = imp.byte_range().ok().flatten()?;
+            Some((imp.storage().id(), r.start, r.end))
+        })
+        .collect();
+    ranges.sort_unstable();
+    let mut views = ranges.chunk_by(|a, b| a.0 == b.0).peekable();
+    for (index, storage) in ctx.ckpt.storages.iter().enumerate() {
+        // Views of storages before this one name no storage of the checkpoint.
+        while views
+            .peek()
+            .and_then(|group| group.first())
+            .is_some_and(|&(id, ..)| id < index)
+        {
+            views.next();
         }
-    }
-    for (storage, mut list) in ctx.ckpt.storages.iter().zip(ranges) {
+        let list = views
+            .next_if(|group| group.first().is_some_and(|&(id, ..)| id == index))
+            .unwrap_or_default();
         let total = storage.nbytes();
-        list.sort_unstable();
         let (mut covered, mut reach) = (0u64, 0u64);
-        for (start, end) in list {
+        for &(_, start, end) in list {
             let (start, end) = (start.min(total), end.min(total));
             if end > reach {
                 covered += end - start.max(reach);
