@@ -431,7 +431,7 @@ fn add_tensors(
             StorageRef::Meta => meta_storage(spec, parts).map_err(invalid)?,
         };
         let dtype = spec.dtype.unwrap_or(storage.dtype());
-        let layout = Layout::new(&spec.sizes, &spec.strides, spec.offset)
+        let layout = Layout::new(spec.sizes(), spec.strides(), spec.offset)
             .map_err(|e| invalid(e.to_string()))?;
         let device = spec
             .device
@@ -526,19 +526,20 @@ fn add_composites(
 /// For a tensor saved without storage (meta): a storage of no bytes, sized for the view.
 fn meta_storage(spec: &TensorSpec, parts: &mut Parts) -> std::result::Result<Arc<Storage>, String> {
     let dtype = spec.dtype.unwrap_or(DType::Float32);
-    let layout = Layout::new(&spec.sizes, &spec.strides, spec.offset).map_err(|e| e.to_string())?;
+    let layout =
+        Layout::new(spec.sizes(), spec.strides(), spec.offset).map_err(|e| e.to_string())?;
     let nbytes = layout
         .byte_range(dtype)
         .map_err(|e| e.to_string())?
         .map_or(0, |r| r.end);
-    let location = spec.device.clone().unwrap_or_else(|| "meta".into());
+    let location = spec.device.as_deref().unwrap_or("meta");
     let storage = Arc::new(Storage::new(
         parts.storages.len(),
         "",
         dtype,
         nbytes,
-        location.clone(),
-        DataPtr::none(Device::parse(&location)),
+        location,
+        DataPtr::none(Device::parse(location)),
     ));
     parts.storages.push(Arc::clone(&storage));
     Ok(storage)

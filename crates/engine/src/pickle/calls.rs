@@ -123,7 +123,7 @@ impl Machine<'_> {
             }
             Known::RebuildDeviceFromCpu => {
                 let mut spec = self.tensor_at(arg(0), "_rebuild_device_tensor_from_cpu_tensor")?;
-                spec.device = arg(2).and_then(|i| self.heap.str(i)).map(str::to_owned);
+                spec.device = arg(2).and_then(|i| self.heap.str(i)).map(Box::from);
                 self.override_requires_grad(&mut spec, arg(3));
                 Node::Tensor(Box::new(spec))
             }
@@ -201,18 +201,12 @@ impl Machine<'_> {
         ) else {
             return Err(self.err("_rebuild_meta_tensor_no_storage: size and stride must be tuples of non-negative integers"));
         };
-        Ok(TensorSpec {
-            storage: None,
-            offset: 0,
-            sizes,
-            strides,
-            requires_grad: a.get(3).and_then(|&i| self.heap.truthy(i)).unwrap_or(false),
-            dtype: Some(dtype),
-            is_parameter: false,
-            device: Some("meta".into()),
-            is_conj: false,
-            is_neg: false,
-        })
+        let mut spec = TensorSpec::new(None, 0, &sizes, &strides)
+            .ok_or_else(|| self.err("_rebuild_meta_tensor_no_storage: too many dimensions"))?;
+        spec.requires_grad = a.get(3).and_then(|&i| self.heap.truthy(i)).unwrap_or(false);
+        spec.dtype = Some(dtype);
+        spec.device = Some("meta".into());
+        Ok(spec)
     }
 
     /// `_rebuild_from_type_v2(func, type, args, state)`: the tensor `func(*args)` makes,
@@ -508,29 +502,26 @@ impl Machine<'_> {
             .ok_or_else(|| {
                 self.err("tensor rebuild: storage offset is not a non-negative integer")
             })?;
-        let (Some(sizes), Some(strides)) = (
-            a.get(2).and_then(|&i| self.heap.u64s(i)),
-            a.get(3).and_then(|&i| self.heap.u64s(i)),
-        ) else {
+        // On the stack: the spec keeps both in one allocation.
+        let dims = |at: usize| -> Option<SmallVec<[u64; 8]>> {
+            self.heap
+                .seq(*a.get(at)?)?
+                .iter()
+                .map(|&i| self.heap.int(i).and_then(|v| u64::try_from(v).ok()))
+                .collect()
+        };
+        let (Some(sizes), Some(strides)) = (dims(2), dims(3)) else {
             return Err(
                 self.err("tensor rebuild: size and stride must be tuples of non-negative integers")
             );
         };
-        let requires_grad = requires_grad_at
+        let mut spec = TensorSpec::new(Some(storage), offset, &sizes, &strides)
+            .ok_or_else(|| self.err("tensor rebuild: too many dimensions"))?;
+        spec.requires_grad = requires_grad_at
             .and_then(|at| a.get(at))
             .and_then(|&i| self.heap.truthy(i))
             .unwrap_or(false);
-        Ok(TensorSpec {
-            storage: Some(storage),
-            offset,
-            sizes,
-            strides,
-            requires_grad,
-            dtype,
-            is_parameter: false,
-            device: None,
-            is_conj: false,
-            is_neg: false,
-        })
+        spec.dtype = dtype;
+        Ok(spec)
     }
 }

@@ -134,10 +134,10 @@ pub struct TensorSpec {
     pub storage: Option<Id>,
     /// Storage offset, in elements.
     pub offset: u64,
-    /// Sizes.
-    pub sizes: Vec<u64>,
-    /// Strides, in elements.
-    pub strides: Vec<u64>,
+    /// Sizes, then strides in elements: one allocation per tensor (see [`Self::sizes`]).
+    dims: Box<[u64]>,
+    /// How many of `dims` are sizes.
+    rank: u32,
     /// Whether autograd tracks it.
     pub requires_grad: bool,
     /// The dtype, when the call names it (`_rebuild_tensor_v3`, meta tensors); otherwise the
@@ -146,13 +146,43 @@ pub struct TensorSpec {
     /// Rebuilt through `_rebuild_parameter*` or as a `Parameter` type.
     pub is_parameter: bool,
     /// A device the call names for the tensor itself, apart from its storage's location.
-    pub device: Option<String>,
+    pub device: Option<Box<str>>,
     /// The conjugate bit of the call's metadata: the values read are the conjugates of those
     /// stored.
     pub is_conj: bool,
     /// The negative bit of the call's metadata: the values read are the negatives of those
     /// stored.
     pub is_neg: bool,
+}
+
+impl TensorSpec {
+    /// A tensor of `sizes` and `strides` (of any lengths: a layout checks them later) at
+    /// `offset` of the storage `storage` names, with every flag off.
+    pub fn new(storage: Option<Id>, offset: u64, sizes: &[u64], strides: &[u64]) -> Option<Self> {
+        let rank = u32::try_from(sizes.len()).ok()?;
+        Some(TensorSpec {
+            storage,
+            offset,
+            dims: [sizes, strides].concat().into_boxed_slice(),
+            rank,
+            requires_grad: false,
+            dtype: None,
+            is_parameter: false,
+            device: None,
+            is_conj: false,
+            is_neg: false,
+        })
+    }
+
+    /// Sizes.
+    pub fn sizes(&self) -> &[u64] {
+        self.dims.get(..self.rank as usize).unwrap_or_default()
+    }
+
+    /// Strides, in elements.
+    pub fn strides(&self) -> &[u64] {
+        self.dims.get(self.rank as usize..).unwrap_or_default()
+    }
 }
 
 /// Every value of one pickle stream.
