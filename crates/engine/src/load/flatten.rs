@@ -104,12 +104,12 @@ impl Walk<'_> {
         if holds_nothing(self.heap.get(id)) {
             return self.count_visit();
         }
-        let name = self.join(prefix, &key())?;
+        let name = self.join(prefix, key())?;
         self.visit(id, name)
     }
 
     /// `prefix.key`, counted as work.
-    fn join(&mut self, prefix: &str, key: &str) -> Result<String, Stop> {
+    fn join(&mut self, prefix: &str, key: String) -> Result<String, Stop> {
         // +1 for the dot; saturating: the sum only needs to pass the limit.
         let len = (prefix.len() as u64)
             .saturating_add(key.len() as u64)
@@ -154,7 +154,7 @@ impl Walk<'_> {
                 let name = root_or(name);
                 self.charge(&name)?;
                 for (role, part) in &spec.components {
-                    let part_name = self.join(&name, role)?;
+                    let part_name = self.join(&name, role.clone())?;
                     self.visit(*part, part_name)?;
                 }
                 self.out.composites.push((name, id));
@@ -262,9 +262,10 @@ fn root_or(name: &str) -> String {
     }
 }
 
-fn join(prefix: &str, key: &str) -> String {
+/// `prefix.key`; the key itself (no copy) at the top level.
+fn join(prefix: &str, key: String) -> String {
     if prefix.is_empty() {
-        key.to_owned()
+        key
     } else {
         format!("{prefix}.{key}")
     }
