@@ -196,8 +196,8 @@ impl Machine<'_> {
             self.err("_rebuild_meta_tensor_no_storage: first argument is not a dtype")
         })?;
         let (Some(sizes), Some(strides)) = (
-            a.get(1).and_then(|&i| self.heap.u64s(i)),
-            a.get(2).and_then(|&i| self.heap.u64s(i)),
+            a.get(1).and_then(|&i| self.heap.u64s::<Vec<u64>>(i)),
+            a.get(2).and_then(|&i| self.heap.u64s::<Vec<u64>>(i)),
         ) else {
             return Err(self.err("_rebuild_meta_tensor_no_storage: size and stride must be tuples of non-negative integers"));
         };
@@ -503,12 +503,9 @@ impl Machine<'_> {
                 self.err("tensor rebuild: storage offset is not a non-negative integer")
             })?;
         // On the stack: the spec keeps both in one allocation.
-        let dims = |at: usize| -> Option<SmallVec<[u64; 8]>> {
-            self.heap
-                .seq(*a.get(at)?)?
-                .iter()
-                .map(|&i| self.heap.int(i).and_then(|v| u64::try_from(v).ok()))
-                .collect()
+        let dims = |at: usize| {
+            a.get(at)
+                .and_then(|&i| self.heap.u64s::<SmallVec<[u64; 8]>>(i))
         };
         let (Some(sizes), Some(strides)) = (dims(2), dims(3)) else {
             return Err(

@@ -289,13 +289,10 @@ impl Heap {
     }
 
     /// A tuple or list of non-negative integers.
-    pub fn u64s(&self, id: Id) -> Option<Vec<u64>> {
-        let items = self.seq(id)?;
-        // Sized exactly: every tensor keeps two of these (collecting would start at four).
-        let mut values = Vec::with_capacity(items.len());
-        for &i in items {
-            values.push(self.int(i).and_then(|v| u64::try_from(v).ok())?);
-        }
-        Some(values)
+    pub fn u64s<C: FromIterator<u64>>(&self, id: Id) -> Option<C> {
+        self.seq(id)?
+            .iter()
+            .map(|&i| self.int(i).and_then(|v| u64::try_from(v).ok()))
+            .collect()
     }
 }
