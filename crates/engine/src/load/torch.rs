@@ -374,6 +374,7 @@ impl Specs {
                     Some(&slot) => slot,
                     None => {
                         let spec = heap.take_tensor(id)?;
+                        // One slot per distinct heap id: fewer than `u32::MAX`, never refused.
                         let slot = u32::try_from(slots.len()).ok()?;
                         let storage = match spec.storage {
                             None => StorageRef::Meta,

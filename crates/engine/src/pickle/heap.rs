@@ -209,8 +209,7 @@ impl Heap {
         self.nodes.get_mut(id as usize)
     }
 
-    /// Moves a rebuilt tensor's spec out, leaving `None`: for a reader done with the values
-    /// but that one.
+    /// Moves a rebuilt tensor's spec out of the values, leaving `None` in its place.
     pub(crate) fn take_tensor(&mut self, id: Id) -> Option<Box<TensorSpec>> {
         let node = self.nodes.get_mut(id as usize)?;
         match std::mem::replace(node, Node::None) {

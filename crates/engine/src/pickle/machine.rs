@@ -49,7 +49,7 @@ pub fn unpickle(
         heap: Heap::with_capacity((bytes.len() / 8).min(budget.max_nodes)),
         stack: Vec::new(),
         marks: Vec::new(),
-        // Picklers memoize most values: one key per 13 bytes of a `torch.save` stream.
+        // Picklers memoize most values: a `torch.save` stream has a key per 13 bytes or so.
         memo: Memo::with_capacity((bytes.len() / 12).min(budget.max_memo)),
         shared_scalars: [None; SHARED_SCALARS],
         ops: 0,

@@ -46,14 +46,6 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     ranges.sort_unstable();
     let mut views = ranges.chunk_by(|a, b| a.0 == b.0).peekable();
     for (index, storage) in ctx.ckpt.storages.iter().enumerate() {
-        // Views of storages before this one name no storage of the checkpoint.
-        while views
-            .peek()
-            .and_then(|group| group.first())
-            .is_some_and(|&(id, ..)| id < index)
-        {
-            views.next();
-        }
         let list = views
             .next_if(|group| group.first().is_some_and(|&(id, ..)| id == index))
             .unwrap_or_default();

@@ -510,7 +510,7 @@ fn named_entries(names: &[String]) -> Vec<super::Entry> {
 #[test]
 fn the_directory_sorts_as_its_lowercased_names() {
     // Each list once as is and once under a shared folder (the sort skips what all names
-    // share); zero bytes and names ending within or past the sixteen bytes sorted on first.
+    // share); zero bytes and names ending within or past the twelve bytes sorted on first.
     let mut base: Vec<String> = Vec::new();
     for name in NAMES.split('|').chain(["a\0", "a\0\0b", "a\0B", "a\x01"]) {
         if !base.iter().any(|b| b.eq_ignore_ascii_case(name)) {
