@@ -228,8 +228,11 @@ fn every_discovery_fixture_fails_with_its_rule_and_nothing_runs() {
         let f = file(&r, &format!("{abs_root}{path}"));
         let found = findings(f);
         assert!(found.iter().any(|(c, _)| c == code), "{path}: {found:?}");
+        // A refused file's globals are TP501 findings too: CPython ran them before failing.
         assert!(
-            found.iter().all(|(c, _)| c == code),
+            found
+                .iter()
+                .all(|(c, _)| c == code || (code == "TP502" && c == "TP501")),
             "{path}: only {code}: {found:?}"
         );
         if code == "TP501" && t["kind"] == "torch.distributed.checkpoint directory" {

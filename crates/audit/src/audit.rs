@@ -163,9 +163,22 @@ fn memory_facts(memory: &Memory) -> MemoryFacts {
 /// unreadable checkpoint never passes. `None` when no rule claims the failure (a path that
 /// cannot be opened is a usage problem, not a finding).
 pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
-    let (rule, draft) = RULES
-        .iter()
-        .find_map(|r| r.read_failure(error).map(|d| (*r, d)))?;
+    let mut checked = Vec::new();
+    let mut findings = Vec::new();
+    for rule in RULES {
+        let drafts = rule.read_failure(error);
+        if !drafts.is_empty() {
+            checked.push(rule.code());
+        }
+        findings.extend(
+            drafts
+                .into_iter()
+                .map(|d| finding(*rule, rule.default_severity(), d)),
+        );
+    }
+    if findings.is_empty() {
+        return None;
+    }
     Some(FileReport {
         path: path.to_owned(),
         format: None,
@@ -174,8 +187,8 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         bytes: 0,
         devices: Vec::new(),
         dtypes: Vec::new(),
-        checked: vec![rule.code()],
-        findings: vec![finding(rule, rule.default_severity(), draft)],
+        checked,
+        findings,
         suppressed: Vec::new(),
         allowed_globals: Vec::new(),
         memory: None,

@@ -43,10 +43,10 @@ pub trait Rule: Sync {
     }
     /// Reports what it finds in one checkpoint that was read.
     fn check(&self, ctx: &Context<'_>, out: &mut Vec<Draft>);
-    /// The finding for a checkpoint the readers refused, when the failure is of the kind
+    /// The findings for a checkpoint the readers refused, when the failure is of the kind
     /// this rule reports.
-    fn read_failure(&self, _error: &ReadError) -> Option<Draft> {
-        None
+    fn read_failure(&self, _error: &ReadError) -> Vec<Draft> {
+        Vec::new()
     }
     /// The least severity its findings on this checkpoint have, when what it found there is
     /// worse than its level says. The runner raises the configured severity to it, never
@@ -156,8 +156,8 @@ macro_rules! declare_rule {
                 fn read_failure(
                     &self,
                     error: &tensorplay_engine::Error,
-                ) -> Option<$crate::finding::Draft> {
-                    $read_failure(error)
+                ) -> Vec<$crate::finding::Draft> {
+                    $read_failure(error).into_iter().collect()
                 }
             )?
             $(

@@ -305,6 +305,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A file whose bytes are two formats at once, each read by a different loader, and whose
+    /// name does not say which loader will read it: refused rather than guessed.
+    #[error("{}: ambiguous format: {reason}", .path.display())]
+    AmbiguousFormat {
+        /// The file.
+        path: PathBuf,
+        /// The readings, and which loader takes each.
+        reason: String,
+    },
+
     /// Reading the file would hold more memory than the run allows (`--max-memory`): an
     /// inflate bomb, a pickle that builds far more than it weighs, or simply a file too big.
     #[error("{}: exceeds the memory budget ({needed} > {limit}): {what}", .path.display())]
@@ -399,6 +409,7 @@ impl Error {
             | Error::BrokenLink { .. }
             | Error::RefusedWithUnsafeGlobals { .. }
             | Error::AmbiguousArchive { .. }
+            | Error::AmbiguousFormat { .. }
             // Refused unread: fail closed, as for any file that cannot be checked.
             | Error::MemoryBudget { .. }
             | Error::Overflow { .. }
@@ -409,6 +420,14 @@ impl Error {
 }
 
 impl Error {
+    /// The unsafe globals the refused file's pickles named before it was refused.
+    pub fn unsafe_globals(&self) -> &[UnsafeGlobal] {
+        match self {
+            Error::RefusedWithUnsafeGlobals { globals, .. } => globals,
+            _ => &[],
+        }
+    }
+
     /// This error, naming `globals` too when there are any.
     pub(crate) fn with_unsafe_globals(self, mut globals: Vec<UnsafeGlobal>) -> Error {
         match self {

@@ -18,6 +18,7 @@ mod limits;
 mod parts;
 pub mod pickle_file;
 mod pickle_start;
+mod polyglot;
 mod probe;
 mod pt2;
 mod pt2_flat;
@@ -73,6 +74,7 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
         Sniffed::LegacyPickle => row(torch_legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
         Sniffed::Pickle       => row(pickle_file::read_into,  Format::PytorchIndex,     "a plain pickle"),
         Sniffed::Tar          => row(torch_tar::read_into,    Format::PytorchIndex,     "an old PyTorch tar archive"),
+        Sniffed::Polyglot     => row(polyglot::read_into,     Format::PytorchIndex,     "both safetensors and a pickle"),
         Sniffed::JsonIndex | Sniffed::LfsPointer | Sniffed::Unknown => None,
     }
 }

@@ -5,32 +5,74 @@
 //! PROTO. So the prefix is walked opcode by opcode as CPython would run it, counting the values
 //! above the innermost mark, the marks, and the memo keys: text starting with a capital letter
 //! (`C`, `I`, `N`, `S`… are opcodes) fails within a few bytes, a pickle does not.
+//!
+//! CPython runs every opcode before the one it rejects: a stream that names a global and only
+//! then fails (an unknown opcode or memo key, STOP on an empty stack, text after the call) has
+//! already imported and called it, so it begins a pickle as much as a whole one does.
 
 /// Highest protocol CPython (3.8 and later) reads.
 const HIGHEST_PROTOCOL: u64 = 5;
 
-/// True when every opcode in `prefix` is one CPython knows, with well-formed operands, and
-/// none would fail on the stack, marks and memo built before it; and the walk reached STOP, or
-/// ran out of prefix after at least one whole opcode. A stream cut short counts: CPython runs
-/// everything before the cut.
+/// True when CPython's `pickle.load` would run `prefix` as a pickle: every opcode is one
+/// CPython knows, with well-formed operands, and none would fail on the stack, marks and memo
+/// built before it, until the walk reached STOP, or ran out of prefix after at least one whole
+/// opcode (CPython runs everything before a cut); or, whatever follows, a global was named
+/// (GLOBAL, STACK_GLOBAL, INST) before the first opcode CPython rejects.
 pub(crate) fn begins_pickle(prefix: &[u8]) -> bool {
+    matches!(walk(prefix), Walked::Pickle | Walked::TooLarge)
+}
+
+/// Whether `prefix`, the first bytes of a longer file, may begin a pickle: [`begins_pickle`],
+/// or a first opcode whose operand runs past the prefix, which only the rest can settle.
+pub(crate) fn may_begin_pickle(prefix: &[u8]) -> bool {
+    walk(prefix) != Walked::NotPickle
+}
+
+/// Whether a whole file is one CPython would run as a pickle. An operand running past the end
+/// is a truncated stream CPython rejects before running anything after it.
+pub(crate) fn whole_file_is_pickle(bytes: &[u8]) -> bool {
+    matches!(walk(bytes), Walked::Pickle | Walked::TooLarge)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Walked {
+    Pickle,
+    NotPickle,
+    /// The first opcode's operand runs past the bytes given.
+    FirstOperandCut,
+    /// More marks or memo keys than are worth tracking: taken for a pickle (fail closed).
+    TooLarge,
+}
+
+fn walk(bytes: &[u8]) -> Walked {
     let mut walk = Walk {
-        bytes: prefix,
+        bytes,
         pos: 0,
         depth: 0,
         marks: Vec::new(),
-        memo: Vec::new(),
+        memo: std::collections::HashSet::new(),
     };
     let mut whole = 0usize;
+    let mut named_global = false;
     loop {
+        let at = walk.pos;
         match walk.step() {
-            Ok(()) => whole += 1,
-            Err(End::Stop) => return true,
-            Err(End::OutOfPrefix) => return whole > 0,
-            Err(End::Invalid) => return false,
+            Ok(()) => {
+                whole += 1;
+                named_global |= matches!(bytes.get(at), Some(b'c' | b'i' | 0x93));
+            }
+            Err(End::Stop) => return Walked::Pickle,
+            Err(End::OutOfPrefix) if whole > 0 => return Walked::Pickle,
+            Err(End::OutOfPrefix) => return Walked::FirstOperandCut,
+            Err(End::Invalid) if named_global => return Walked::Pickle,
+            Err(End::Invalid) => return Walked::NotPickle,
+            Err(End::TooLarge) => return Walked::TooLarge,
         }
     }
 }
+
+/// Marks or memo keys beyond which a walk stops counting (a file-length walk stays bounded).
+const MAX_TRACKED: usize = 1 << 20;
 
 /// Why the walk ended.
 enum End {
@@ -40,6 +82,8 @@ enum End {
     OutOfPrefix,
     /// CPython would raise here.
     Invalid,
+    /// Past [`MAX_TRACKED`] marks or memo keys.
+    TooLarge,
 }
 
 type Step<T> = Result<T, End>;
@@ -52,7 +96,7 @@ struct Walk<'a> {
     /// Depths saved by MARK.
     marks: Vec<usize>,
     /// Memo keys set so far.
-    memo: Vec<u64>,
+    memo: std::collections::HashSet<u64>,
 }
 
 impl<'a> Walk<'a> {
@@ -113,9 +157,10 @@ impl<'a> Walk<'a> {
         if self.depth == 0 {
             return Err(End::Invalid);
         }
-        if !self.memo.contains(&key) {
-            self.memo.push(key);
+        if self.memo.len() >= MAX_TRACKED {
+            return Err(End::TooLarge);
         }
+        self.memo.insert(key);
         Ok(())
     }
 
@@ -125,6 +170,9 @@ impl<'a> Walk<'a> {
         // Values each opcode pops (above the innermost mark) and pushes.
         let (pops, pushes) = match op {
             b'(' => {
+                if self.marks.len() >= MAX_TRACKED {
+                    return Err(End::TooLarge);
+                }
                 self.marks.push(self.depth);
                 self.depth = 0;
                 (0, 0)
@@ -330,8 +378,30 @@ mod tests {
     }
 
     #[test]
+    fn a_global_named_before_an_opcode_cpython_rejects_begins_a_pickle() {
+        // Each names os.system (GLOBAL, STACK_GLOBAL, INST) and calls it, then fails: CPython
+        // has imported and called it by then.
+        let calls: [&[u8]; 3] = [
+            b"cos\nsystem\n(S'true'\ntR",
+            b"\x8c\x02os\x8c\x06system\x93\x8c\x04true\x85R",
+            b"(S'true'\nios\nsystem\n",
+        ];
+        let failures: [&[u8]; 5] = [b"\xff", b"h\xfe", b"0.", b"0\n\n.", b"\x80\x06"];
+        for call in calls {
+            for failure in failures {
+                let stream = [call, failure].concat();
+                assert!(begins_pickle(&stream), "{stream:?}");
+            }
+        }
+        // The same failures with no global named first are not a pickle.
+        for failure in failures {
+            assert!(!begins_pickle(&[b"N", failure].concat()), "{failure:?}");
+        }
+    }
+
+    #[test]
     fn text_and_other_formats_do_not() {
-        let others: [&[u8]; 14] = [
+        let others: [&[u8]; 13] = [
             b"",
             b"Copyright (c) 2024 the authors, with a long first line",
             b"Note: this model",
@@ -339,7 +409,6 @@ mod tests {
             b"Some text\n",
             b"Makefile",
             b"(a)",
-            b"cat\ndog\nthis",
             b"349992493fdda912fdab4a9aad21726b595a55ff",
             b"\x89PNG\r\n\x1a\n\x00\x00",
             b"GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
@@ -350,5 +419,8 @@ mod tests {
         for s in others {
             assert!(!begins_pickle(s), "{s:?}");
         }
+        // Text whose first line is `c` and a name, its second a name, is GLOBAL `at.dog`:
+        // CPython imports `at` before the `t` it rejects, so this is a pickle.
+        assert!(begins_pickle(b"cat\ndog\nthis"));
     }
 }

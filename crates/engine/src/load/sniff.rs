@@ -21,6 +21,10 @@ pub enum Sniffed {
     LfsPointer,
     /// A plain pickle stream of any protocol (`pickle.dump`, `.pkl`).
     Pickle,
+    /// A safetensors header that may also begin a pickle: `safe_open` reads the one,
+    /// `torch.load` (which unpickles whatever is neither zip nor tar) runs the other. Its
+    /// reader settles it from the whole file and its name.
+    Polyglot,
     /// None of the above.
     Unknown,
 }
@@ -44,6 +48,9 @@ pub fn sniff(prefix: &[u8]) -> Sniffed {
         return Sniffed::LegacyPickle;
     }
     if looks_like_safetensors(prefix) {
+        if super::pickle_start::may_begin_pickle(prefix) {
+            return Sniffed::Polyglot;
+        }
         return Sniffed::Safetensors;
     }
     let text = prefix.strip_prefix(b"\xef\xbb\xbf").unwrap_or(prefix);

@@ -62,6 +62,8 @@ pub fn unpickle(
         unsafe_globals: Vec::new(),
         persistent: Vec::new(),
         torchscript_classes: false,
+        frame_end: None,
+        frame_mismatch: None,
     };
     // A pickle refused part-way has still named its globals: a loader that got that far ran them.
     let root = m
@@ -102,6 +104,10 @@ pub(super) struct Machine<'a> {
     unsafe_globals: Vec<UnsafeGlobal>,
     persistent: Vec<Id>,
     torchscript_classes: bool,
+    /// Where the current FRAME ends, while one is open.
+    frame_end: Option<usize>,
+    /// The first way the stream's frames disagree with its opcodes.
+    frame_mismatch: Option<Error>,
 }
 
 impl<'a> Machine<'a> {
@@ -320,9 +326,43 @@ impl<'a> Machine<'a> {
         loop {
             let op = self.next_op()?;
             if op == STOP {
-                return self.pop();
+                self.frame_boundary();
+                let root = self.pop()?;
+                return match self.frame_mismatch.take() {
+                    Some(refusal) => Err(refusal),
+                    None => Ok(root),
+                };
             }
             self.step(op)?;
+            self.frame_boundary();
+        }
+    }
+
+    /// CPython's C unpickler ignores where frames end (`load_frame` only checks that the
+    /// frame's bytes exist, then rewinds); the pure-Python one reads each frame as a buffer of
+    /// its own and fails when one read runs past it or a frame starts inside another.
+    /// `pickle.dump` writes neither. Such a stream is read on as the C unpickler reads it, so
+    /// every global it would resolve is named, and refused at its end.
+    fn frame_boundary(&mut self) {
+        match self.frame_end {
+            Some(end) if self.pos > end => {
+                let at = self.base.saturating_add(end as u64);
+                self.frame_mismatch(format!(
+                    "an opcode runs past the end of its FRAME at byte {at}: pickle.dump never \
+                     writes this, and CPython's C and pure-Python unpicklers may read it \
+                     differently"
+                ));
+                self.frame_end = None;
+            }
+            Some(end) if self.pos == end => self.frame_end = None,
+            _ => {}
+        }
+    }
+
+    /// Keeps the first framing mismatch, refused once the stream has been read.
+    fn frame_mismatch(&mut self, detail: String) {
+        if self.frame_mismatch.is_none() {
+            self.frame_mismatch = Some(self.err(detail));
         }
     }
 
@@ -739,9 +779,27 @@ impl<'a> Machine<'a> {
                     return Err(self.err(format!("unsupported pickle protocol {proto}")));
                 }
             }
-            // Frames only batch reads; the whole stream is already in memory.
+            // Frames only batch reads; the whole stream is already in memory. A frame whose
+            // bytes do not exist is refused at once, as the C unpickler refuses it.
             FRAME => {
-                self.u64()?;
+                let len = self.u64()?;
+                let end = usize::try_from(len)
+                    .ok()
+                    .and_then(|len| self.pos.checked_add(len))
+                    .filter(|&end| end <= self.bytes.len())
+                    .ok_or_else(|| {
+                        self.err(format!(
+                            "FRAME of {len} bytes runs past the end of the stream"
+                        ))
+                    })?;
+                if self.frame_end.is_some() {
+                    self.frame_mismatch(
+                        "a FRAME begins before the current frame ends: CPython's C unpickler \
+                         reads on, its pure-Python unpickler refuses"
+                            .into(),
+                    );
+                }
+                self.frame_end = Some(end);
             }
             // Read-only is a property of an in-band buffer only Python would care about.
             READONLY_BUFFER => {

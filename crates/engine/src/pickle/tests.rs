@@ -523,3 +523,41 @@ proptest! {
 fn values_stay_24_bytes() {
     assert_eq!(std::mem::size_of::<Node>(), 24);
 }
+
+/// Protocol 4 streams calling `os.system` whose FRAME lengths agree or disagree with their
+/// opcodes, and what CPython 3.11's C unpickler (`pickle.Unpickler`) and pure-Python one
+/// (`pickle._Unpickler`) did with each.
+#[test]
+fn frames_are_read_as_the_c_unpickler_reads_them_and_disagreements_refused() {
+    let names_system =
+        |u: &[UnsafeGlobal]| u.iter().any(|g| g.module == "os" && g.name == "system");
+    // Both unpicklers: ok.
+    let agrees = hex("80049516000000000000008c026f738c0673797374656d938c047472756585522e");
+    assert!(names_system(
+        &run(&agrees)
+            .expect("framed as pickle.dump frames")
+            .unsafe_globals
+    ));
+    // A 5-byte frame that an operand runs past (both load it, reading across it), and a frame
+    // inside a frame (C: ok; pure Python: "beginning of a new frame before end of current
+    // frame"): refused, naming the global the C unpickler resolves.
+    for stream in [
+        "80049505000000000000008c026f738c0673797374656d938c047472756585522e",
+        "8004951f000000000000009516000000000000008c026f738c0673797374656d938c047472756585522e",
+    ] {
+        let error = run(&hex(stream)).expect_err(stream);
+        assert!(error.to_string().contains("FRAME"), "{error}");
+        assert!(names_system(error.unsafe_globals()), "{stream}: {error}");
+    }
+    // A frame longer than the stream: the C unpickler refuses it at once ("pickle data was
+    // truncated"), before anything runs.
+    let long = hex("80049517000000000000008c026f738c0673797374656d938c047472756585522e");
+    let error = run(&long).expect_err("frame past the end");
+    assert!(
+        error
+            .to_string()
+            .contains("runs past the end of the stream"),
+        "{error}"
+    );
+    assert!(error.unsafe_globals().is_empty());
+}

@@ -1,7 +1,8 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
 use crate::settings::RuleSettings;
-use tensorplay_engine::Checkpoint;
+use tensorplay_engine::pickle::UnsafeGlobal;
+use tensorplay_engine::{Checkpoint, Error as ReadError};
 
 declare_rule!(UnsafeGlobalRule {
     code: "TP501",
@@ -42,13 +43,39 @@ Allowing a global
   subprocess, builtins, importlib, …) cannot be listed. An allowed global is still never
   imported or called; it is only no longer reported, and the report lists it.",
     check: check,
+    read_failure: read_failure,
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    for g in &ctx.ckpt.unsafe_globals {
-        if ctx.settings.global_allowed(&g.module, &g.name) {
-            continue;
-        }
+    out.extend(
+        ctx.ckpt
+            .unsafe_globals
+            .iter()
+            .filter(|g| !ctx.settings.global_allowed(&g.module, &g.name))
+            .map(draft),
+    );
+}
+
+/// A refused file's pickles still named their globals before the refusal: a loader that got
+/// that far imported and called them (CPython runs every opcode before the one it rejects).
+/// Each distinct global once, at its first place, and at most [`REFUSED_NAMED`] of them: the
+/// refusal's own message counts the rest.
+fn read_failure(error: &ReadError) -> Vec<Draft> {
+    let mut seen = std::collections::HashSet::new();
+    error
+        .unsafe_globals()
+        .iter()
+        .filter(|g| seen.insert((g.module.as_str(), g.name.as_str())))
+        .take(REFUSED_NAMED)
+        .map(draft)
+        .collect()
+}
+
+/// How many distinct globals of a refused file become findings of their own.
+const REFUSED_NAMED: usize = 20;
+
+fn draft(g: &UnsafeGlobal) -> Draft {
+    {
         let full = format!("{}.{}", shown(&g.module), shown(&g.name));
         // The entry that would accept it, only for a name config can hold.
         let allow = if runs_code(&full) || full != format!("{}.{}", g.module, g.name) {
@@ -58,7 +85,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 "; if the file is trusted to hold it, accept it in tensorplay.toml with [pickle] allow_globals = [\"{full}\"]"
             )
         };
-        out.push(Draft {
+        Draft {
             tensors: Vec::new(),
             storage: None,
             message: format!(
@@ -66,7 +93,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 g.member, g.position,
             ),
             fix: "do not load this file with weights_only=False; re-save a plain state_dict from a trusted environment or convert to safetensors".into(),
-        });
+        }
     }
 }
 

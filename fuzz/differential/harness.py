@@ -1,0 +1,238 @@
+"""Differential harness: tensorplay's reading against what the real loaders would do.
+
+For every input (a file, or a torch.distributed.checkpoint directory) each oracle module that
+applies records what the real loader would resolve, read or evaluate -- recorded, never run --
+and lists the divergences from tensorplay's `inspect --format json` and `audit --format json`.
+With --mutate, each input's structure-aware variants (every oracle's `mutations`) are checked
+too, each also placed alone under an extension-less name in a directory, as discovery meets it.
+
+    .venv-fixtures/bin/python fuzz/differential/harness.py fixtures/           # every fixture
+    .venv-fixtures/bin/python fuzz/differential/harness.py --mutate --seconds 3600 fixtures/
+
+Exit status: 0 when nothing diverged, 1 when something did (each written under --out with
+its oracle record), 2 on a usage error. See fuzz/README.md.
+"""
+
+import argparse
+import hashlib
+import importlib
+import inspect as pyinspect
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+ORACLES = ["oracle_pickle", "oracle_script_pt2", "oracle_dcp"]
+
+
+def load_oracles():
+    sys.path.insert(0, str(HERE))
+    mods = []
+    for name in ORACLES:
+        try:
+            mods.append(importlib.import_module(name))
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+    return mods
+
+
+def weights_only_allowlist():
+    """torch's own weights-only table, as `module.name` strings; empty without torch."""
+    try:
+        from torch import _weights_only_unpickler as wo
+    except ImportError:
+        return set()
+    allowed = set(wo._get_allowed_globals().keys())
+    allowed.update(wo._get_user_allowed_globals().keys())
+    return allowed
+
+
+def flexible(fn, *args):
+    """Calls an oracle hook with as many of `args` as it takes (the allowlist and the random
+    source are optional parameters)."""
+    n = len(pyinspect.signature(fn).parameters)
+    return fn(*args[:n])
+
+
+class Tensorplay:
+    def __init__(self, binary, timeout):
+        self.binary = binary
+        self.timeout = timeout
+
+    def _json(self, args):
+        try:
+            out = subprocess.run(
+                [self.binary, *args], capture_output=True, timeout=self.timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return {"_timeout": True}, None
+        try:
+            return json.loads(out.stdout), out.returncode
+        except ValueError:
+            return {"_stderr": out.stderr.decode(errors="replace")[:500]}, out.returncode
+
+    def inspect(self, path):
+        return self._json(["inspect", "--format", "json", str(path)])
+
+    def audit(self, path):
+        return self._json(
+            ["audit", "--format", "json", "--fail-on", "never", "--metadata-only", str(path)]
+        )
+
+
+def inputs(paths):
+    """Files, and DCP directories as one input; a DCP directory's own files are not inputs."""
+    for root in paths:
+        root = Path(root)
+        if root.is_file():
+            yield root
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            d = Path(dirpath)
+            if (d / ".metadata").is_file():
+                dirnames[:] = []
+                yield d
+                continue
+            dirnames.sort()
+            for f in sorted(filenames):
+                if not f.endswith((".json", ".md", ".py", ".txt", ".sh")) or f.endswith(".index.json"):
+                    yield d / f
+
+
+def check(path, oracles, tp, allowed):
+    """The divergences of one input, with the records that show them."""
+    inspect_json, _ = tp.inspect(path)
+    audit_json, _ = tp.audit(path)
+    found = []
+    for oracle in oracles:
+        if not oracle.applies(path):
+            continue
+        try:
+            rec = oracle.record(path)
+        except Exception as e:  # noqa: BLE001 - an oracle failing is itself worth a look
+            found.append({"oracle": oracle.NAME, "divergence": f"oracle failed: {e!r}"})
+            continue
+        for d in flexible(oracle.divergences, rec, inspect_json, audit_json, allowed):
+            found.append({"oracle": oracle.NAME, "divergence": d, "record": rec})
+    return found
+
+
+def in_directory(name, data, tp, oracles, allowed, work):
+    """A variant met by discovery: alone in a folder, under an extension-less name."""
+    folder = Path(tempfile.mkdtemp(dir=work))
+    try:
+        target = folder / name
+        target.write_bytes(data)
+        audit_json, _ = tp.audit(folder)
+        found = []
+        for oracle in oracles:
+            if oracle.NAME != "pickle":
+                continue
+            rec = oracle.record(target)
+            for d in flexible(oracle.divergences, rec, None, audit_json, allowed):
+                found.append({"oracle": "pickle-in-directory", "divergence": d, "record": rec})
+        return found
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_variant(work, name, payload):
+    """A variant on disk under the original's name (names choose loaders)."""
+    folder = Path(tempfile.mkdtemp(dir=work))
+    if isinstance(payload, dict):
+        for rel, data in payload.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes(data)
+        return folder, folder
+    target = folder / name
+    target.write_bytes(payload)
+    return folder, target
+
+
+def save(out, path, label, payload, found):
+    out.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(repr((str(path), label)).encode()).hexdigest()[:12]
+    base = out / f"{Path(path).name}.{digest}"
+    if isinstance(payload, dict):
+        base.mkdir(exist_ok=True)
+        for rel, data in payload.items():
+            (base / rel).parent.mkdir(parents=True, exist_ok=True)
+            (base / rel).write_bytes(data)
+    elif payload is not None:
+        base.write_bytes(payload)
+    (out / f"{base.name}.json").write_text(
+        json.dumps({"input": str(path), "variant": label, "found": found}, indent=1, default=str)
+    )
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--binary", default=str(REPO / "target" / "debug" / "tensorplay"))
+    ap.add_argument("--mutate", action="store_true", help="also check structure-aware variants")
+    ap.add_argument("--seconds", type=float, default=0, help="stop mutating after this long")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=60, help="per tensorplay run")
+    ap.add_argument("--out", default=str(REPO / "target" / "differential"))
+    args = ap.parse_args()
+
+    oracles = load_oracles()
+    tp = Tensorplay(args.binary, args.timeout)
+    allowed = weights_only_allowlist()
+    out = Path(args.out)
+    rng = random.Random(args.seed)
+    started = time.monotonic()
+    checked = diverged = 0
+    all_inputs = list(inputs(args.paths))
+    with tempfile.TemporaryDirectory() as work:
+        for path in all_inputs:
+            found = check(path, oracles, tp, allowed)
+            checked += 1
+            if found:
+                diverged += 1
+                save(out, path, "as is", None, found)
+                print(f"DIVERGES {path}: {found[0]['divergence']}", flush=True)
+        rounds = 0
+        while args.mutate:
+            rounds += 1
+            order = all_inputs[:]
+            rng.shuffle(order)
+            for path in order:
+                for oracle in oracles:
+                    if not oracle.applies(path) or not hasattr(oracle, "mutations"):
+                        continue
+                    for label, payload in flexible(oracle.mutations, path, rng):
+                        folder, target = write_variant(work, Path(path).name, payload)
+                        found = check(target, oracles, tp, allowed)
+                        if not isinstance(payload, dict) and oracle.NAME == "pickle":
+                            found += in_directory("pytorch_model", payload, tp, oracles, allowed, work)
+                        shutil.rmtree(folder, ignore_errors=True)
+                        checked += 1
+                        if found:
+                            diverged += 1
+                            save(out, path, label, payload, found)
+                            print(f"DIVERGES {path} [{label}]: {found[0]['divergence']}", flush=True)
+                        if args.seconds and time.monotonic() - started > args.seconds:
+                            args.mutate = False
+                            break
+                    if not args.mutate:
+                        break
+                if not args.mutate:
+                    break
+            if not args.seconds:
+                break
+    elapsed = time.monotonic() - started
+    print(f"differential: {checked} inputs checked, {diverged} diverged, {elapsed:.0f} s")
+    return 1 if diverged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
