@@ -58,14 +58,14 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
 
 /// A refused file's pickles still named their globals before the refusal: a loader that got
 /// that far imported and called them (CPython runs every opcode before the one it rejects).
-/// Each distinct global once, at its first place, and at most [`REFUSED_NAMED`] of them: the
-/// refusal's own message counts the rest.
+/// Each distinct global once per member, at its first place there, and at most
+/// [`REFUSED_NAMED`] of them: the refusal's own message counts the rest.
 fn read_failure(error: &ReadError) -> Vec<Draft> {
     let mut seen = std::collections::HashSet::new();
     error
         .unsafe_globals()
         .iter()
-        .filter(|g| seen.insert((g.module.as_str(), g.name.as_str())))
+        .filter(|g| seen.insert((g.module.as_str(), g.name.as_str(), g.member.as_str())))
         .take(REFUSED_NAMED)
         .map(draft)
         .collect()
