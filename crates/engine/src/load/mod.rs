@@ -20,6 +20,7 @@ pub mod pickle_file;
 mod pickle_start;
 mod probe;
 mod pt2;
+mod pt2_expr;
 mod pt2_flat;
 pub mod safetensors;
 mod sharded;
