@@ -14,6 +14,7 @@ mod dcp;
 mod did_you_mean;
 mod diff;
 mod differential_pickle;
+mod differential_script_pt2;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;

@@ -21,6 +21,7 @@ mod pickle_start;
 mod polyglot;
 mod probe;
 mod pt2;
+mod pt2_expr;
 mod pt2_flat;
 pub mod safetensors;
 mod sharded;

@@ -16,12 +16,19 @@
 //! go through the `torch.save` reader and its non-executing pickle machine. The example inputs
 //! (`data/sample_inputs/<name>.pt`), which `torch.export.load` unpickles too, are audited the
 //! same way; their tensors are inputs, not weights, and are not listed. The program's JSON is
-//! read only for the names its signature gives weights and constants.
+//! read for the names its signature gives weights and constants, and for the strings torch
+//! evaluates (`pt2_expr`).
+//!
+//! Member names are looked up as torch looks them up: whether a layout or config exists is asked
+//! of `get_all_records()`, by exact name; a member is read through PyTorch's reader, ignoring
+//! case (names are unique that way). A member torch hands to `torch.load(weights_only=False)`
+//! (a `use_pickle` payload, a nested archive) is read as `torch.load` reads any bytes, whatever
+//! pickle protocol it starts with.
 
 use super::torch_zip::{self, Archive};
-use super::{json::Entries, Parts};
+use super::{json::Entries, pt2_expr, torch_legacy, torch_tar, Parts};
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Loader};
+use crate::pickle::{unpickle, Loader, UnsafeGlobal};
 use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor, TensorImpl};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
@@ -241,9 +248,29 @@ impl ModelReader<'_, '_> {
         })
     }
 
-    /// The parameter, buffer and tensor constant names of the program's signature.
+    /// The parameter, buffer and tensor constant names of the program's signature. Every
+    /// string of the program that torch would evaluate and that is not an expression torch
+    /// writes is recorded as a call of `sympy.sympify`, the `eval` torch runs it through.
     pub(crate) fn signature(&mut self, program: &str) -> Result<Vec<String>> {
-        let parsed: Program = self.json(program, "program")?;
+        let value: serde_json::Value = self.json(program, "program")?;
+        let full = self.archive.full_name(program);
+        let text = self.archive.read(program)?.unwrap_or_default();
+        for refused in pt2_expr::refused(&value, &text) {
+            self.parts.unsafe_globals.push(UnsafeGlobal {
+                module: "sympy".into(),
+                name: "sympify".into(),
+                member: format!(
+                    "{full}: {} {:?} ({})",
+                    refused.field, refused.shown, refused.reason
+                ),
+                position: refused.position.unwrap_or(0),
+            });
+        }
+        drop(text);
+        let parsed = Program::deserialize(&value).map_err(|e| {
+            self.archive
+                .err(&full, format!("malformed program JSON: {e}"))
+        })?;
         Ok(parsed
             .graph_module
             .signature
@@ -258,15 +285,26 @@ impl ModelReader<'_, '_> {
             .collect())
     }
 
-    /// The program's weights or constants, in whichever layout the archive has.
+    /// Whether `get_all_records()` lists `name` (relative to the archive's folder): torch
+    /// chooses a layout by asking it, comparing names exactly.
+    fn listed(&self, name: &str) -> bool {
+        let full = self.archive.full_name(name);
+        self.archive.zip.entries().iter().any(|e| e.name == full)
+    }
+
+    /// The program's weights or constants, in whichever layout torch picks: the nested
+    /// archive when one is named exactly so, else the config, which must be named exactly so.
     fn payload(&mut self, payload: Payload) -> Result<()> {
         let legacy = format!("{}{}.pt", payload.dir(), self.model);
-        if let Some(bytes) = self.archive.read(&legacy)? {
-            let bytes = bytes.into_owned();
+        if self.listed(&legacy) {
+            let bytes = self.archive.read(&legacy)?.unwrap_or_default().into_owned();
             return self.nested(&legacy, bytes, true);
         }
         let config_name = payload.config(self.model);
         let full = self.archive.full_name(&config_name);
+        if !self.listed(&config_name) {
+            return Err(self.archive.err(&full, "record is missing"));
+        }
         let config: PayloadConfig = self.json(&config_name, "config")?;
         if let Some(dup) = config.config.first_duplicate() {
             return Err(self
@@ -277,17 +315,24 @@ impl ModelReader<'_, '_> {
         let mut storages: HashMap<String, Arc<Storage>> = HashMap::new();
         for (fqn, meta) in config.config.0 {
             let at = |detail: String| format!("'{fqn}': {detail}");
-            if meta.use_pickle {
-                return Err(self.archive.err(
-                    &full,
-                    at("pickled tensor payloads (tensor subclasses) are not supported".into()),
-                ));
-            }
             if let Payload::Constants = payload {
+                // Read as torch reads it whatever `use_pickle` says.
                 if meta.path_name.starts_with(CUSTOM_OBJ_PREFIX) {
                     self.custom_object(&meta.path_name)?;
                     continue;
                 }
+            }
+            if meta.use_pickle {
+                // torch.load(weights_only=False) runs it: its globals are named in the refusal.
+                let member = joined(payload.dir(), &meta.path_name);
+                let globals = self.audit_torch_load(&member)?;
+                let refused = self.archive.err(
+                    &full,
+                    at("pickled tensor payloads (tensor subclasses) are not supported".into()),
+                );
+                return Err(refused.with_unsafe_globals(globals));
+            }
+            if let Payload::Constants = payload {
                 if !meta.path_name.starts_with(TENSOR_CONSTANT_PREFIX) {
                     return Err(self.archive.err(
                         &full,
@@ -303,7 +348,7 @@ impl ModelReader<'_, '_> {
                 .as_ref()
                 .ok_or_else(|| self.archive.err(&full, at("no tensor_meta".into())))?;
             let spec = Spec::parse(tensor).map_err(|e| self.archive.err(&full, at(e)))?;
-            let member = format!("{}{}", payload.dir(), meta.path_name);
+            let member = joined(payload.dir(), &meta.path_name);
             let storage = match storages.get(&meta.path_name) {
                 Some(storage) => {
                     // torch views the first fqn's flat tensor: a second dtype would be ignored.
@@ -413,9 +458,35 @@ impl ModelReader<'_, '_> {
         Ok(storage)
     }
 
-    /// A `torch.save` archive nested as a member, read by the `torch.save` reader: its tensors
-    /// kept when `keep` (a state dict or constants in the older layout), its pickles' globals
-    /// always.
+    /// A member `torch.export.load` hands to `torch.load(weights_only=False)` that no tensor is
+    /// taken from: read as torch.load reads it, its globals returned (named under the member).
+    fn audit_torch_load(&mut self, member: &str) -> Result<Vec<UnsafeGlobal>> {
+        let full = self.archive.full_name(member);
+        let bytes = self
+            .archive
+            .read(member)?
+            .ok_or_else(|| self.archive.err(&full, "pickled payload member is missing"))?
+            .into_owned();
+        let mut scratch = Parts {
+            meter: std::mem::take(&mut self.archive.meter),
+            ..Parts::default()
+        };
+        let buffer = HostBuffer::from_vec(self.archive.path().join(&full), bytes);
+        let read = torch_load(&buffer, &mut scratch);
+        self.archive.meter = std::mem::take(&mut scratch.meter);
+        let mut globals = scratch.unsafe_globals;
+        for global in &mut globals {
+            global.member = format!("{full}/{}", global.member);
+        }
+        match read {
+            Ok(_) => Ok(globals),
+            Err(e) => Err(e.with_unsafe_globals(globals)),
+        }
+    }
+
+    /// A `torch.save` file nested as a member, read as `torch.load` reads it (a zip archive, or
+    /// a legacy stream whose first pickle runs whatever it is): its tensors kept when `keep` (a
+    /// state dict or constants in the older layout), its pickles' globals always.
     pub(crate) fn nested(&mut self, member: &str, bytes: Vec<u8>, keep: bool) -> Result<()> {
         let full = self.archive.full_name(member);
         self.archive
@@ -430,7 +501,7 @@ impl ModelReader<'_, '_> {
         let first_global = self.parts.unsafe_globals.len();
         let format = if keep {
             self.parts.meter = std::mem::take(&mut self.archive.meter);
-            let format = torch_zip::read_into(&buffer, self.parts);
+            let format = torch_load(&buffer, self.parts);
             self.archive.meter = std::mem::take(&mut self.parts.meter);
             format
         } else {
@@ -438,18 +509,23 @@ impl ModelReader<'_, '_> {
                 meter: std::mem::take(&mut self.archive.meter),
                 ..Parts::default()
             };
-            let format = torch_zip::read_into(&buffer, &mut scratch);
+            let format = torch_load(&buffer, &mut scratch);
             self.archive.meter = std::mem::take(&mut scratch.meter);
-            self.parts
-                .unsafe_globals
-                .append(&mut scratch.unsafe_globals);
-            format
+            match format {
+                Ok(format) => {
+                    self.parts
+                        .unsafe_globals
+                        .append(&mut scratch.unsafe_globals);
+                    Ok(format)
+                }
+                Err(e) => Err(e.with_unsafe_globals(scratch.unsafe_globals)),
+            }
         }?;
         // A global's member names the nested archive too: `<member>/<its pickle>`.
         for global in self.parts.unsafe_globals.iter_mut().skip(first_global) {
             global.member = format!("{full}/{}", global.member);
         }
-        if format != Format::PytorchZip {
+        if !matches!(format, Format::PytorchZip | Format::PytorchLegacy) {
             return Err(self.archive.err(
                 &full,
                 format!("nested archive is {format}, not a torch.save archive"),
@@ -478,7 +554,7 @@ impl ModelReader<'_, '_> {
 
     /// A custom object constant: TorchScript's pickle, audited, never run.
     fn custom_object(&mut self, path_name: &str) -> Result<()> {
-        let member = format!("{CONSTANTS_DIR}{path_name}");
+        let member = joined(CONSTANTS_DIR, path_name);
         let full = self.archive.full_name(&member);
         let bytes = self
             .archive
@@ -496,6 +572,28 @@ impl ModelReader<'_, '_> {
         self.parts.unsafe_globals.extend(unpickled.unsafe_globals);
         Ok(())
     }
+}
+
+/// What `torch.load` makes of bytes: a zip archive (`_is_zipfile`), else an old tar archive,
+/// else a legacy stream, whose pickles it unpickles whatever their protocol.
+fn torch_load(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
+    let bytes = buffer.bytes();
+    if bytes.starts_with(b"PK\x03\x04") {
+        torch_zip::read_into(buffer, parts)
+    } else if torch_tar::opens(bytes.get(..super::sniff::SNIFF_LEN).unwrap_or(bytes)) {
+        torch_tar::read_into(buffer, parts)
+    } else {
+        torch_legacy::read_into(buffer, parts)
+    }
+}
+
+/// `os.path.join(dir, name)`, as torch builds a payload's member name: a name starting with
+/// `/` replaces the folder.
+fn joined(dir: &str, name: &str) -> String {
+    if name.starts_with('/') {
+        return name.to_owned();
+    }
+    format!("{dir}{name}")
 }
 
 /// Prefixes the keys of the storages a nested archive added with its member name: the weights'

@@ -218,6 +218,18 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
     // torch.load's test (`_is_torchscript_zip`) compares record names exactly.
     let constants = archive.full_name("constants.pkl");
     let torchscript = archive.zip.entries().iter().any(|e| e.name == constants);
+    // torch.jit.load finds it ignoring case: a case variant makes the archive TorchScript to
+    // one loader and a torch.save archive to the other.
+    if let Some(variant) = archive.entry("constants.pkl").filter(|_| !torchscript) {
+        return Err(Error::AmbiguousArchive {
+            path: archive.path().to_owned(),
+            reason: format!(
+                "'{}' is {constants} to torch.jit.load, which matches names ignoring case, but \
+                 not to torch.load, which tells TorchScript archives by the exact name",
+                variant.name
+            ),
+        });
+    }
     // `torch.load` hands such an archive to `torch.jit.load`, whose unpickler resolves names.
     let loader = if torchscript {
         Loader::TorchScript

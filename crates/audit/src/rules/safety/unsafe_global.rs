@@ -85,11 +85,17 @@ fn draft(g: &UnsafeGlobal) -> Draft {
                 "; if the file is trusted to hold it, accept it in tensorplay.toml with [pickle] allow_globals = [\"{full}\"]"
             )
         };
+        // A torch.export program's string that torch evaluates, recorded as the eval it meets.
+        let effect = if full == "sympy.sympify" && g.member.contains("expr_str") {
+            "torch.export.load passes it to sympy.sympify, which evaluates it as Python while the file loads, and it is not an expression torch writes"
+        } else {
+            "loading with weights_only=False would import and call it"
+        };
         Draft {
             tensors: Vec::new(),
             storage: None,
             message: format!(
-                "{} at byte {} references {full}: loading with weights_only=False would import and call it{allow}",
+                "{} at byte {} references {full}: {effect}{allow}",
                 g.member, g.position,
             ),
             fix: "do not load this file with weights_only=False; re-save a plain state_dict from a trusted environment or convert to safetensors".into(),
@@ -122,6 +128,8 @@ const RUNS_CODE: &[&str] = &[
     "shutil",
     "socket",
     "subprocess",
+    // sympify and parse_expr evaluate strings.
+    "sympy",
     "sys",
     "types",
     "webbrowser",
