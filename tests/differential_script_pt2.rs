@@ -57,7 +57,12 @@ fn each_archive_gets_the_verdict_torchs_reading_calls_for() {
         }
         let gate = tensorplay(&["audit", &path]);
         let failing = if expected.is_null() { 0 } else { 1 };
-        assert_eq!(gate.status.code(), Some(failing), "{path}: {}", stderr(&gate));
+        assert_eq!(
+            gate.status.code(),
+            Some(failing),
+            "{path}: {}",
+            stderr(&gate)
+        );
     }
 }
 
@@ -100,12 +105,18 @@ fn the_verdicts_match_what_torch_recorded() {
             // The flat layout hands its state dict to torch.load whatever its bytes are.
             ("TP502", "builtins.print") if path.contains("flat_") => {
                 let loaded = torch["torch_load_members"].as_array().expect("list");
-                assert!(loaded.contains(&"serialized_state_dict.pt".into()), "{path}: {torch}");
+                assert!(
+                    loaded.contains(&"serialized_state_dict.pt".into()),
+                    "{path}: {torch}"
+                );
             }
             ("TP502", "builtins.print") => {
                 assert_eq!(pickled.len(), 1, "{path}: {torch}");
             }
-            _ => assert!(evaluated.is_empty() && pickled.is_empty(), "{path}: {torch}"),
+            _ => assert!(
+                evaluated.is_empty() && pickled.is_empty(),
+                "{path}: {torch}"
+            ),
         }
     }
 }
@@ -121,7 +132,10 @@ fn inspect_names_the_member_and_field_of_an_evaluated_string() {
     let globals = doc["unsafe_globals"].as_array().expect("globals");
     assert_eq!(globals.len(), 1, "{globals:?}");
     let g = &globals[0];
-    assert_eq!((&g["module"], &g["name"]), (&"sympy".into(), &"sympify".into()));
+    assert_eq!(
+        (&g["module"], &g["name"]),
+        (&"sympy".into(), &"sympify".into())
+    );
     let member = g["member"].as_str().expect("member");
     assert!(
         member.starts_with("archive/models/model.json: graph_module.graph.sym_int_values.")
