@@ -113,7 +113,8 @@ pub fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
 pub fn from_buffer_with(buffer: Arc<HostBuffer>, limits: ReadLimits) -> Result<Checkpoint> {
     let bytes = buffer.bytes();
     let prefix = bytes.get(..sniff::SNIFF_LEN).unwrap_or(bytes);
-    read_file_with(single_file(buffer.source(), prefix)?.read, &buffer, limits)
+    let reader = single_file(buffer.source(), prefix, || Ok(buffer.clone()))?;
+    read_file_with(reader.read, &buffer, limits)
 }
 
 /// Runs the reader of `kind` over `buffer` whatever its first bytes say, so a fuzzer can
@@ -146,19 +147,34 @@ fn read_file_with(
     Ok(parts.finish(buffer.source(), format))
 }
 
-/// The reader for a file that must be a single checkpoint (not an index), from its first bytes.
-fn single_file(path: &Path, prefix: &[u8]) -> Result<Reader> {
-    let sniffed = sniff_nonempty(path, prefix)?;
+/// The reader for a file that must be a single checkpoint (not an index), from its first bytes
+/// (and, for a [`Sniffed::Polyglot`], the whole file `whole` gives).
+fn single_file(
+    path: &Path,
+    prefix: &[u8],
+    whole: impl FnOnce() -> Result<Arc<HostBuffer>>,
+) -> Result<Reader> {
+    let sniffed = sniff_nonempty(path, prefix, whole)?;
     reader(sniffed).ok_or_else(|| probe::refusal(path, sniffed, prefix))
 }
 
-fn sniff_nonempty(path: &Path, prefix: &[u8]) -> Result<Sniffed> {
+/// What the first bytes say the file is. A safetensors header that may begin a pickle is
+/// settled here, from the whole file and its name, so every caller (discovery, an index's
+/// shards) sees the format its reader reads: only a polyglot no name settles stays one.
+fn sniff_nonempty(
+    path: &Path,
+    prefix: &[u8],
+    whole: impl FnOnce() -> Result<Arc<HostBuffer>>,
+) -> Result<Sniffed> {
     if prefix.is_empty() {
         return Err(Error::Empty {
             path: path.to_owned(),
         });
     }
-    Ok(sniff(prefix))
+    match sniff(prefix) {
+        Sniffed::Polyglot => Ok(polyglot::settle(path, whole()?.bytes())),
+        sniffed => Ok(sniffed),
+    }
 }
 
 fn unknown(path: &Path, prefix: &[u8]) -> Error {

@@ -17,7 +17,8 @@ const HIGHEST_PROTOCOL: u64 = 5;
 /// CPython knows, with well-formed operands, and none would fail on the stack, marks and memo
 /// built before it, until the walk reached STOP, or ran out of prefix after at least one whole
 /// opcode (CPython runs everything before a cut); or, whatever follows, a global was named
-/// (GLOBAL, STACK_GLOBAL, INST) before the first opcode CPython rejects.
+/// (GLOBAL, STACK_GLOBAL, INST) before the first opcode CPython rejects. Given a whole file,
+/// a first operand running past its end is a truncated stream CPython refuses unrun.
 pub(crate) fn begins_pickle(prefix: &[u8]) -> bool {
     matches!(walk(prefix), Walked::Pickle | Walked::TooLarge)
 }
@@ -26,12 +27,6 @@ pub(crate) fn begins_pickle(prefix: &[u8]) -> bool {
 /// or a first opcode whose operand runs past the prefix, which only the rest can settle.
 pub(crate) fn may_begin_pickle(prefix: &[u8]) -> bool {
     walk(prefix) != Walked::NotPickle
-}
-
-/// Whether a whole file is one CPython would run as a pickle. An operand running past the end
-/// is a truncated stream CPython rejects before running anything after it.
-pub(crate) fn whole_file_is_pickle(bytes: &[u8]) -> bool {
-    matches!(walk(bytes), Walked::Pickle | Walked::TooLarge)
 }
 
 #[derive(Debug, PartialEq, Eq)]

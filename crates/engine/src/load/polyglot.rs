@@ -6,6 +6,7 @@
 //! read as that loader reads it; any other name is refused, naming the globals the pickle
 //! reading found.
 
+use super::Sniffed;
 use super::{pickle_file, pickle_start, safetensors, Parts};
 use crate::error::{Error, Result};
 use crate::{Format, HostBuffer};
@@ -18,37 +19,30 @@ const SAFETENSORS_NAMES: [&str; 1] = ["safetensors"];
 /// `pytorch_model.bin`, Lightning's `.ckpt`, `.pt`/`.pth`, `.pkl`).
 const PICKLE_NAMES: [&str; 6] = ["bin", "pt", "pth", "ckpt", "pkl", "pickle"];
 
-#[derive(Debug, PartialEq, Eq)]
-enum Loader {
-    Safetensors,
-    Pickle,
-    Unknown,
-}
-
-/// The loader a file's extension (ASCII case ignored) sends it to.
-fn loader_by_name(path: &Path) -> Loader {
+/// What a file [`sniff`](super::sniff) called a polyglot is, from its whole `bytes` and the
+/// name's extension (ASCII case ignored): safetensors when CPython would not run it as a
+/// pickle or its name is `.safetensors`, a pickle when its name is one `torch.load` is handed,
+/// otherwise still a polyglot, which this reader refuses.
+pub(crate) fn settle(path: &Path, bytes: &[u8]) -> Sniffed {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or_default();
     let named = |names: &[&str]| names.iter().any(|n| n.eq_ignore_ascii_case(ext));
-    if named(&SAFETENSORS_NAMES) {
-        Loader::Safetensors
+    if !pickle_start::begins_pickle(bytes) || named(&SAFETENSORS_NAMES) {
+        Sniffed::Safetensors
     } else if named(&PICKLE_NAMES) {
-        Loader::Pickle
+        Sniffed::Pickle
     } else {
-        Loader::Unknown
+        Sniffed::Polyglot
     }
 }
 
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    if !pickle_start::whole_file_is_pickle(buffer.bytes()) {
-        return safetensors::read_into(buffer, parts);
-    }
-    match loader_by_name(buffer.source()) {
-        Loader::Safetensors => safetensors::read_into(buffer, parts),
-        Loader::Pickle => pickle_file::read_into(buffer, parts),
-        Loader::Unknown => Err(refusal(buffer, parts)),
+    match settle(buffer.source(), buffer.bytes()) {
+        Sniffed::Safetensors => safetensors::read_into(buffer, parts),
+        Sniffed::Pickle => pickle_file::read_into(buffer, parts),
+        _ => Err(refusal(buffer, parts)),
     }
 }
 
@@ -136,6 +130,11 @@ mod tests {
         bytes.extend_from_slice(json);
         bytes.resize(8 + len as usize, b' ');
         assert_eq!(sniff(&bytes), Sniffed::Polyglot);
+        // Settled before any reader is chosen, so an index's shards agree on one format.
+        assert_eq!(
+            settle(Path::new("pytorch_model"), &bytes),
+            Sniffed::Safetensors
+        );
         let ckpt = read("pytorch_model", &bytes).expect("safetensors");
         assert_eq!(ckpt.format, Format::Safetensors);
     }

@@ -3,6 +3,7 @@
 
 use super::{distributed, reader, sniff_nonempty, unknown, Reader, ShardIndex, Sniffed};
 use crate::error::{Error, Result};
+use crate::HostBuffer;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -45,7 +46,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
         return whole(Found::Distributed);
     }
     let prefix = read_prefix(path)?;
-    let sniffed = sniff_nonempty(path, &prefix)?;
+    let sniffed = sniff_nonempty(path, &prefix, || HostBuffer::map_file(path))?;
     let found = match (reader(sniffed), sniffed) {
         (Some(reader), _) => Found::File(reader),
         (None, Sniffed::JsonIndex) => {

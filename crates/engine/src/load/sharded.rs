@@ -50,7 +50,9 @@ fn shard_readers<'a>(path: &Path, index: &'a ShardIndex) -> Result<Vec<(&'a str,
     for shard in shards {
         let shard_path = ShardIndex::shard_path(path, shard);
         let reader = read_prefix(&shard_path)
-            .and_then(|prefix| single_file(&shard_path, &prefix))
+            .and_then(|prefix| {
+                single_file(&shard_path, &prefix, || HostBuffer::map_file(&shard_path))
+            })
             .map_err(in_shard(path))?;
         if let Some((_, first)) = readers.first() {
             if first.index != reader.index {
