@@ -113,6 +113,7 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
             .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
     }
     unique_names(dir, &parts.tensors)
+        .and_then(|()| every_byte_in_an_item(dir, &metadata.items, &reading.files))
         .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
     Ok(parts.finish(dir, Format::Distributed))
 }
@@ -362,6 +363,75 @@ impl<'a> Reading<'a> {
         self.files.insert(name.to_owned(), Arc::clone(&buffer));
         Ok(buffer)
     }
+}
+
+/// Every byte of every `.distcp` file beside `.metadata`, and of every file an item names,
+/// lies in an item. `dcp.load` opens only the files items name and reads only their ranges
+/// (`FileSystemReader.read_data`), and DCP's writer puts a file's items back to back from its
+/// first byte (`_write_item`: `offset = stream.tell()`). So a file no item names, or bytes
+/// between or after the items (a second record appended, say), are read by no load and would
+/// be seen by no audit: refused, named. An empty file (a writer thread given no items) holds
+/// nothing to read. Checked last, so a damaged item is reported as such first.
+fn every_byte_in_an_item(
+    dir: &Path,
+    items: &[StorageInfo],
+    mapped: &HashMap<String, Arc<HostBuffer>>,
+) -> Result<()> {
+    let mut ranges: Vec<(&str, u64, u64)> = items
+        .iter()
+        .map(|i| {
+            (
+                i.relative_path.as_str(),
+                i.offset,
+                i.offset.saturating_add(i.length),
+            )
+        })
+        .collect();
+    ranges.sort_unstable();
+    // Bytes before, between and after a file's ranges (which no_shared_bytes keeps apart).
+    let mut next = 0usize;
+    while let Some(&(file, _, _)) = ranges.get(next) {
+        let len = mapped.get(file).map_or(0, |b| b.len());
+        let mut covered = 0u64;
+        while let Some(&(_, start, end)) = ranges.get(next).filter(|r| r.0 == file) {
+            if start > covered {
+                return Err(unread(dir, file, covered, start));
+            }
+            covered = covered.max(end);
+            next += 1;
+        }
+        if covered < len {
+            return Err(unread(dir, file, covered, len));
+        }
+    }
+    for part in parts(dir).unwrap_or_default().iter().skip(1) {
+        let named = part
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| mapped.contains_key(n));
+        let len = std::fs::metadata(part).map_or(0, |m| m.len());
+        if !named && len > 0 {
+            let name = part.file_name().unwrap_or_default().to_string_lossy();
+            return Err(mismatch(
+                dir,
+                format!(
+                    "{name} ({len} bytes) is named by no item: dcp.load never reads it, \
+                     so it is not audited as part of this checkpoint"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn unread(dir: &Path, file: &str, start: u64, end: u64) -> Error {
+    mismatch(
+        dir,
+        format!(
+            "bytes {start}..{end} of {file} lie in no item: dcp.load never reads them, \
+             so they are not audited as part of this checkpoint"
+        ),
+    )
 }
 
 /// No two items share bytes of a file: DCP writes them one after another, so items that
