@@ -13,6 +13,7 @@ mod convert;
 mod dcp;
 mod did_you_mean;
 mod diff;
+mod differential_dcp;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;
