@@ -4,7 +4,7 @@
 //! read from each). tensorplay refuses each, naming the key, the file or the bytes, and reads
 //! the clean copy as the loader does.
 
-use crate::common::{read_json, stderr, stdout, tensorplay};
+use crate::common::{read_json, root, stderr, stdout, tensorplay, TempDir};
 use serde_json::Value;
 
 const DIR: &str = "fixtures/hostile/differential/dcp";
@@ -105,4 +105,27 @@ fn the_clean_copy_reads_what_the_loader_reads_and_passes() {
         let loaded = &truth["clean"]["loaded"][fqn.as_str()];
         assert_eq!(tensor["dtype"], loaded["dtype"], "{fqn}");
     }
+}
+
+#[test]
+fn an_empty_distcp_file_no_item_names_holds_nothing_to_miss() {
+    // A writer thread given no items leaves an empty file: nothing in it goes unread.
+    let temp = TempDir::new("dcp-empty-part");
+    let dir = temp.0.join("ckpt");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [".metadata", "__0_0.distcp"] {
+        std::fs::copy(root().join(DIR).join("clean").join(name), dir.join(name)).unwrap();
+    }
+    std::fs::write(dir.join("__0_1.distcp"), b"").unwrap();
+    let report = audit(dir.to_str().unwrap());
+    assert_eq!(report["files"][0]["findings"], serde_json::json!([]));
+    std::fs::write(dir.join("__0_1.distcp"), b"\0").unwrap();
+    let report = audit(dir.to_str().unwrap());
+    let text = report["files"][0]["findings"][0]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        text.contains("__0_1.distcp (1 bytes) is named by no item"),
+        "{text}"
+    );
 }

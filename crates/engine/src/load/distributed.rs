@@ -644,6 +644,50 @@ mod tests {
     }
 
     #[test]
+    fn every_byte_of_every_distcp_file_lies_in_an_item() {
+        let dir = std::env::temp_dir().join(format!("tensorplay-dcp-cover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(METADATA), b"").unwrap();
+        std::fs::write(dir.join("a.distcp"), [0u8; 10]).unwrap();
+        let mut mapped = HashMap::new();
+        mapped.insert(
+            "a.distcp".to_owned(),
+            HostBuffer::map_file(&dir.join("a.distcp")).unwrap(),
+        );
+        let item = |offset, length| StorageInfo {
+            fqn: "w".into(),
+            offset_key: None,
+            relative_path: "a.distcp".into(),
+            offset,
+            length,
+            transforms: false,
+        };
+        let check = |items: &[StorageInfo]| {
+            every_byte_in_an_item(&dir, items, &mapped).map_err(|e| e.to_string())
+        };
+        assert_eq!(check(&[item(4, 6), item(0, 4)]), Ok(()));
+        let gap = check(&[item(0, 4), item(5, 5)]).unwrap_err();
+        assert!(
+            gap.contains("bytes 4..5 of a.distcp lie in no item"),
+            "{gap}"
+        );
+        let head = check(&[item(2, 8)]).unwrap_err();
+        assert!(head.contains("bytes 0..2 of a.distcp"), "{head}");
+        let tail = check(&[item(0, 4)]).unwrap_err();
+        assert!(tail.contains("bytes 4..10 of a.distcp"), "{tail}");
+        // A file no item names: empty, it holds nothing; otherwise it is named.
+        std::fs::write(dir.join("b.distcp"), b"").unwrap();
+        assert_eq!(check(&[item(0, 10)]), Ok(()));
+        std::fs::write(dir.join("b.distcp"), b"abc").unwrap();
+        let unnamed = check(&[item(0, 10)]).unwrap_err();
+        assert!(
+            unnamed.contains("b.distcp (3 bytes) is named by no item"),
+            "{unnamed}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn a_distcp_file_alone_is_refused_and_a_plain_directory_is_no_checkpoint() {
         assert!(refusal(Path::new("x/__0_0.distcp")).is_some());
         assert!(refusal(Path::new("x/model.pt")).is_none());

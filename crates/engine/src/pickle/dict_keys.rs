@@ -290,7 +290,7 @@ mod tests {
         let min = Node::BigInt(vec![0, 0, 0, 0, 0, 0, 0, 0x80, 0xff].into());
         assert!(first_two_equal(min, Node::Int(i64::MIN)));
         assert!(first_two_equal(
-            Node::Float(-9.223372036854775808e18),
+            Node::Float(-(2f64.powi(63))),
             Node::Int(i64::MIN)
         ));
     }
@@ -309,7 +309,7 @@ mod tests {
         assert!(!first_two_equal(Node::Str("1".into()), Node::Int(1)));
         assert!(!first_two_equal(Node::None, Node::Int(0)));
         assert!(!first_two_equal(
-            Node::Float(9.223372036854775808e18),
+            Node::Float(2f64.powi(63)),
             Node::Int(i64::MAX)
         ));
         assert!(!first_two_equal(
