@@ -15,6 +15,7 @@ mod did_you_mean;
 mod diff;
 mod differential_pickle;
 mod differential_script_pt2;
+mod differential_dcp;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;

@@ -236,6 +236,18 @@ pub enum Error {
         detail: String,
     },
 
+    /// A pickle's dict sets one key twice: Python keeps the last value, so a reader of any
+    /// other would not read what a loader reads.
+    #[error("{}: {member}: a dict sets the key {key} twice (pickle keeps the last value)", .path.display())]
+    RepeatedKey {
+        /// The file.
+        path: PathBuf,
+        /// The archive member or stream part.
+        member: String,
+        /// The key, as Python prints it.
+        key: String,
+    },
+
     /// An archive or stream is malformed outside its pickles.
     #[error("{}: {part}: {detail}", .path.display())]
     Archive {
@@ -401,6 +413,7 @@ impl Error {
             | Error::SafetensorsRejected { .. }
             | Error::IndexSyntax { .. }
             | Error::Pickle { .. }
+            | Error::RepeatedKey { .. }
             | Error::Archive { .. }
             | Error::LfsPointer { .. }
             | Error::DistributedCheckpointPart { .. }
@@ -608,6 +621,11 @@ mod tests {
             Error::Overflow { what: "size" },
             Error::LfsPointer { path: path() },
             Error::DistributedCheckpointPart { path: path() },
+            Error::RepeatedKey {
+                path: path(),
+                member: ".metadata".into(),
+                key: "'offset'".into(),
+            },
             Error::BrokenLink {
                 path: path(),
                 target: path(),

@@ -113,6 +113,7 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
             .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
     }
     unique_names(dir, &parts.tensors)
+        .and_then(|()| every_byte_in_an_item(dir, &metadata.items, &reading.files))
         .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
     Ok(parts.finish(dir, Format::Distributed))
 }
@@ -364,6 +365,75 @@ impl<'a> Reading<'a> {
     }
 }
 
+/// Every byte of every `.distcp` file beside `.metadata`, and of every file an item names,
+/// lies in an item. `dcp.load` opens only the files items name and reads only their ranges
+/// (`FileSystemReader.read_data`), and DCP's writer puts a file's items back to back from its
+/// first byte (`_write_item`: `offset = stream.tell()`). So a file no item names, or bytes
+/// between or after the items (a second record appended, say), are read by no load and would
+/// be seen by no audit: refused, named. An empty file (a writer thread given no items) holds
+/// nothing to read. Checked last, so a damaged item is reported as such first.
+fn every_byte_in_an_item(
+    dir: &Path,
+    items: &[StorageInfo],
+    mapped: &HashMap<String, Arc<HostBuffer>>,
+) -> Result<()> {
+    let mut ranges: Vec<(&str, u64, u64)> = items
+        .iter()
+        .map(|i| {
+            (
+                i.relative_path.as_str(),
+                i.offset,
+                i.offset.saturating_add(i.length),
+            )
+        })
+        .collect();
+    ranges.sort_unstable();
+    // Bytes before, between and after a file's ranges (which no_shared_bytes keeps apart).
+    let mut next = 0usize;
+    while let Some(&(file, _, _)) = ranges.get(next) {
+        let len = mapped.get(file).map_or(0, |b| b.len());
+        let mut covered = 0u64;
+        while let Some(&(_, start, end)) = ranges.get(next).filter(|r| r.0 == file) {
+            if start > covered {
+                return Err(unread(dir, file, covered, start));
+            }
+            covered = covered.max(end);
+            next += 1;
+        }
+        if covered < len {
+            return Err(unread(dir, file, covered, len));
+        }
+    }
+    for part in parts(dir).unwrap_or_default().iter().skip(1) {
+        let named = part
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| mapped.contains_key(n));
+        let len = std::fs::metadata(part).map_or(0, |m| m.len());
+        if !named && len > 0 {
+            let name = part.file_name().unwrap_or_default().to_string_lossy();
+            return Err(mismatch(
+                dir,
+                format!(
+                    "{name} ({len} bytes) is named by no item: dcp.load never reads it, \
+                     so it is not audited as part of this checkpoint"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn unread(dir: &Path, file: &str, start: u64, end: u64) -> Error {
+    mismatch(
+        dir,
+        format!(
+            "bytes {start}..{end} of {file} lie in no item: dcp.load never reads them, \
+             so they are not audited as part of this checkpoint"
+        ),
+    )
+}
+
 /// No two items share bytes of a file: DCP writes them one after another, so items that
 /// overlap come from a metadata that does not describe the files.
 fn no_shared_bytes(dir: &Path, items: &[StorageInfo]) -> Result<()> {
@@ -571,6 +641,50 @@ mod tests {
         assert!(tiling(&[1], &[]).unwrap_err().contains("no chunks"));
         // Two scalar chunks are the same element.
         assert!(tiling(&[], &[(&[], &[]), (&[], &[])]).is_err());
+    }
+
+    #[test]
+    fn every_byte_of_every_distcp_file_lies_in_an_item() {
+        let dir = std::env::temp_dir().join(format!("tensorplay-dcp-cover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(METADATA), b"").unwrap();
+        std::fs::write(dir.join("a.distcp"), [0u8; 10]).unwrap();
+        let mut mapped = HashMap::new();
+        mapped.insert(
+            "a.distcp".to_owned(),
+            HostBuffer::map_file(&dir.join("a.distcp")).unwrap(),
+        );
+        let item = |offset, length| StorageInfo {
+            fqn: "w".into(),
+            offset_key: None,
+            relative_path: "a.distcp".into(),
+            offset,
+            length,
+            transforms: false,
+        };
+        let check = |items: &[StorageInfo]| {
+            every_byte_in_an_item(&dir, items, &mapped).map_err(|e| e.to_string())
+        };
+        assert_eq!(check(&[item(4, 6), item(0, 4)]), Ok(()));
+        let gap = check(&[item(0, 4), item(5, 5)]).unwrap_err();
+        assert!(
+            gap.contains("bytes 4..5 of a.distcp lie in no item"),
+            "{gap}"
+        );
+        let head = check(&[item(2, 8)]).unwrap_err();
+        assert!(head.contains("bytes 0..2 of a.distcp"), "{head}");
+        let tail = check(&[item(0, 4)]).unwrap_err();
+        assert!(tail.contains("bytes 4..10 of a.distcp"), "{tail}");
+        // A file no item names: empty, it holds nothing; otherwise it is named.
+        std::fs::write(dir.join("b.distcp"), b"").unwrap();
+        assert_eq!(check(&[item(0, 10)]), Ok(()));
+        std::fs::write(dir.join("b.distcp"), b"abc").unwrap();
+        let unnamed = check(&[item(0, 10)]).unwrap_err();
+        assert!(
+            unnamed.contains("b.distcp (3 bytes) is named by no item"),
+            "{unnamed}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! an interpretation of an allowlisted name or an opaque object.
 
 use super::allowlist::{map_module, resolves, Class, Loader};
+use super::dict_keys;
 use super::heap::{Global, Heap, Id, Node, Object};
 use super::literals::{decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape};
 use super::memo::Memo;
@@ -68,6 +69,7 @@ pub fn unpickle(
     // A pickle refused part-way has still named its globals: a loader that got that far ran them.
     let root = m
         .run()
+        .and_then(|root| m.no_repeated_keys().map(|()| root))
         .map_err(|e| e.with_unsafe_globals(std::mem::take(&mut m.unsafe_globals)))?;
     Ok(Unpickled {
         heap: m.heap,
@@ -111,6 +113,18 @@ pub(super) struct Machine<'a> {
 }
 
 impl<'a> Machine<'a> {
+    /// Refuses a dict holding one key twice ([`dict_keys`]), once every value is built.
+    fn no_repeated_keys(&self) -> Result<()> {
+        match dict_keys::repeated_key(&self.heap) {
+            None => Ok(()),
+            Some(key) => Err(Error::RepeatedKey {
+                path: self.path.to_owned(),
+                member: self.member.to_owned(),
+                key: dict_keys::key_text(&self.heap, key),
+            }),
+        }
+    }
+
     pub(super) fn err(&self, detail: impl Into<String>) -> Error {
         Error::Pickle {
             path: self.path.to_owned(),
@@ -748,7 +762,11 @@ impl<'a> Machine<'a> {
         let state = self.pop()?;
         let target = self.top()?;
         if let Some(Node::Object(object)) = self.heap.get_mut(target) {
-            object.state = Some(state);
+            // A second BUILD merges into the first (`__dict__.update`, or `__setstate__`
+            // again): keeping either alone would read fields Python replaced or kept.
+            if object.state.replace(state).is_some() {
+                return Err(self.err("BUILD sets the state of one object twice"));
+            }
         }
         // Dicts (an OrderedDict's `_metadata`), tensors (Parameter state) and the rest
         // would run `__setstate__`; their contents are already known.

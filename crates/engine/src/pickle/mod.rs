@@ -10,6 +10,7 @@
 pub mod allowlist;
 mod budget;
 mod calls;
+mod dict_keys;
 mod heap;
 mod literals;
 mod machine;

@@ -561,3 +561,49 @@ fn frames_are_read_as_the_c_unpickler_reads_them_and_disagreements_refused() {
     );
     assert!(error.unsafe_globals().is_empty());
 }
+
+#[test]
+fn a_dict_that_sets_one_key_twice_is_refused() {
+    // `{'a': 1, 'b': 2}` then SETITEM 'a' again, and a DICT holding 1 and 1.0: Python keeps
+    // the last value of each.
+    let setitem =
+        b"\x80\x02}(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00bK\x02uX\x01\x00\x00\x00aK\x03s.";
+    let e = run(setitem).unwrap_err();
+    assert!(matches!(e, crate::Error::RepeatedKey { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "t.pkl: data.pkl: a dict sets the key 'a' twice (pickle keeps the last value)"
+    );
+    let numbers = b"\x80\x02(K\x01NG?\xf0\x00\x00\x00\x00\x00\x00Nd.";
+    assert!(run(numbers)
+        .unwrap_err()
+        .to_string()
+        .contains("key 1.0 twice"));
+    // A refusal names the globals read before it.
+    let with_global = b"\x80\x02}(cposix\nsystem\nK\x01cposix\nsystem\nK\x02u.";
+    let e = run(with_global).unwrap_err();
+    assert!(
+        matches!(e, crate::Error::RefusedWithUnsafeGlobals { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("key posix.system twice"), "{e}");
+    // Distinct keys, and every stream CPython wrote, still read.
+    assert!(run(b"\x80\x02}(K\x01N\x8a\x01\x02NX\x01\x00\x00\x001Nu.").is_ok());
+    for bytes in all_streams() {
+        assert!(run(&bytes).is_ok());
+    }
+}
+
+#[test]
+fn a_second_build_on_one_object_is_refused() {
+    // NEWOBJ, BUILD {'a': 1}, BUILD {'b': 2}: Python's object ends with both fields.
+    let twice = b"\x80\x02cm\nC\n)\x81}X\x01\x00\x00\x00aK\x01sb}X\x01\x00\x00\x00bK\x02sb.";
+    let e = run(twice).unwrap_err().to_string();
+    assert!(
+        e.contains("BUILD sets the state of one object twice"),
+        "{e}"
+    );
+    assert!(e.contains("m.C"), "{e}");
+    let once = b"\x80\x02cm\nC\n)\x81}X\x01\x00\x00\x00aK\x01sb.";
+    assert!(run(once).is_ok());
+}
