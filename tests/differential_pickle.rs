@@ -120,11 +120,8 @@ fn a_safetensors_file_that_is_a_pickle_is_read_as_its_names_loader_reads_it_or_r
         let file = &report["files"][0];
         assert_eq!(file["format"].as_str(), format, "{rel}");
         let (globals, codes) = globals_and_codes(file);
-        if format == Some("safetensors") {
-            assert!(globals.is_empty(), "{rel}: safe_open runs nothing");
-        } else {
-            assert_eq!(globals, truth_globals(&truth[&rel]), "{rel}");
-        }
+        // Read as safe_open reads it or not, the file is made to run its pickle somewhere.
+        assert_eq!(globals, truth_globals(&truth[&rel]), "{rel}");
         let message = file["findings"].to_string();
         assert_eq!(
             message.contains("ambiguous format"),

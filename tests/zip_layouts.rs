@@ -20,20 +20,21 @@ use Verdict::{Reads, Refuses};
 /// Every layout, tensorplay's verdict on it and the codes `tensorplay audit` fails with.
 const LAYOUTS: &[(&str, Verdict, &[&str])] = &[
     ("clean.pt", Reads("clean"), &[]),
+    // An ambiguous archive is refused naming the globals of every pickle any reading finds.
     (
         "duplicate_clean_first.pt",
-        Refuses("ambiguous archive: two entries are named 'archive/data.pkl' (central directory entries 0 and 7)"),
-        &["TP502"],
+        Refuses("ambiguous archive: two entries are named 'archive/data.pkl' (central directory entries 0 and 7); its pickles also reference unsafe globals: posix.system (archive/data.pkl at byte 175)"),
+        &["TP501", "TP502"],
     ),
     (
         "duplicate_evil_first.pt",
-        Refuses("ambiguous archive: two entries are named 'archive/data.pkl' (central directory entries 0 and 7)"),
-        &["TP502"],
+        Refuses("ambiguous archive: two entries are named 'archive/data.pkl' (central directory entries 0 and 7); its pickles also reference unsafe globals: posix.system (archive/data.pkl at byte 175)"),
+        &["TP501", "TP502"],
     ),
     (
         "duplicate_case.pt",
-        Refuses("ambiguous archive: entries 'archive/data.pkl' and 'archive/DATA.PKL' differ only in case, and PyTorch's reader matches names ignoring case (central directory entries 0 and 7)"),
-        &["TP502"],
+        Refuses("ambiguous archive: entries 'archive/data.pkl' and 'archive/DATA.PKL' differ only in case, and PyTorch's reader matches names ignoring case (central directory entries 0 and 7); its pickles also reference unsafe globals: posix.system (archive/DATA.PKL at byte 175)"),
+        &["TP501", "TP502"],
     ),
     (
         // torch.load takes it for a legacy file (it does not begin with a local header) and
@@ -46,23 +47,23 @@ const LAYOUTS: &[(&str, Verdict, &[&str])] = &[
     ),
     (
         "prepended_entry.pt",
-        Refuses("ambiguous archive: a local entry 'archive/data.pkl' that the central directory does not list lies between the start of the file and entry 'archive/data.pkl' (offset 0)"),
-        &["TP502"],
+        Refuses("ambiguous archive: a local entry 'archive/data.pkl' that the central directory does not list lies between the start of the file and entry 'archive/data.pkl' (offset 0); its pickles also reference unsafe globals: posix.system (archive/data.pkl at byte 175)"),
+        &["TP501", "TP502"],
     ),
     (
         "cd_offset_elsewhere.pt",
-        Refuses("ambiguous archive: the end record puts the central directory at offset 1656 (463 bytes, ending at 2119), but the end records begin at offset 2582"),
-        &["TP502"],
+        Refuses("ambiguous archive: the end record puts the central directory at offset 1656 (463 bytes, ending at 2119), but the end records begin at offset 2582; its pickles also reference unsafe globals: posix.system (archive/data.pkl at byte 175)"),
+        &["TP501", "TP502"],
     ),
     (
         "eocd_in_comment.pt",
-        Refuses("ambiguous archive: two end records could end the archive, at offsets 1619 and 2468 (the second inside the first one's comment)"),
-        &["TP502"],
+        Refuses("ambiguous archive: two end records could end the archive, at offsets 1619 and 2468 (the second inside the first one's comment); its pickles also reference unsafe globals: posix.system (archive/data.pkl at byte 175)"),
+        &["TP501", "TP502"],
     ),
     (
         "local_name_mismatch.pt",
-        Refuses("ambiguous archive: entry 'archive/data.pkl': its local header at offset 1080 names it 'archive/notes.txt'"),
-        &["TP502"],
+        Refuses("ambiguous archive: entry 'archive/data.pkl': its local header at offset 1080 names it 'archive/notes.txt'; its pickles also reference unsafe globals: posix.system (archive/data.pkl at byte 175)"),
+        &["TP501", "TP502"],
     ),
     ("extra_pkl.pt", Reads("clean"), &["TP501"]),
 ];

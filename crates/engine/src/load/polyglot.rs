@@ -3,8 +3,8 @@
 //! one file, two loaders, two readings. Settled here from the whole file: when CPython would
 //! not run it as a pickle it is safetensors; when it would, the file's name says which
 //! loader reads it (`.safetensors`, or a name the ecosystem hands to `torch.load`), and it is
-//! read as that loader reads it; any other name is refused, naming the globals the pickle
-//! reading found.
+//! read as that loader reads it; any other name is refused. Either way the globals of the
+//! pickle reading are named: a file made to be both is made to run them somewhere.
 
 use super::Sniffed;
 use super::{pickle_file, pickle_start, safetensors, Parts};
@@ -21,45 +21,71 @@ const PICKLE_NAMES: [&str; 6] = ["bin", "pt", "pth", "ckpt", "pkl", "pickle"];
 
 /// What a file [`sniff`](super::sniff) called a polyglot is, from its whole `bytes` and the
 /// name's extension (ASCII case ignored): safetensors when CPython would not run it as a
-/// pickle or its name is `.safetensors`, a pickle when its name is one `torch.load` is handed,
-/// otherwise still a polyglot, which this reader refuses.
+/// pickle, a pickle when its name is one `torch.load` is handed, otherwise still a polyglot,
+/// which this reader reads as safetensors under a `.safetensors` name and refuses under any
+/// other.
 pub(crate) fn settle(path: &Path, bytes: &[u8]) -> Sniffed {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or_default();
-    let named = |names: &[&str]| names.iter().any(|n| n.eq_ignore_ascii_case(ext));
-    if !pickle_start::begins_pickle(bytes) || named(&SAFETENSORS_NAMES) {
+    if !pickle_start::begins_pickle(bytes) {
         Sniffed::Safetensors
-    } else if named(&PICKLE_NAMES) {
+    } else if named(path, &PICKLE_NAMES) {
         Sniffed::Pickle
     } else {
         Sniffed::Polyglot
     }
 }
 
+fn named(path: &Path, names: &[&str]) -> bool {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or_default();
+    names.iter().any(|n| n.eq_ignore_ascii_case(ext))
+}
+
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
     match settle(buffer.source(), buffer.bytes()) {
         Sniffed::Safetensors => safetensors::read_into(buffer, parts),
         Sniffed::Pickle => pickle_file::read_into(buffer, parts),
-        _ => Err(refusal(buffer, parts)),
+        _ if named(buffer.source(), &SAFETENSORS_NAMES) => {
+            let globals = pickle_globals(buffer, parts);
+            match safetensors::read_into(buffer, parts) {
+                Ok(format) => {
+                    parts.unsafe_globals.extend(globals);
+                    Ok(format)
+                }
+                Err(e) => Err(e.with_unsafe_globals(globals)),
+            }
+        }
+        _ => {
+            let globals = pickle_globals(buffer, parts);
+            Err(refusal(buffer).with_unsafe_globals(globals))
+        }
     }
 }
 
-/// The refusal of a file no name settles, with the globals its pickle reading names.
-fn refusal(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Error {
-    let refused = Error::AmbiguousFormat {
+/// The globals of the pickle reading, read aside: its tensors are no part of the file's.
+fn pickle_globals(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Vec<crate::pickle::UnsafeGlobal> {
+    let mut scratch = Parts {
+        meter: std::mem::take(&mut parts.meter),
+        ..Parts::default()
+    };
+    let globals = match pickle_file::read_into(buffer, &mut scratch) {
+        Err(e) => e.unsafe_globals().to_vec(),
+        Ok(_) => std::mem::take(&mut scratch.unsafe_globals),
+    };
+    parts.meter = scratch.meter;
+    globals
+}
+
+/// The refusal of a file no name settles.
+fn refusal(buffer: &Arc<HostBuffer>) -> Error {
+    Error::AmbiguousFormat {
         path: buffer.source().to_owned(),
         reason: "its bytes are both a safetensors file (read by safe_open) and a pickle \
                  (run by torch.load and pickle.load), and its name says neither; name it \
                  .safetensors or re-save it"
             .into(),
-    };
-    let globals = match pickle_file::read_into(buffer, parts) {
-        Err(e) => e.unsafe_globals().to_vec(),
-        Ok(_) => std::mem::take(&mut parts.unsafe_globals),
-    };
-    refused.with_unsafe_globals(globals)
+    }
 }
 
 #[cfg(test)]
@@ -115,9 +141,10 @@ mod tests {
                 "{name}: read as a pickle, naming os.system: {read:?}"
             );
         }
-        // safe_open is the loader of a .safetensors name, and reads the header.
+        // safe_open is the loader of a .safetensors name, and reads the header; the pickle's
+        // globals are named all the same.
         let error = read("model.safetensors", &bytes).expect_err("trailing pickle bytes");
-        assert!(!names_global(&error), "{error}");
+        assert!(names_global(&error), "{error}");
     }
 
     #[test]

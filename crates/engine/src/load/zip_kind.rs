@@ -5,13 +5,26 @@
 //! `version` record is one from before torch 2.7 (`torch.export.load`'s zipfile fallback);
 //! any other is `torch.load`'s.
 
+use super::zip::globals_of_every_pickle;
 use super::{pt2, pt2_flat, torch_zip, Parts};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::{Format, HostBuffer};
 use std::sync::Arc;
 
-/// Opens the archive once and hands it to the reader its records call for.
+/// Opens the archive once and hands it to the reader its records call for. An archive
+/// refused as ambiguous names the globals of every pickle any reading of it could run.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
+    let budget = parts.meter.pickle_budget();
+    read(buffer, parts).map_err(|e| match e {
+        Error::AmbiguousArchive { .. } => {
+            let globals = globals_of_every_pickle(buffer.source(), buffer.bytes(), &budget);
+            e.with_unsafe_globals(globals)
+        }
+        e => e,
+    })
+}
+
+fn read(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
     let meter = std::mem::take(&mut parts.meter);
     let zip = torch_zip::open_zip(buffer, &meter)?;
     if pt2_flat::is_flat_export(&zip) {

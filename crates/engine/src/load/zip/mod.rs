@@ -13,6 +13,7 @@
 
 mod central;
 mod end;
+mod every_pickle;
 mod fields;
 mod inflate;
 mod local;
@@ -26,6 +27,7 @@ use std::borrow::Cow;
 use std::path::Path;
 
 pub(crate) use central::Entry;
+pub(crate) use every_pickle::globals_of_every_pickle;
 pub(crate) use inflate::chunks as inflate_chunks;
 
 /// A validated archive over the file's bytes.
