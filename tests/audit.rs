@@ -57,7 +57,8 @@ fn each_rule_fires_on_its_fixture_and_only_there() {
         ("fixtures/pytorch/state_dict.pt", &[]),
         ("fixtures/pytorch/legacy_state_dict.pt", &[]),
         ("fixtures/pytorch/training_checkpoint.pt", &[]),
-        ("fixtures/pytorch/protocol4.pt", &[]),
+        // torch.save(..., pickle_protocol=4): torch.load's default loader refuses FRAME.
+        ("fixtures/pytorch/protocol4.pt", &[("TP505", &[])]),
         ("fixtures/pytorch/big_endian.pt", &[]),
         ("fixtures/pytorch/deflated.pt", &[]),
         ("fixtures/pytorch/quantized.pt", &[]),
@@ -103,7 +104,8 @@ fn each_rule_fires_on_its_fixture_and_only_there() {
         // `v` = [7] at offset 5 over a storage shrunk to 8 floats; `head` = [4] fits.
         (
             "fixtures/pytorch/bad/view_out_of_bounds.pt",
-            &[("TP106", &["head", "v"]), ("TP107", &["v"])],
+            // torch.load's `set_` refuses the view TP107 names.
+            &[("TP106", &["head", "v"]), ("TP107", &["v"]), ("TP505", &[])],
         ),
         // `w` is rebuilt by `_rebuild_device_tensor_from_cpu_tensor(..., "cuda:0")` over a cpu storage.
         ("fixtures/pytorch/device_mismatch.pt", &[("TP203", &["w"])]),
@@ -672,7 +674,7 @@ fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 B)
     fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:1\" to allowed_devices
 
 fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 B)
-  no findings (18 rules checked)
+  no findings (19 rules checked)
 
 2 files, 7 tensors, 7 storages, 136 B: 1 error, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
 ";
@@ -765,7 +767,7 @@ fn rules_and_explain_print_the_registry() {
     let out = tensorplay(&["rules"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 21, "{text}");
+    assert_eq!(text.lines().count(), 22, "{text}");
     assert!(text.contains("TP101  view-overlap         error     Two tensors' byte ranges in one storage partly overlap."), "{text}");
     for which in ["TP401", "non-finite", "tp401"] {
         let out = tensorplay(&["explain", which]);

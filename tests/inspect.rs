@@ -1,6 +1,8 @@
 //! `tensorplay inspect` against the truth the safetensors library wrote for each fixture.
 
-use crate::common::{good_truth_files, read_json, root, stderr, stdout, tensorplay};
+use crate::common::{
+    checked_weights_only, good_truth_files, read_json, root, stderr, stdout, tensorplay,
+};
 use sha2::{Digest, Sha256};
 use tensorplay_engine::{load, Format, Owner};
 
@@ -19,6 +21,7 @@ fn json_matches_the_library_truth_for_every_good_fixture() {
         let out = tensorplay(&["inspect", "--format", "json", path]);
         assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
         let got: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+        let got = checked_weights_only(got, path);
         assert_eq!(got, truth["inspect"], "{path} differs from {truth_file}");
     }
 }

@@ -13,9 +13,9 @@ mod convert;
 mod dcp;
 mod did_you_mean;
 mod diff;
+mod differential_dcp;
 mod differential_pickle;
 mod differential_script_pt2;
-mod differential_dcp;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;
@@ -34,4 +34,5 @@ mod robustness;
 mod scale;
 mod tensor_kinds;
 mod terminal;
+mod weights_only;
 mod zip_layouts;

@@ -2,7 +2,9 @@
 //! made by `fixtures/make_models.py`): tensorplay reads them as torch does, and the gate
 //! passes them unless the file really has the hazard.
 
-use crate::common::{global_names, read_json, root, stderr, stdout, tensorplay, TempConfig};
+use crate::common::{
+    checked_weights_only, global_names, read_json, root, stderr, stdout, tensorplay, TempConfig,
+};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tensorplay_engine::load;
@@ -95,6 +97,7 @@ fn inspect_reads_every_real_model_as_its_library_does() {
         let out = tensorplay(&["inspect", "--format", "json", path]);
         assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
         let got: Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+        let got = checked_weights_only(got, path);
         assert_eq!(got, t["inspect"], "{path} differs from {TRUTH}");
 
         // The bytes behind each storage (inflated, for the deflated archives) are torch's.

@@ -153,3 +153,17 @@ pub fn global_names(globals: &serde_json::Value) -> Vec<String> {
         })
         .collect()
 }
+
+/// An `inspect --format json` document without its `weights_only` verdict, which is checked
+/// here against torch's own answer for the file (`fixtures/weights_only.json`): library
+/// truths record what each file holds, torch's answer whether its default loader loads it.
+pub fn checked_weights_only(mut doc: serde_json::Value, path: &str) -> serde_json::Value {
+    if let Some(verdict) = doc.as_object_mut().and_then(|d| d.remove("weights_only")) {
+        let torch = &read_json("fixtures/weights_only.json")[path];
+        assert_eq!(
+            verdict["loads"], torch["loads"],
+            "{path}: torch says {torch}"
+        );
+    }
+    doc
+}

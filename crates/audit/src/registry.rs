@@ -24,6 +24,7 @@ pub static RULES: &[&dyn Rule] = &[
     &integrity::CorruptFile,
     &integrity::IndexMismatch,
     &safety::TorchscriptCode,
+    &safety::WeightsOnlyLoad,
     &expect::LayoutMismatch,
 ];
 
@@ -81,7 +82,7 @@ mod tests {
             [
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
                 "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503",
-                "TP504", "TP601"
+                "TP504", "TP505", "TP601"
             ]
         );
         for rule in RULES {

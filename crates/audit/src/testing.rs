@@ -62,6 +62,7 @@ pub fn checkpoint(tensors: Vec<Tensor>, storages: Vec<Arc<Storage>>) -> Checkpoi
         unsafe_globals: Vec::new(),
         torchscript: None,
         chunked: Vec::new(),
+        weights_only: None,
         composites: Vec::new(),
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::composite::CompositeTensor;
 use crate::load::torchscript::TorchScriptCode;
-use crate::pickle::UnsafeGlobal;
+use crate::pickle::{UnsafeGlobal, WeightsOnly};
 use crate::storage::Storage;
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
@@ -50,6 +50,20 @@ impl Format {
     }
 }
 
+impl Format {
+    /// Whether `torch.load` is what reads a file of this format.
+    pub fn torch_load(self) -> bool {
+        matches!(
+            self,
+            Format::PytorchZip
+                | Format::PytorchLegacy
+                | Format::Torchscript
+                | Format::PytorchIndex
+                | Format::Pickle
+        )
+    }
+}
+
 impl fmt::Display for Format {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -78,6 +92,9 @@ pub struct Checkpoint {
     /// A distributed checkpoint's tensors as its metadata describes them, each made of
     /// chunks that are tensors of `tensors` (empty for every other format).
     pub chunked: Vec<ChunkedTensor>,
+    /// What `torch.load(path)` (weights-only by default) would do with the file; `None` where
+    /// torch.load is not its loader (safetensors, DCP, `.pt2`).
+    pub weights_only: Option<WeightsOnly>,
 }
 
 /// A tensor of the state dict a distributed checkpoint saved in chunks: its whole shape,

@@ -36,6 +36,7 @@ pub use dtype::{DType, DTypeKind};
 pub use error::{Error, ErrorKind, Result};
 pub use layout::Layout;
 pub use memory::{HostBackend, HostBuffer};
+pub use pickle::WeightsOnly;
 pub use storage::Storage;
 pub use tensor::Tensor;
 pub use tensor_impl::TensorImpl;

@@ -4,7 +4,7 @@
 use super::Snapshot;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use tensorplay_engine::{Checkpoint, ChunkedTensor, Owner, Storage, Tensor};
+use tensorplay_engine::{Checkpoint, ChunkedTensor, Owner, Storage, Tensor, WeightsOnly};
 
 #[derive(Serialize)]
 struct Document<'a> {
@@ -22,6 +22,19 @@ struct Document<'a> {
     composites: Vec<CompositeJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     alloc: Option<super::alloc::AllocJson>,
+    /// What `torch.load` (weights-only by default) would do; absent where torch.load is not
+    /// the file's loader.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weights_only: Option<WeightsOnlyJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct WeightsOnlyJson<'a> {
+    loads: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    member: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -173,6 +186,18 @@ pub fn render(
             })
             .collect(),
         alloc,
+        weights_only: ckpt.weights_only.as_ref().map(|w| match w {
+            WeightsOnly::Loads => WeightsOnlyJson {
+                loads: true,
+                member: None,
+                reason: None,
+            },
+            WeightsOnly::Refuses { member, reason } => WeightsOnlyJson {
+                loads: false,
+                member: Some(member),
+                reason: Some(reason),
+            },
+        }),
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');

@@ -4,7 +4,7 @@ use super::Snapshot;
 use crate::table::Table;
 use std::fmt::Write;
 use tensorplay_audit::text::{human_bytes, plural, printable};
-use tensorplay_engine::{Format, Owner};
+use tensorplay_engine::{Format, Owner, WeightsOnly};
 
 pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     let ckpt = snapshot.checkpoint;
@@ -22,6 +22,14 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
         writeln!(
             out,
             "TorchScript archive: loading it compiles the code it carries"
+        )?;
+    }
+    if let Some(WeightsOnly::Refuses { member, reason }) = &ckpt.weights_only {
+        writeln!(
+            out,
+            "torch.load (weights_only=True) would refuse it: in {}: {}",
+            printable(member, false),
+            printable(reason, false)
         )?;
     }
     for g in &ckpt.unsafe_globals {

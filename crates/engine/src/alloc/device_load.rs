@@ -278,6 +278,7 @@ mod tests {
             unsafe_globals: Vec::new(),
             torchscript: None,
             chunked: Vec::new(),
+            weights_only: None,
             composites: Vec::new(),
         }
     }

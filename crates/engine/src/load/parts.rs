@@ -2,7 +2,8 @@
 
 use super::limits::Meter;
 use super::torchscript::TorchScriptCode;
-use crate::pickle::UnsafeGlobal;
+use crate::pickle::weights_only::set_storage;
+use crate::pickle::{UnsafeGlobal, WeightsOnly};
 use crate::{Checkpoint, ChunkedTensor, CompositeTensor, Format, Storage, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,12 +19,38 @@ pub(crate) struct Parts {
     pub metadata: BTreeMap<String, String>,
     pub torchscript: Option<TorchScriptCode>,
     pub chunked: Vec<ChunkedTensor>,
+    /// What `torch.load` would do with the files read so far.
+    pub weights_only: Option<WeightsOnly>,
     /// The read's memory account.
     pub meter: Meter,
 }
 
+/// What torch says rebuilding the tensors: the first that does not fit its storage.
+fn rebuilt(tensors: &[Tensor]) -> WeightsOnly {
+    tensors
+        .iter()
+        .find_map(|t| {
+            set_storage(t)
+                .err()
+                .map(|reason| WeightsOnly::refuses(t.name(), reason))
+        })
+        .unwrap_or(WeightsOnly::Loads)
+}
+
 impl Parts {
+    /// Notes what `torch.load` would do with one more file or pickle: the first refusal stays.
+    pub fn weights_only(&mut self, next: WeightsOnly) {
+        self.weights_only = Some(match self.weights_only.take() {
+            Some(so_far) => so_far.and(next),
+            None => next,
+        });
+    }
+
     pub fn finish(self, path: &Path, format: Format) -> Checkpoint {
+        let weights_only = self
+            .weights_only
+            .filter(|_| format.torch_load())
+            .map(|w| w.and(rebuilt(&self.tensors)));
         Checkpoint {
             path: path.to_owned(),
             format,
@@ -34,6 +61,8 @@ impl Parts {
             torchscript: self.torchscript,
             chunked: self.chunked,
             composites: self.composites,
+            // Only where torch.load is the file's loader.
+            weights_only,
         }
     }
 }

@@ -13,7 +13,8 @@
 use super::torch::{add_member, Member, StorageRecord, StorageSource};
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Loader};
+use crate::pickle::weights_only::{replay, Persistent};
+use crate::pickle::{unpickle, Loader, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::path::Path;
 use std::sync::Arc;
@@ -31,6 +32,12 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     let mut index = 0usize;
     // Globals of the streams read so far: named in any refusal that follows.
     let mut seen = Vec::new();
+    // torch.load reads a file that is neither zip nor tar as a legacy stream, whose first
+    // pickle must be the magic number: it refuses every plain pickle, the question is why.
+    let reason = replay(buffer.bytes(), Persistent::Refused)
+        .err()
+        .unwrap_or_else(|| "Invalid magic number; corrupt file?".into());
+    parts.weights_only(WeightsOnly::refuses(MEMBER, reason));
     while pos < buffer.len() {
         let rest = usize::try_from(pos)
             .ok()

@@ -8,7 +8,8 @@
 use super::torch::{add_member, storage_record, Member, StorageRecord, StorageSource};
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal};
+use crate::pickle::weights_only::{replay, Persistent};
+use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -35,6 +36,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     let budget = parts.meter.pickle_budget();
     let pickles = Pickles::read(buffer, &budget);
     let globals = pickles.unsafe_globals();
+    parts.weights_only(pickles.weights_only(buffer));
     match read_stream(buffer, &budget, pickles, parts) {
         Ok(()) => {
             parts.unsafe_globals.extend(globals);
@@ -79,6 +81,27 @@ impl Pickles {
             }
         }
         Pickles { read, end: pos }
+    }
+
+    /// What torch.load's weights-only unpickler does with the pickles that parsed: it runs
+    /// them one after another, the object's with the legacy `persistent_load`.
+    fn weights_only(&self, buffer: &HostBuffer) -> WeightsOnly {
+        for (name, (at, u)) in PICKLES.iter().zip(self.read.iter().flatten()) {
+            let persistent = if *name == PICKLES[3] {
+                Persistent::Legacy
+            } else {
+                Persistent::Refused
+            };
+            let stream = usize::try_from(*at)
+                .ok()
+                .zip(usize::try_from(at.saturating_add(u.len)).ok())
+                .and_then(|(from, to)| buffer.bytes().get(from..to))
+                .unwrap_or_default();
+            if let Err(reason) = replay(stream, persistent) {
+                return WeightsOnly::refuses(name, reason);
+            }
+        }
+        WeightsOnly::Loads
     }
 
     /// The unsafe globals of every pickle that parsed, in file order.

@@ -13,7 +13,8 @@ use super::torchscript::read_code;
 use super::zip::{Entry, Zip};
 use super::Parts;
 use crate::error::{Error, Result};
-use crate::pickle::{unpickle, Loader};
+use crate::pickle::weights_only::{replay, Persistent};
+use crate::pickle::{unpickle, Loader, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::borrow::Cow;
 use std::path::Path;
@@ -232,6 +233,10 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
     }
     // `torch.load` hands such an archive to `torch.jit.load`, whose unpickler resolves names.
     let loader = if torchscript {
+        parts.weights_only(WeightsOnly::refuses(
+            &constants,
+            "Cannot use ``weights_only=True`` with TorchScript archives passed to ``torch.load``.",
+        ));
         Loader::TorchScript
     } else {
         Loader::Python
@@ -292,6 +297,12 @@ fn add_pickle(
     let path = archive.buffer.source();
     let budget = archive.meter.pickle_budget();
     let unpickled = unpickle(&bytes, path, &full_name, 0, loader, &budget)?;
+    if loader == Loader::Python {
+        parts.weights_only(match replay(&bytes, Persistent::Zip) {
+            Ok(()) => WeightsOnly::Loads,
+            Err(reason) => WeightsOnly::refuses(&full_name, reason),
+        });
+    }
     // Read through: the directory, every local header and the pickle (the whole file, for
     // a hundred thousand small records) need not stay resident beside the values built from
     // them; what is read again faults back in from the file.

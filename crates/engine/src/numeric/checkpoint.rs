@@ -185,6 +185,7 @@ mod tests {
             unsafe_globals: Vec::new(),
             torchscript: None,
             chunked: Vec::new(),
+            weights_only: None,
             composites: Vec::new(),
         }
     }

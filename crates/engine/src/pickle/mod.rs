@@ -16,11 +16,13 @@ mod literals;
 mod machine;
 mod memo;
 mod opcodes;
+pub mod weights_only;
 
 pub use allowlist::Loader;
 pub use budget::Budget;
 pub use heap::{CompositeSpec, Global, Heap, Id, Node, Object, TensorSpec};
 pub use machine::{unpickle, Unpickled};
+pub use weights_only::WeightsOnly;
 
 /// A global a pickle references outside the allowlist. Never imported, never called.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,817 @@
+//! What `torch.load` does with a pickle by default (`weights_only=True` since torch 2.6).
+//!
+//! torch's weights-only unpickler (`torch/_weights_only_unpickler.py`, 2.9.1) is a machine of
+//! its own, not CPython's: it runs only the opcodes protocol 2 writes for tensors (no FRAME,
+//! no SHORT_BINUNICODE, no POP, no MEMOIZE), resolves only its allowlist, creates only
+//! allowlisted classes, BUILDs only tensors, parameters, `OrderedDict`s and allowlisted
+//! types, and APPENDs only to lists. A stream tensorplay reads can still be one torch refuses,
+//! and a checkpoint that would fail to load in production must not pass silently, so the
+//! stream is replayed here on the kinds of its values — never on values: nothing is built.
+//! Where it refuses, [`replay`] gives torch's own message.
+
+use super::allowlist::resolves;
+use super::opcodes::*;
+use super::Loader;
+use crate::{DTypeKind, Device, Tensor};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// What `torch.load(path)` would do with a file, as far as its bytes tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightsOnly {
+    /// The weights-only unpickler reads every pickle `torch.load` runs.
+    Loads,
+    /// `torch.load` raises.
+    Refuses {
+        /// The archive member or stream it raises in.
+        member: String,
+        /// torch's message (the weights-only unpickler's, or the loader's).
+        reason: String,
+    },
+}
+
+impl WeightsOnly {
+    /// The first refusal of a file made of parts (an index's shards, a legacy file's pickles).
+    pub fn and(self, next: WeightsOnly) -> WeightsOnly {
+        match self {
+            WeightsOnly::Loads => next,
+            refused => refused,
+        }
+    }
+
+    /// A refusal of `member` for `reason`.
+    pub fn refuses(member: &str, reason: impl Into<String>) -> WeightsOnly {
+        WeightsOnly::Refuses {
+            member: member.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What `_rebuild_tensor`'s `set_` says of a tensor it rebuilds: torch checks, in signed 64-bit
+/// arithmetic, that the view fits its storage (`computeStorageNbytes`, `checkInBoundsForStorage`).
+pub fn set_storage(tensor: &Tensor) -> Result<(), String> {
+    let imp = tensor.tensor_impl();
+    // `_rebuild_meta_tensor_no_storage` sets no storage; `_rebuild_qtensor` sets a quantized
+    // tensor's by the quantized storage's own accounting (sub-byte elements packed), which
+    // `set_`'s itemsize check does not apply to.
+    if *imp.device() == Device::Meta || imp.dtype().kind() == DTypeKind::Quantized {
+        return Ok(());
+    }
+    let layout = imp.layout();
+    let (sizes, strides) = (layout.sizes(), layout.strides());
+    if layout.numel() == 0 {
+        return Ok(());
+    }
+    // torch's itemsize: a byte for its sub-byte dtypes (quint4x2, …).
+    let itemsize = imp.dtype().element_size().unwrap_or(1);
+    let needed = sizes
+        .iter()
+        .zip(strides)
+        .try_fold(
+            i64::try_from(layout.storage_offset()).ok(),
+            |acc, (&size, &stride)| {
+                let step = i64::try_from(size - 1)
+                    .ok()?
+                    .checked_mul(i64::try_from(stride).ok()?)?;
+                Some(acc?.checked_add(step))
+            },
+        )
+        .flatten()
+        .and_then(|last| {
+            last.checked_add(1)?
+                .checked_mul(i64::try_from(itemsize).ok()?)
+        });
+    let Some(needed) = needed else {
+        return Err(format!(
+            "Storage size calculation overflowed with sizes={sizes:?} and strides={strides:?}"
+        ));
+    };
+    let have = imp.storage().nbytes();
+    if u64::try_from(needed).unwrap_or(u64::MAX) > have {
+        return Err(format!(
+            "setStorage: sizes {sizes:?}, strides {strides:?}, storage offset {}, and itemsize \
+             {itemsize} requiring a storage size of {needed} are out of bounds for storage of \
+             size {have}",
+            layout.storage_offset()
+        ));
+    }
+    Ok(())
+}
+
+/// Which `persistent_load` the unpickler has: what `torch.load` gives it for the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistent {
+    /// None: the weights-only unpickler's own, which refuses every id.
+    Refused,
+    /// A zip archive's `data.pkl`: `('storage', storage_type, key, location, numel)`.
+    Zip,
+    /// A legacy file's object: `('storage', storage_type, key, location, numel, view)`.
+    Legacy,
+}
+
+/// Replays `stream` (which may run on past its STOP) through torch's weights-only unpickler:
+/// `Ok` where it reads to STOP, else torch's message.
+pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
+    let mut m = Machine {
+        data: stream,
+        pos: 0,
+        stack: Vec::new(),
+        metastack: Vec::new(),
+        memo: HashMap::new(),
+        persistent,
+    };
+    m.run()
+}
+
+/// The kind of a value the weights-only unpickler would hold: enough to decide every check
+/// it makes (types, hashability, a persistent id's tag, a list's length).
+#[derive(Debug, Clone)]
+enum V {
+    None,
+    Bool,
+    Int(Option<i64>),
+    Float,
+    Str(Rc<str>),
+    Bytes(Rc<[u8]>),
+    Tuple(Rc<[V]>),
+    /// Its length: SETITEM on a list assigns an index.
+    List(Rc<Cell<u64>>),
+    /// `{}`: a plain dict.
+    Dict,
+    Set,
+    /// An allowlisted global, by its full name.
+    Global(Rc<str>),
+    /// An instance of an allowlisted class.
+    Object(Type),
+    /// What `persistent_load` returns: a `TypedStorage`.
+    Storage,
+}
+
+/// The allowlisted classes whose instances a stream can build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Type {
+    Tensor,
+    Parameter,
+    OrderedDict,
+    Counter,
+    Size,
+    Device,
+    Bytearray,
+    Complex,
+    Set,
+    Layout,
+    UntypedStorage,
+}
+
+impl Type {
+    fn python(self) -> &'static str {
+        match self {
+            Type::Tensor => "<class 'torch.Tensor'>",
+            Type::Parameter => "<class 'torch.nn.parameter.Parameter'>",
+            Type::OrderedDict => "<class 'collections.OrderedDict'>",
+            Type::Counter => "<class 'collections.Counter'>",
+            Type::Size => "<class 'torch.Size'>",
+            Type::Device => "<class 'torch.device'>",
+            Type::Bytearray => "<class 'bytearray'>",
+            Type::Complex => "<class 'complex'>",
+            Type::Set => "<class 'set'>",
+            Type::Layout => "<class 'torch.layout'>",
+            Type::UntypedStorage => "<class 'torch.storage.UntypedStorage'>",
+        }
+    }
+}
+
+/// What an allowlisted global is to the unpickler: a class it may create, a function it may
+/// call (and what the call returns), or neither.
+enum Global {
+    Class(Type),
+    Function(Type),
+    /// Returns bytes (`_codecs.encode`).
+    Encode,
+    /// `torch._tensor._rebuild_from_type_v2`: a tensor of the type its second argument names.
+    FromType,
+    /// A dtype, a qscheme, a legacy storage class (`StorageType`): not callable.
+    Value,
+}
+
+fn global(full: &str) -> Global {
+    match full {
+        "collections.OrderedDict" => Global::Class(Type::OrderedDict),
+        "collections.Counter" => Global::Class(Type::Counter),
+        "torch.nn.parameter.Parameter" => Global::Class(Type::Parameter),
+        "torch.Size" => Global::Class(Type::Size),
+        "torch.device" => Global::Class(Type::Device),
+        "builtins.bytearray" => Global::Class(Type::Bytearray),
+        "builtins.set" => Global::Class(Type::Set),
+        "builtins.complex" => Global::Class(Type::Complex),
+        "torch.storage.UntypedStorage" | "torch.storage.TypedStorage" => {
+            Global::Class(Type::UntypedStorage)
+        }
+        "torch.serialization._get_layout" => Global::Function(Type::Layout),
+        "_codecs.encode" => Global::Encode,
+        "torch._tensor._rebuild_from_type_v2" => Global::FromType,
+        "torch._utils._rebuild_parameter" | "torch._utils._rebuild_parameter_with_state" => {
+            Global::Function(Type::Parameter)
+        }
+        _ if full.starts_with("torch._utils._rebuild_") => Global::Function(Type::Tensor),
+        "torch.nested._internal.nested_tensor._rebuild_njt" => Global::Function(Type::Tensor),
+        // torch.Tensor and the tensor classes (torch.FloatTensor, torch.cuda.sparse.…).
+        _ if full == "torch.Tensor" || full.ends_with("Tensor") => Global::Class(Type::Tensor),
+        _ => Global::Value,
+    }
+}
+
+/// Modules the weights-only unpickler refuses whatever the allowlist says.
+const BLOCKED: [&str; 4] = ["sys", "os", "posix", "nt"];
+
+struct Machine<'a> {
+    data: &'a [u8],
+    pos: usize,
+    stack: Vec<V>,
+    metastack: Vec<Vec<V>>,
+    memo: HashMap<u32, V>,
+    persistent: Persistent,
+}
+
+/// Python's exceptions, as `torch.load` lets them out.
+fn eof() -> String {
+    "EOFError: the stream ends before its STOP".into()
+}
+fn index_error(what: &str) -> String {
+    format!("IndexError: {what}")
+}
+
+impl<'a> Machine<'a> {
+    fn read(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len());
+        let end =
+            end.ok_or_else(|| format!("struct.error: unpack requires a buffer of {n} bytes"))?;
+        let data: &'a [u8] = self.data;
+        let bytes = data.get(self.pos..end).unwrap_or_default();
+        self.pos = end;
+        Ok(bytes)
+    }
+
+    /// `read(n)` where a short read is not an error (Python slices what is there).
+    fn read_up_to(&mut self, n: usize) -> &'a [u8] {
+        let end = self.pos.saturating_add(n).min(self.data.len());
+        let data: &'a [u8] = self.data;
+        let bytes = data.get(self.pos..end).unwrap_or_default();
+        self.pos = end;
+        bytes
+    }
+
+    fn byte(&mut self) -> Result<u8, String> {
+        match self.read_up_to(1) {
+            [b] => Ok(*b),
+            _ => Err(index_error("index out of range")),
+        }
+    }
+
+    fn u32_le(&mut self) -> Result<u32, String> {
+        let b = self.read(4)?;
+        Ok(u32::from_le_bytes(b.try_into().unwrap_or_default()))
+    }
+
+    /// `readline()[:-1]`: to the newline or the end, less its last byte.
+    fn line(&mut self) -> Result<String, String> {
+        let rest = self.data.get(self.pos..).unwrap_or_default();
+        let len = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |i| i + 1);
+        let line = rest.get(..len.saturating_sub(1)).unwrap_or_default();
+        self.pos += len;
+        String::from_utf8(line.to_vec())
+            .map_err(|_| "UnicodeDecodeError: a GLOBAL's name is not UTF-8".to_owned())
+    }
+
+    fn pop(&mut self) -> Result<V, String> {
+        self.stack
+            .pop()
+            .ok_or_else(|| index_error("pop from empty list"))
+    }
+
+    fn top(&mut self) -> Result<&mut V, String> {
+        self.stack
+            .last_mut()
+            .ok_or_else(|| index_error("list index out of range"))
+    }
+
+    fn pop_mark(&mut self) -> Result<Vec<V>, String> {
+        let outer = self
+            .metastack
+            .pop()
+            .ok_or_else(|| index_error("pop from empty list"))?;
+        Ok(std::mem::replace(&mut self.stack, outer))
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        loop {
+            let Some(&op) = self.data.get(self.pos) else {
+                return Err(eof());
+            };
+            self.pos += 1;
+            match op {
+                GLOBAL => {
+                    let module = self.line()?;
+                    let name = self.line()?;
+                    let full = resolve(&module, &name)?;
+                    self.stack.push(V::Global(full.into()));
+                }
+                NEWOBJ => {
+                    let args = self.pop()?;
+                    let cls = self.pop()?;
+                    let made = match &cls {
+                        V::Global(full) => match global(full) {
+                            Global::Class(t) => Some(t),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    let Some(t) = made else {
+                        return Err(format!(
+                            "Can only create new object for nn.Parameter or classes allowlisted via `add_safe_globals` but got {}",
+                            describe(&cls)
+                        ));
+                    };
+                    iterable(&args)?;
+                    self.stack.push(V::Object(t));
+                }
+                REDUCE => {
+                    let args = self.pop()?;
+                    let func = self.top()?.clone();
+                    let V::Global(full) = &func else {
+                        return Err(format!(
+                            "Trying to call reduce for unrecognized function {}",
+                            describe(&func)
+                        ));
+                    };
+                    iterable(&args)?;
+                    let result = match global(full) {
+                        Global::Class(Type::Set) => V::Set,
+                        Global::Class(t) | Global::Function(t) => V::Object(t),
+                        Global::Encode => V::Bytes(Rc::from(&[][..])),
+                        Global::FromType => from_type(&args)?,
+                        Global::Value => {
+                            return Err(format!("TypeError: '{full}' is not callable"))
+                        }
+                    };
+                    *self.top()? = result;
+                }
+                BUILD => {
+                    let state = self.pop()?;
+                    let inst = self.top()?.clone();
+                    build(&inst, &state)?;
+                }
+                APPEND => {
+                    self.pop()?;
+                    let list = self.top()?;
+                    let V::List(len) = list else {
+                        return Err(format!(
+                            "Can only append to lists, but got {}",
+                            type_name(list)
+                        ));
+                    };
+                    len.set(len.get() + 1);
+                }
+                APPENDS => {
+                    let items = self.pop_mark()?;
+                    let list = self.top()?;
+                    let V::List(len) = list else {
+                        return Err(format!(
+                            "Can only extend lists, but got {}",
+                            type_name(list)
+                        ));
+                    };
+                    len.set(len.get() + items.len() as u64);
+                }
+                SETITEM => {
+                    let _value = self.pop()?;
+                    let key = self.pop()?;
+                    set_item(self.top()?, &key)?;
+                }
+                SETITEMS => {
+                    let items = self.pop_mark()?;
+                    for pair in items.chunks(2) {
+                        let [key, _value] = pair else {
+                            return Err(index_error("list index out of range"));
+                        };
+                        set_item(self.top()?, key)?;
+                    }
+                }
+                MARK => {
+                    let inner = std::mem::take(&mut self.stack);
+                    self.metastack.push(inner);
+                }
+                TUPLE => {
+                    let items = self.pop_mark()?;
+                    self.stack.push(V::Tuple(items.into()));
+                }
+                TUPLE1 | TUPLE2 | TUPLE3 => {
+                    let n = usize::from(op - TUPLE1 + 1);
+                    let at = self
+                        .stack
+                        .len()
+                        .checked_sub(n)
+                        .ok_or_else(|| index_error("list index out of range"))?;
+                    let items: Vec<V> = self.stack.split_off(at);
+                    self.stack.push(V::Tuple(items.into()));
+                }
+                NONE => self.stack.push(V::None),
+                NEWFALSE | NEWTRUE => self.stack.push(V::Bool),
+                EMPTY_TUPLE => self.stack.push(V::Tuple(Rc::from(Vec::new()))),
+                EMPTY_LIST => self.stack.push(V::List(Rc::new(Cell::new(0)))),
+                EMPTY_DICT => self.stack.push(V::Dict),
+                EMPTY_SET => self.stack.push(V::Set),
+                BININT => {
+                    let b = self.read(4)?;
+                    let v = i32::from_le_bytes(b.try_into().unwrap_or_default());
+                    self.stack.push(V::Int(Some(v.into())));
+                }
+                BININT1 => {
+                    let v = self.byte()?;
+                    self.stack.push(V::Int(Some(v.into())));
+                }
+                BININT2 => {
+                    let b = self.read(2)?;
+                    let v = u16::from_le_bytes(b.try_into().unwrap_or_default());
+                    self.stack.push(V::Int(Some(v.into())));
+                }
+                BINFLOAT => {
+                    self.read(8)?;
+                    self.stack.push(V::Float);
+                }
+                BINUNICODE => {
+                    let len = self.u32_le()?;
+                    let bytes = self.read_up_to(len as usize);
+                    let text = surrogatepass(bytes)
+                        .ok_or("UnicodeDecodeError: BINUNICODE is not UTF-8")?;
+                    self.stack.push(V::Str(text.into()));
+                }
+                SHORT_BINSTRING => {
+                    let len = self.byte()?;
+                    let bytes = self.read_up_to(len.into());
+                    // torch.load passes encoding="utf-8": a `str`, strictly decoded.
+                    let text = std::str::from_utf8(bytes)
+                        .map_err(|_| "UnicodeDecodeError: SHORT_BINSTRING is not UTF-8")?;
+                    self.stack.push(V::Str(text.into()));
+                }
+                BINPERSID => {
+                    let pid = self.pop()?;
+                    let loaded = self.persistent_load(&pid)?;
+                    self.stack.push(loaded);
+                }
+                BINGET | LONG_BINGET => {
+                    let index = if op == BINGET {
+                        self.byte()?.into()
+                    } else {
+                        self.u32_le()?
+                    };
+                    let value = self
+                        .memo
+                        .get(&index)
+                        .cloned()
+                        .ok_or_else(|| format!("KeyError: {index}"))?;
+                    self.stack.push(value);
+                }
+                BINPUT | LONG_BINPUT => {
+                    let index = if op == BINPUT {
+                        self.byte()?.into()
+                    } else {
+                        self.u32_le()?
+                    };
+                    let top = self.top()?.clone();
+                    self.memo.insert(index, top);
+                }
+                LONG1 => {
+                    let n = self.byte()?;
+                    let bytes = self.read_up_to(n.into());
+                    let value = (bytes.len() <= 8).then(|| {
+                        let fill = if bytes.last().is_some_and(|&b| b & 0x80 != 0) {
+                            0xff
+                        } else {
+                            0
+                        };
+                        let mut le = [fill; 8];
+                        le.get_mut(..bytes.len())
+                            .unwrap_or_default()
+                            .copy_from_slice(bytes);
+                        i64::from_le_bytes(le)
+                    });
+                    self.stack.push(V::Int(value));
+                }
+                // Any protocol is read on; only a warning tells it is not 2.
+                PROTO => {
+                    self.byte()?;
+                }
+                STOP => {
+                    self.pop()?;
+                    return Ok(());
+                }
+                other => return Err(format!("Unsupported operand {other}")),
+            }
+        }
+    }
+
+    /// BINPERSID: the unpickler's check, then the `persistent_load` torch.load installs.
+    fn persistent_load(&self, pid: &V) -> Result<V, String> {
+        let items: &[V] = match pid {
+            V::Tuple(items) => items,
+            V::Int(_) => &[],
+            other => {
+                return Err(format!(
+                    "persistent_load id must be tuple or int, but got {}",
+                    type_name(other)
+                ))
+            }
+        };
+        if let Some(tag) = items.first() {
+            let is_storage = match tag {
+                V::Str(s) => &**s == "storage",
+                V::Bytes(b) => &**b == b"storage",
+                _ => false,
+            };
+            if !is_storage {
+                return Err(format!(
+                    "Only persistent_load of storage is allowed, but got {}",
+                    describe(tag)
+                ));
+            }
+        }
+        let fields = match self.persistent {
+            Persistent::Refused => {
+                return Err("unsupported persistent id encountered".into());
+            }
+            Persistent::Zip => 5,
+            Persistent::Legacy => 6,
+        };
+        if !matches!(pid, V::Tuple(_)) {
+            return Err("TypeError: a persistent id is an int, not a tuple".into());
+        }
+        if items.len() != fields {
+            return Err(format!(
+                "ValueError: a storage's persistent id has {} fields, not {fields}",
+                items.len()
+            ));
+        }
+        match items.get(1) {
+            Some(V::Global(full))
+                if full.ends_with("Storage") && &**full != "torch.storage.TypedStorage" =>
+            {
+                Ok(V::Storage)
+            }
+            other => Err(format!(
+                "AttributeError: the storage type of a persistent id is {}",
+                other.map_or("missing".into(), describe)
+            )),
+        }
+    }
+}
+
+/// GLOBAL as the weights-only unpickler judges it: torch's Python 2 name mapping, the
+/// blocked modules, then the allowlist.
+fn resolve(module: &str, name: &str) -> Result<String, String> {
+    let (module, name) = python2_names(module, name);
+    let full = format!("{module}.{name}");
+    if BLOCKED.contains(&module) {
+        return Err(format!(
+            "Trying to load unsupported GLOBAL {full} whose module {module} is blocked."
+        ));
+    }
+    if resolves(Loader::Python, module, name) || NJT.contains(&full.as_str()) {
+        return Ok(full);
+    }
+    if NESTED.contains(&full.as_str()) {
+        return Err(
+            "``torch.nested`` and ``torch._dynamo`` must be imported to load nested jagged tensors (NJTs)"
+                .into(),
+        );
+    }
+    if DTENSOR.contains(&full.as_str()) {
+        return Err("``torch.distributed.tensor`` must be imported to load DTensors".into());
+    }
+    let shown = full.strip_prefix("builtins.").unwrap_or(&full);
+    Err(format!(
+        "Unsupported global: GLOBAL {shown} was not an allowed global by default. Please use \
+         `torch.serialization.add_safe_globals([{shown}])` or the \
+         `torch.serialization.safe_globals([{shown}])` context manager to allowlist this global \
+         if you trust this class/function."
+    ))
+}
+
+/// What `import torch` itself adds to the safe globals (torch.nested registers them).
+const NJT: [&str; 2] = [
+    "torch.nested._internal.nested_tensor.NestedTensor",
+    "torch.nested._internal.nested_tensor._rebuild_njt",
+];
+/// Names whose refusal says which module to import first.
+const NESTED: [&str; 1] = ["torch._dynamo.decorators._DimRange"];
+const DTENSOR: [&str; 7] = [
+    "torch.distributed.device_mesh.DeviceMesh",
+    "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+    "torch.distributed.tensor._dtensor_spec.TensorMeta",
+    "torch.distributed.tensor.DTensor",
+    "torch.distributed.tensor.placement_types.Partial",
+    "torch.distributed.tensor.placement_types.Replicate",
+    "torch.distributed.tensor.placement_types.Shard",
+];
+
+/// `torch._utils.NAME_MAPPING`, else `IMPORT_MAPPING`: the weights-only unpickler maps every
+/// GLOBAL, whatever the protocol.
+fn python2_names<'a>(module: &'a str, name: &'a str) -> (&'a str, &'a str) {
+    match (module, name) {
+        ("__builtin__", "xrange") => ("builtins", "range"),
+        ("__builtin__", "reduce") => ("functools", "reduce"),
+        ("__builtin__", "intern") => ("sys", "intern"),
+        ("__builtin__", "unichr") => ("builtins", "chr"),
+        ("__builtin__", "unicode" | "basestring") => ("builtins", "str"),
+        ("__builtin__", "long") => ("builtins", "int"),
+        ("itertools", "izip") => ("builtins", "zip"),
+        ("itertools", "imap") => ("builtins", "map"),
+        ("itertools", "ifilter") => ("builtins", "filter"),
+        ("itertools", "ifilterfalse") => ("itertools", "filterfalse"),
+        ("itertools", "izip_longest") => ("itertools", "zip_longest"),
+        ("UserDict", "IterableUserDict" | "UserDict") => ("collections", "UserDict"),
+        ("UserList", "UserList") => ("collections", "UserList"),
+        ("UserString", "UserString") => ("collections", "UserString"),
+        ("exceptions", "StandardError") => ("builtins", "Exception"),
+        ("__builtin__", _) => ("builtins", name),
+        ("copy_reg", _) => ("copyreg", name),
+        ("Queue", _) => ("queue", name),
+        ("repr", _) => ("reprlib", name),
+        ("_abcoll", _) => ("collections.abc", name),
+        ("UserDict" | "UserList" | "UserString", _) => ("collections", name),
+        ("whichdb", _) => ("dbm", name),
+        ("StringIO" | "cStringIO", _) => ("io", name),
+        _ => (module, name),
+    }
+}
+
+/// `func(*args)` / `cls.__new__(cls, *args)` need an iterable.
+fn iterable(args: &V) -> Result<(), String> {
+    match args {
+        V::Tuple(_) | V::List(_) | V::Dict | V::Set | V::Str(_) | V::Bytes(_) => Ok(()),
+        V::Object(Type::OrderedDict | Type::Counter | Type::Size | Type::Set) => Ok(()),
+        other => Err(format!(
+            "TypeError: argument after * must be an iterable, not {}",
+            type_name(other)
+        )),
+    }
+}
+
+/// `_rebuild_from_type_v2(func, new_type, args, state)`: a tensor, made a `new_type`.
+fn from_type(args: &V) -> Result<V, String> {
+    let new_type = match args {
+        V::Tuple(items) => items.get(1),
+        _ => None,
+    };
+    match new_type {
+        Some(V::Global(full)) if &**full == "torch.nn.parameter.Parameter" => {
+            Ok(V::Object(Type::Parameter))
+        }
+        Some(V::Global(full)) if matches!(global(full), Global::Class(Type::Tensor)) => {
+            Ok(V::Object(Type::Tensor))
+        }
+        other => Err(format!(
+            "TypeError: _rebuild_from_type_v2 cannot make a tensor a {}",
+            other.map_or("missing type".into(), describe)
+        )),
+    }
+}
+
+/// BUILD: tensors, parameters and `OrderedDict`s take any state; another allowlisted type
+/// takes one only through its `__dict__`, which only `Counter` has.
+fn build(inst: &V, state: &V) -> Result<(), String> {
+    let t = match inst {
+        V::Object(t) => *t,
+        V::Set => Type::Set,
+        V::Storage => Type::UntypedStorage,
+        other => {
+            return Err(format!(
+                "Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`, but got {}",
+                type_name(other)
+            ))
+        }
+    };
+    match t {
+        Type::Tensor | Type::Parameter | Type::OrderedDict | Type::Counter => Ok(()),
+        _ if falsy(state) => Ok(()),
+        _ => Err(format!(
+            "AttributeError: {} has no __dict__ for BUILD to update",
+            t.python()
+        )),
+    }
+}
+
+/// Python's truth value, where a kind tells it.
+fn falsy(v: &V) -> bool {
+    match v {
+        V::None => true,
+        V::Tuple(items) => items.is_empty(),
+        V::Str(s) => s.is_empty(),
+        V::Int(Some(0)) => true,
+        _ => false,
+    }
+}
+
+/// `target[key] = value`.
+fn set_item(target: &V, key: &V) -> Result<(), String> {
+    match target {
+        V::Dict | V::Object(Type::OrderedDict | Type::Counter) => {
+            if hashable(key) {
+                Ok(())
+            } else {
+                Err(format!("TypeError: unhashable type: {}", type_name(key)))
+            }
+        }
+        V::List(len) => {
+            let len = i64::try_from(len.get()).unwrap_or(i64::MAX);
+            match key {
+                V::Int(Some(i)) if (-len..len).contains(i) => Ok(()),
+                V::Int(_) | V::Bool => Err(index_error("list assignment index out of range")),
+                other => Err(format!(
+                    "TypeError: list indices must be integers or slices, not {}",
+                    type_name(other)
+                )),
+            }
+        }
+        other => Err(format!(
+            "TypeError: {} does not support item assignment",
+            type_name(other)
+        )),
+    }
+}
+
+fn hashable(v: &V) -> bool {
+    match v {
+        V::List(_) | V::Dict | V::Set => false,
+        V::Object(Type::OrderedDict | Type::Counter | Type::Bytearray | Type::Set) => false,
+        V::Tuple(items) => items.iter().all(hashable),
+        _ => true,
+    }
+}
+
+/// `type(v)` as Python prints it.
+fn type_name(v: &V) -> &'static str {
+    match v {
+        V::None => "<class 'NoneType'>",
+        V::Bool => "<class 'bool'>",
+        V::Int(_) => "<class 'int'>",
+        V::Float => "<class 'float'>",
+        V::Str(_) => "<class 'str'>",
+        V::Bytes(_) => "<class 'bytes'>",
+        V::Tuple(_) => "<class 'tuple'>",
+        V::List(_) => "<class 'list'>",
+        V::Dict => "<class 'dict'>",
+        V::Set => "<class 'set'>",
+        V::Global(full) => match global(full) {
+            Global::Class(_) => "<class 'type'>",
+            Global::Value => "<class 'object'>",
+            _ => "<class 'function'>",
+        },
+        V::Object(t) => t.python(),
+        V::Storage => "<class 'torch.storage.TypedStorage'>",
+    }
+}
+
+/// A value as torch's messages show it: a global by name, a string quoted, else its type.
+fn describe(v: &V) -> String {
+    match v {
+        V::Global(full) => full.to_string(),
+        V::Str(s) => s.to_string(),
+        V::Int(Some(i)) => i.to_string(),
+        other => type_name(other).to_owned(),
+    }
+}
+
+/// UTF-8 with surrogates allowed (`"surrogatepass"`), which Rust's `str` refuses.
+fn surrogatepass(bytes: &[u8]) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = bytes;
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                out.push_str(s);
+                return Some(out);
+            }
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).ok()?);
+                // ED A0..BF 80..BF: an encoded surrogate.
+                match bad {
+                    [0xed, 0xa0..=0xbf, 0x80..=0xbf, tail @ ..] => {
+                        out.push('\u{fffd}');
+                        rest = tail;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+//! Streams and what torch 2.9.1's `_weights_only_unpickler.load(f, encoding="utf-8")` did
+//! with each (its exception type and message).
+
+use super::{replay, Persistent};
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn run(stream: &str) -> Result<(), String> {
+    replay(&hex(stream), Persistent::Refused)
+}
+
+#[test]
+fn streams_torch_reads() {
+    for stream in [
+        // pickle.dumps(OrderedDict(a=1, b=[1, 2]), protocol=2)
+        "800263636f6c6c656374696f6e730a4f726465726564446963740a7100295271012858010000006171024b0158010000006271035d7104284b014b0265752e",
+        // OrderedDict() BUILD {}
+        "800263636f6c6c656374696f6e730a4f726465726564446963740a29527d622e",
+        // [1], then [0] = 2
+        "80025d4b01614b004b02732e",
+        // SETITEMS with nothing after its MARK, on an int: nothing is assigned
+        "80024b0128752e",
+        // OrderedDict NEWOBJ
+        "800263636f6c6c656374696f6e730a4f726465726564446963740a29812e",
+        // UserDict.OrderedDict: torch maps Python 2 names first
+        "80026355736572446963740a4f726465726564446963740a29522e",
+        // BINUNICODE of an encoded surrogate ("surrogatepass")
+        "80025803000000eda0802e",
+        // torch.nested's NestedTensor: `import torch` makes it a safe global
+        "800263746f7263682e6e65737465642e5f696e7465726e616c2e6e65737465645f74656e736f720a4e657374656454656e736f720a2e",
+        // set() BUILD None: a falsy state updates nothing
+        "8002636275696c74696e730a7365740a29524e622e",
+    ] {
+        assert_eq!(run(stream), Ok(()), "{stream}");
+    }
+}
+
+#[test]
+fn streams_torch_refuses_with_its_message() {
+    for (stream, message) in [
+        // pickle.dumps({"a": 1}, protocol=4): FRAME
+        ("8004950a000000000000007d948c0161944b01732e", "Unsupported operand 149"),
+        ("80024b01304e2e", "Unsupported operand 48"),
+        (
+            "8002636f730a73797374656d0a58020000006964710085522e",
+            "Trying to load unsupported GLOBAL os.system whose module os is blocked.",
+        ),
+        (
+            "8002635f5f6275696c74696e5f5f0a6576616c0a2e",
+            "Unsupported global: GLOBAL eval was not an allowed global by default.",
+        ),
+        (
+            "8002635f5f6275696c74696e5f5f0a696e7465726e0a2e",
+            "Trying to load unsupported GLOBAL sys.intern whose module sys is blocked.",
+        ),
+        (
+            "80027d7d622e",
+            "Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`, but got <class 'dict'>",
+        ),
+        ("80027d4b01612e", "Can only append to lists, but got <class 'dict'>"),
+        (
+            "800258060000006d6f64756c654b0186512e",
+            "Only persistent_load of storage is allowed, but got module",
+        ),
+        (
+            "8002580700000073746f726167654b0186512e",
+            "unsupported persistent id encountered",
+        ),
+        ("80025d4b01614b054b02732e", "IndexError"),
+        ("800263746f7263680a666c6f617433320a29522e", "TypeError"),
+        (
+            "800263746f7263682e5f7574696c730a5f72656275696c645f74656e736f725f76320a29812e",
+            "Can only create new object",
+        ),
+        ("80022e", "IndexError"),
+        ("800268052e", "KeyError: 5"),
+        ("80024b01", "EOFError"),
+        ("80027d5d4b01732e", "TypeError: unhashable type"),
+        ("80025501ff2e", "UnicodeDecodeError"),
+        (
+            "8002636275696c74696e730a7365740a29527d5801000000614b0173622e",
+            "AttributeError",
+        ),
+    ] {
+        let refused = run(stream).expect_err(stream);
+        assert!(refused.starts_with(message), "{stream}: {refused}");
+    }
+}
+
+#[test]
+fn a_storage_id_has_the_fields_its_loader_unpacks() {
+    // MARK 'storage' GLOBAL <class> '0' 'cpu' 4 [None] TUPLE BINPERSID STOP
+    let id = |class: &[u8], view: bool| {
+        let mut s = b"\x80\x02(X\x07\x00\x00\x00storagec".to_vec();
+        s.extend_from_slice(class);
+        s.extend_from_slice(b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04");
+        if view {
+            s.push(b'N');
+        }
+        s.extend_from_slice(b"tQ.");
+        s
+    };
+    let float = b"torch\nFloatStorage\n";
+    assert_eq!(replay(&id(float, false), Persistent::Zip), Ok(()));
+    assert_eq!(replay(&id(float, true), Persistent::Legacy), Ok(()));
+    assert!(replay(&id(float, true), Persistent::Zip).is_err());
+    assert!(replay(&id(float, false), Persistent::Legacy).is_err());
+    assert!(replay(&id(float, false), Persistent::Refused).is_err());
+    // A dtype where the storage class belongs.
+    assert!(replay(&id(b"torch\nfloat32\n", false), Persistent::Zip).is_err());
+}
