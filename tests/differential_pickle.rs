@@ -84,6 +84,8 @@ fn frames_are_read_as_the_c_unpickler_reads_them_and_disagreements_refused() {
         ("short_frame.pkl", true),
         ("nested_frame.pkl", true),
         ("long_frame.pkl", true),
+        // A name line across the frame's end: C names os.em, not os.system.
+        ("line_across_frame.pkl", true),
     ] {
         let rel = format!("framed/{name}");
         let t = &truth[&rel];
@@ -102,6 +104,24 @@ fn frames_are_read_as_the_c_unpickler_reads_them_and_disagreements_refused() {
         .as_str()
         .unwrap()
         .contains("new frame"));
+}
+
+/// Archives refused after, or beside, a pickle that calls os.system: the refusal names every
+/// global the C unpickler resolves in any pickle member a reading could run.
+#[test]
+fn a_refused_archive_names_every_global_its_pickles_resolve() {
+    let truth = read_json(&format!("{DIR}/truth.json"));
+    for name in ["persid_after_global.pt", "ambiguous_record.pt"] {
+        let rel = format!("refused/{name}");
+        let report = audit(&format!("{DIR}/{rel}"));
+        let (globals, codes) = globals_and_codes(&report["files"][0]);
+        let unsafe_in_truth: BTreeSet<String> = truth_globals(&truth[&rel])
+            .into_iter()
+            .filter(|g| !g.starts_with("torch.") && !g.starts_with("collections."))
+            .collect();
+        assert_eq!(globals, unsafe_in_truth, "{rel}");
+        assert!(codes.contains("TP502"), "{rel}: {codes:?}");
+    }
 }
 
 #[test]

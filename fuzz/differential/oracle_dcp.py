@@ -38,6 +38,7 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
+NAME = "dcp"
 METADATA = ".metadata"
 SUFFIX = ".distcp"
 # Dicts with at most this many keys get every key repeated in turn.

@@ -36,6 +36,7 @@ import re
 import zipfile
 from pathlib import Path
 
+NAME = "script-pt2"
 MARKER = "tensorplay-oracle-marker"
 PRINT_P0 = b"c__builtin__\nprint\n(S'" + MARKER.encode() + b"'\ntR."
 

@@ -445,12 +445,15 @@ impl Error {
     pub(crate) fn with_unsafe_globals(self, mut globals: Vec<UnsafeGlobal>) -> Error {
         match self {
             _ if globals.is_empty() => self,
-            // One list, in file order, however many layers of reading added to it.
+            // One list, in file order, however many layers of reading added to it; a layer
+            // may name again what an inner one named.
             Error::RefusedWithUnsafeGlobals {
                 source,
                 globals: later,
             } => {
                 globals.extend(later);
+                let mut seen = std::collections::HashSet::new();
+                globals.retain(|g| seen.insert(g.clone()));
                 Error::RefusedWithUnsafeGlobals { source, globals }
             }
             error => Error::RefusedWithUnsafeGlobals {

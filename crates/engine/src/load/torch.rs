@@ -137,6 +137,17 @@ pub(crate) fn storage_record(
 
 /// Adds the member's storages (in the order the stream loads them) and its named tensors.
 pub(crate) fn add_member(
+    member: Member<'_>,
+    source: &mut dyn StorageSource,
+    budget: &Budget,
+    parts: &mut Parts,
+) -> Result<()> {
+    // A member refused after its pickle ran still names what the pickle references.
+    let globals = member.unpickled.unsafe_globals.clone();
+    add_unpickled(member, source, budget, parts).map_err(|e| e.with_unsafe_globals(globals))
+}
+
+fn add_unpickled(
     mut member: Member<'_>,
     source: &mut dyn StorageSource,
     budget: &Budget,

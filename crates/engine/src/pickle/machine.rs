@@ -191,7 +191,17 @@ impl<'a> Machine<'a> {
             .iter()
             .position(|&b| b == b'\n')
             .ok_or_else(|| self.err("text operand has no terminating newline"))?;
-        let line = rest.get(..n).unwrap_or_default();
+        let mut line = rest.get(..n).unwrap_or_default();
+        // A line that runs past its frame's end: the C unpickler holds only the frame's bytes,
+        // and reading from a file (torch.load, pickle.load) it reads the rest of the line
+        // from the file into a fresh buffer, dropping what the frame held of it. The stream
+        // is refused at its end (`frame_boundary`); the line is read as C reads it so that the
+        // global C resolves is the one named.
+        if let Some(cut) = self.frame_end.and_then(|end| end.checked_sub(self.pos)) {
+            if cut > 0 && cut <= n {
+                line = rest.get(cut..n).unwrap_or_default();
+            }
+        }
         // The newline lies within `rest`, so this cannot pass the end of the stream.
         self.pos += n + 1;
         Ok(line)

@@ -25,7 +25,7 @@ pub use machine::{unpickle, Unpickled};
 pub use weights_only::WeightsOnly;
 
 /// A global a pickle references outside the allowlist. Never imported, never called.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UnsafeGlobal {
     /// Module, after Python 2 → 3 name mapping (`__builtin__` → `builtins`).
     pub module: String,

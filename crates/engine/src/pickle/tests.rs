@@ -562,6 +562,24 @@ fn frames_are_read_as_the_c_unpickler_reads_them_and_disagreements_refused() {
     assert!(error.unsafe_globals().is_empty());
 }
 
+/// An INST whose name line runs past its frame's end: reading from a file, the C unpickler
+/// (`pickle.Unpickler`, as `torch.load` runs it) drops the part of the line the frame held.
+#[test]
+fn a_line_across_a_frame_end_is_read_as_the_c_unpickler_reads_it() {
+    for (frame, name) in [(17, "em"), (18, "m")] {
+        let mut stream = hex("80049500000000000000002853277472756527");
+        stream[3] = frame;
+        stream.extend_from_slice(b"\nios\nsystem\n.");
+        let error = run(&stream).expect_err("refused at its end");
+        let named: Vec<&str> = error
+            .unsafe_globals()
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect();
+        assert_eq!(named, [name], "{error}");
+    }
+}
+
 #[test]
 fn a_dict_that_sets_one_key_twice_is_refused() {
     // `{'a': 1, 'b': 2}` then SETITEM 'a' again, and a DICT holding 1 and 1.0: Python keeps

@@ -138,8 +138,8 @@ enum V {
     Tuple(Rc<[V]>),
     /// Its length: SETITEM on a list assigns an index.
     List(Rc<Cell<u64>>),
-    /// `{}`: a plain dict.
-    Dict,
+    /// A plain dict, and whether an item was ever set in it (BUILD skips a falsy state).
+    Dict(Rc<Cell<bool>>),
     Set,
     /// An allowlisted global, by its full name.
     Global(Rc<str>),
@@ -424,7 +424,7 @@ impl<'a> Machine<'a> {
                 NEWFALSE | NEWTRUE => self.stack.push(V::Bool),
                 EMPTY_TUPLE => self.stack.push(V::Tuple(Rc::from(Vec::new()))),
                 EMPTY_LIST => self.stack.push(V::List(Rc::new(Cell::new(0)))),
-                EMPTY_DICT => self.stack.push(V::Dict),
+                EMPTY_DICT => self.stack.push(V::Dict(Rc::new(Cell::new(false)))),
                 EMPTY_SET => self.stack.push(V::Set),
                 BININT => {
                     let b = self.read(4)?;
@@ -653,7 +653,7 @@ fn python2_names<'a>(module: &'a str, name: &'a str) -> (&'a str, &'a str) {
 /// `func(*args)` / `cls.__new__(cls, *args)` need an iterable.
 fn iterable(args: &V) -> Result<(), String> {
     match args {
-        V::Tuple(_) | V::List(_) | V::Dict | V::Set | V::Str(_) | V::Bytes(_) => Ok(()),
+        V::Tuple(_) | V::List(_) | V::Dict(_) | V::Set | V::Str(_) | V::Bytes(_) => Ok(()),
         V::Object(Type::OrderedDict | Type::Counter | Type::Size | Type::Set) => Ok(()),
         other => Err(format!(
             "TypeError: argument after * must be an iterable, not {}",
@@ -682,8 +682,9 @@ fn from_type(args: &V) -> Result<V, String> {
     }
 }
 
-/// BUILD: tensors, parameters and `OrderedDict`s take any state; another allowlisted type
-/// takes one only through its `__dict__`, which only `Counter` has.
+/// BUILD: a tensor's state is `set_`'s (a parameter's `__setstate__`'s) arguments; an
+/// `OrderedDict`'s or `Counter`'s updates its `__dict__`; another allowlisted type takes a
+/// state only through a `__dict__`, which it lacks.
 fn build(inst: &V, state: &V) -> Result<(), String> {
     let t = match inst {
         V::Object(t) => *t,
@@ -696,8 +697,21 @@ fn build(inst: &V, state: &V) -> Result<(), String> {
             ))
         }
     };
+    let mapping = matches!(
+        state,
+        V::Dict(_) | V::List(_) | V::Tuple(_) | V::Object(Type::OrderedDict | Type::Counter)
+    );
     match t {
-        Type::Tensor | Type::Parameter | Type::OrderedDict | Type::Counter => Ok(()),
+        Type::Tensor | Type::Parameter if matches!(state, V::Tuple(_)) => Ok(()),
+        // `__dict__.update(state)` for an OrderedDict; for the other Python classes only a
+        // truthy state updates it.
+        Type::OrderedDict if mapping => Ok(()),
+        Type::Counter | Type::UntypedStorage if mapping || falsy(state) => Ok(()),
+        Type::Tensor | Type::Parameter | Type::OrderedDict | Type::Counter => Err(format!(
+            "TypeError: {} is no state for BUILD on {}",
+            type_name(state),
+            t.python()
+        )),
         _ if falsy(state) => Ok(()),
         _ => Err(format!(
             "AttributeError: {} has no __dict__ for BUILD to update",
@@ -713,6 +727,8 @@ fn falsy(v: &V) -> bool {
         V::Tuple(items) => items.is_empty(),
         V::Str(s) => s.is_empty(),
         V::Int(Some(0)) => true,
+        V::List(len) => len.get() == 0,
+        V::Dict(set) => !set.get(),
         _ => false,
     }
 }
@@ -720,7 +736,15 @@ fn falsy(v: &V) -> bool {
 /// `target[key] = value`.
 fn set_item(target: &V, key: &V) -> Result<(), String> {
     match target {
-        V::Dict | V::Object(Type::OrderedDict | Type::Counter) => {
+        V::Dict(set) => {
+            if hashable(key) {
+                set.set(true);
+                Ok(())
+            } else {
+                Err(format!("TypeError: unhashable type: {}", type_name(key)))
+            }
+        }
+        V::Object(Type::OrderedDict | Type::Counter) => {
             if hashable(key) {
                 Ok(())
             } else {
@@ -747,7 +771,7 @@ fn set_item(target: &V, key: &V) -> Result<(), String> {
 
 fn hashable(v: &V) -> bool {
     match v {
-        V::List(_) | V::Dict | V::Set => false,
+        V::List(_) | V::Dict(_) | V::Set => false,
         V::Object(Type::OrderedDict | Type::Counter | Type::Bytearray | Type::Set) => false,
         V::Tuple(items) => items.iter().all(hashable),
         _ => true,
@@ -765,7 +789,7 @@ fn type_name(v: &V) -> &'static str {
         V::Bytes(_) => "<class 'bytes'>",
         V::Tuple(_) => "<class 'tuple'>",
         V::List(_) => "<class 'list'>",
-        V::Dict => "<class 'dict'>",
+        V::Dict(_) => "<class 'dict'>",
         V::Set => "<class 'set'>",
         V::Global(full) => match global(full) {
             Global::Class(_) => "<class 'type'>",

@@ -6,6 +6,7 @@
 //! file (or a local header with its own sizes) announces is read for its pickle.
 
 use super::inflate;
+use crate::load::pickle_start::begins_pickle;
 use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal};
 use std::path::Path;
 
@@ -15,14 +16,16 @@ const DESCRIPTOR_SIG: &[u8; 4] = b"PK\x07\x08";
 /// Fixed parts of a local header and a central directory entry.
 const LOCAL_LEN: usize = 30;
 const CENTRAL_LEN: usize = 46;
+/// Bytes of a deflated member inflated to tell whether it begins like a pickle.
+const PREFIX: usize = 4096;
 /// How far past a local header a data descriptor is looked for.
 const MAX_SCAN: usize = 1 << 28;
 /// Pickle members read at most: a refused file need not cost more than a real archive.
 const MAX_PICKLES: usize = 64;
 
-/// The unsafe globals of every `*.pkl` member that a central directory entry anywhere in the
-/// file, or a local header carrying its own sizes, announces — in file order, as `torch.load`
-/// would judge them.
+/// The unsafe globals of every member that a central directory entry anywhere in the file, or
+/// a local header, announces and that is named `*.pkl` or begins like a pickle (`.pt2` weights
+/// are pickles of any name) — in file order, as `torch.load` would judge them.
 pub(crate) fn globals_of_every_pickle(
     path: &Path,
     bytes: &[u8],
@@ -31,23 +34,24 @@ pub(crate) fn globals_of_every_pickle(
     let mut members: Vec<Member<'_>> = every(bytes, CENTRAL_SIG)
         .filter_map(|at| central_member(bytes, at))
         .chain(every(bytes, LOCAL_SIG).filter_map(|at| local_member(bytes, at)))
-        .filter(|m| is_pickle_name(m.name.as_bytes()))
-        .take(MAX_PICKLES)
         .collect();
     // One member may be announced by its central entry and its local header alike.
     members.sort_by_key(|m| m.data.as_ptr() as usize);
     members.dedup_by_key(|m| (m.data.as_ptr() as usize, m.data.len()));
     let mut globals = Vec::new();
-    for member in members {
-        let data = match member.method {
-            0 => member.data.to_vec(),
-            8 if member.size <= budget.max_memory => match inflate::all(member.data, member.size) {
-                Ok(data) => data,
-                Err(_) => continue,
-            },
-            _ => continue,
+    let pickles = members.into_iter().filter_map(|m| {
+        let named = is_pickle_name(m.name.as_bytes());
+        let data = match m.method {
+            0 => m.data.to_vec(),
+            8 if named || begins_pickle(&inflate::prefix(m.data, PREFIX)) => {
+                inflate::all(m.data, m.size.min(budget.max_memory)).ok()?
+            }
+            _ => return None,
         };
-        match unpickle(&data, path, &member.name, 0, Loader::Python, budget) {
+        (named || begins_pickle(&data)).then_some((m.name, data))
+    });
+    for (name, data) in pickles.take(MAX_PICKLES) {
+        match unpickle(&data, path, &name, 0, Loader::Python, budget) {
             Ok(u) => globals.extend(u.unsafe_globals),
             Err(e) => globals.extend(e.unsafe_globals().iter().cloned()),
         }
@@ -103,14 +107,14 @@ fn local_member(bytes: &[u8], at: usize) -> Option<Member<'_>> {
     let name_start = at.checked_add(LOCAL_LEN)?;
     let name_len = usize::from(header.u16(26)?);
     let name = bytes.get(name_start..name_start.checked_add(name_len)?)?;
-    if !is_pickle_name(name) {
-        return None;
-    }
     let data_start = name_start
         .checked_add(name_len)?
         .checked_add(usize::from(header.u16(28)?))?;
     let (compressed, size) = match (header.u32(18)?, header.u32(22)?) {
-        (0, _) if header.u16(6)? & 0x8 != 0 => descriptor(bytes, data_start)?,
+        // Only a pickle's name is worth a search for its descriptor.
+        (0, _) if header.u16(6)? & 0x8 != 0 && is_pickle_name(name) => {
+            descriptor(bytes, data_start)?
+        }
         (compressed, size) => (usize::try_from(compressed).ok()?, u64::from(size)),
     };
     Some(Member {

@@ -114,3 +114,24 @@ fn a_storage_id_has_the_fields_its_loader_unpacks() {
     // A dtype where the storage class belongs.
     assert!(replay(&id(b"torch\nfloat32\n", false), Persistent::Zip).is_err());
 }
+
+#[test]
+fn a_build_state_is_what_the_object_can_take() {
+    // OrderedDict() BUILD None: `__dict__.update(None)` is a TypeError.
+    let none = "800263636f6c6c656374696f6e730a4f726465726564446963740a29524e622e";
+    assert!(run(none).expect_err("BUILD None").starts_with("TypeError"));
+    // OrderedDict() BUILD {}: an update.
+    assert_eq!(
+        run("800263636f6c6c656374696f6e730a4f726465726564446963740a29527d622e"),
+        Ok(())
+    );
+}
+
+#[test]
+fn a_storage_takes_a_state_through_its_dict() {
+    // ('storage', FloatStorage, '0', 'cpu', 4) BINPERSID, then BUILD {} and BUILD None.
+    let mut stream =
+        b"\x80\x02(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04tQ".to_vec();
+    stream.extend_from_slice(b"}bNb.");
+    assert_eq!(replay(&stream, Persistent::Zip), Ok(()));
+}
