@@ -236,6 +236,7 @@ def main():
             tally(out, path, "as is", None, found, counts)
         summaries(oracles, "inputs as they are")
         rounds = variants = 0
+        mutated = args.mutate
         while args.mutate:
             rounds += 1
             order = all_inputs[:]
@@ -264,7 +265,7 @@ def main():
             if not args.seconds and not args.variants:
                 break
     elapsed = time.monotonic() - started
-    if args.mutate:
+    if mutated:
         summaries(oracles, "inputs and variants")
     print(
         f"differential: {checked} inputs checked, {counts['diverged']} diverged, "
