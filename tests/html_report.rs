@@ -139,18 +139,12 @@ fn headless(profile: &Path) -> Command {
     cmd
 }
 
+/// Needs a browser, so it is not part of `cargo test`, which needs only Rust:
+/// `scripts/check-html-browser.sh` (run by `.ci/run`) installs Chromium and runs it.
 #[test]
+#[ignore = "needs Chromium: scripts/check-html-browser.sh"]
 fn a_browser_renders_every_section_and_chart() {
-    if chromium().is_none() {
-        println!("skipped: chromium not installed");
-        // A missing browser must not read as a pass, unless CI says so on purpose.
-        assert_eq!(
-            std::env::var("TENSORPLAY_SKIP_BROWSER").as_deref(),
-            Ok("1"),
-            "chromium is not installed: install it, or set TENSORPLAY_SKIP_BROWSER=1"
-        );
-        return;
-    }
+    assert!(chromium().is_some(), "chromium is not installed");
     let r = render("html-browser");
     let page = r.dir.join("report.html");
     let out = headless(&r.dir.join("profile"))

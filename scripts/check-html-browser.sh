@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The HTML report as a browser renders it: headless Chromium parses the page and every
+# section and chart is in its DOM (tests/html_report.rs, ignored by `cargo test`, which needs
+# only Rust). Installs Debian's chromium when it is missing (CI runs as root).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! command -v chromium >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
+cargo test --locked --test integration -- --ignored --exact \
+    html_report::a_browser_renders_every_section_and_chart
