@@ -1,10 +1,11 @@
 //! A checkpoint: every tensor and storage one file (or one sharded set) holds.
 
 use crate::composite::CompositeTensor;
-use crate::load::torchscript::TorchScriptCode;
-use crate::pickle::{UnsafeGlobal, WeightsOnly};
 use crate::storage::Storage;
 use crate::tensor::Tensor;
+use crate::torchscript_code::TorchScriptCode;
+use crate::unsafe_global::UnsafeGlobal;
+use crate::weights_only::WeightsOnly;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The engine's one error type. Every variant that comes from a file names the file
 //! and the part of it that is wrong, so the CLI can print it on one line as it is.
 
-use crate::pickle::UnsafeGlobal;
+use crate::unsafe_global::UnsafeGlobal;
 use std::borrow::Cow;
 use std::path::PathBuf;
 

@@ -6,6 +6,10 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The default memory budget of a read: far above any metadata a real checkpoint needs, well
+/// below a CI runner.
+pub const DEFAULT_MAX_MEMORY: u64 = 1 << 30;
+
 /// A read-only block of host bytes that storages point into.
 #[derive(Debug)]
 pub struct HostBuffer {

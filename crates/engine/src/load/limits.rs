@@ -8,8 +8,7 @@ use crate::error::{Error, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The default budget: far above any metadata a real checkpoint needs, well below a CI runner.
-pub const DEFAULT_MAX_MEMORY: u64 = 1 << 30;
+pub use crate::memory::DEFAULT_MAX_MEMORY;
 
 /// What one read may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

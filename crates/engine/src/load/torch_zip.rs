@@ -20,23 +20,8 @@ use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Bytes of a deflated record inflated at a time: what streaming it costs in memory.
-pub const INFLATE_CHUNK: usize = 1 << 20;
-
-pub(crate) use super::zip::inflate_chunks;
-
-/// Compressed bytes worth releasing at once: a release is a system call.
-const RELEASE_MIN: u64 = 256 << 10;
-
-/// Releases the mapped pages of `from..to` once they are worth it, so the compressed record
-/// read through is not kept resident; returns where the next release starts.
-pub(crate) fn release_read(buffer: &HostBuffer, from: u64, to: u64) -> u64 {
-    if to.saturating_sub(from) < RELEASE_MIN {
-        return from;
-    }
-    buffer.release(from..to);
-    to
-}
+use crate::inflate::release_read;
+pub use crate::inflate::INFLATE_CHUNK;
 
 /// A zip archive opened as PyTorch's reader opens it: every record under one folder.
 pub(crate) struct Archive<'a> {

@@ -12,14 +12,7 @@
 
 use crate::error::Result;
 
-/// The code members of a TorchScript archive.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TorchScriptCode {
-    /// Code members, relative to the archive's folder (`code/__torch__/….py`), sorted.
-    pub members: Vec<String>,
-    /// The code members that define a `__setstate__` method, sorted.
-    pub setstate: Vec<String>,
-}
+pub use crate::torchscript_code::TorchScriptCode;
 
 /// Reads the code members among `entries` (full zip entry names, under `prefix/`) with
 /// `read`, which takes a name relative to the archive's folder.

@@ -5,7 +5,7 @@
 use super::deferred::scan_deferred;
 use super::{scan_bytes, scan_tensor, scannable, NonFinite};
 use crate::data_ptr::Owner;
-use crate::load::torch_zip::INFLATE_CHUNK;
+use crate::inflate::INFLATE_CHUNK;
 use crate::storage::Storage;
 use crate::tensor_impl::TensorImpl;
 use crate::Checkpoint;

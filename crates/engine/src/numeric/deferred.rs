@@ -15,7 +15,7 @@
 
 use super::{classify_element, scan_bytes, scannable, Class, NonFinite};
 use crate::data_ptr::Owner;
-use crate::load::torch_zip::{inflate_chunks, release_read};
+use crate::inflate::{chunks as inflate_chunks, release_read};
 use crate::tensor_impl::TensorImpl;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -33,7 +33,7 @@ impl Default for Budget {
             max_memo: 8_000_000,
             max_depth: 256,
             max_visits: 20_000_000,
-            max_memory: crate::load::DEFAULT_MAX_MEMORY,
+            max_memory: crate::memory::DEFAULT_MAX_MEMORY,
             memory_held: 0,
         }
     }

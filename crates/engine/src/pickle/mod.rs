@@ -18,24 +18,12 @@ mod memo;
 mod opcodes;
 pub mod weights_only;
 
+pub use crate::unsafe_global::UnsafeGlobal;
+pub use crate::weights_only::WeightsOnly;
 pub use allowlist::Loader;
 pub use budget::Budget;
 pub use heap::{CompositeSpec, Global, Heap, Id, Node, Object, TensorSpec};
 pub use machine::{unpickle, Unpickled};
-pub use weights_only::WeightsOnly;
-
-/// A global a pickle references outside the allowlist. Never imported, never called.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct UnsafeGlobal {
-    /// Module, after Python 2 → 3 name mapping (`__builtin__` → `builtins`).
-    pub module: String,
-    /// Attribute name.
-    pub name: String,
-    /// The archive member (or stream) holding the pickle.
-    pub member: String,
-    /// Byte position of the `GLOBAL`/`STACK_GLOBAL`/`INST` opcode.
-    pub position: u64,
-}
 
 #[cfg(test)]
 mod tests;

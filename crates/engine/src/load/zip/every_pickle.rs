@@ -5,7 +5,7 @@
 //! also name what each reading would run. So every `.pkl` member any central directory entry in the
 //! file (or a local header with its own sizes) announces is read for its pickle.
 
-use super::inflate;
+use crate::inflate;
 use crate::load::pickle_start::begins_pickle;
 use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal};
 use std::path::Path;

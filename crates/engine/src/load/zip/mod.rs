@@ -15,7 +15,6 @@ mod central;
 mod end;
 mod every_pickle;
 mod fields;
-mod inflate;
 mod local;
 mod names;
 #[cfg(test)]
@@ -23,12 +22,12 @@ mod tests;
 
 use super::limits::Meter;
 use crate::error::{Error, Result};
+use crate::inflate;
 use std::borrow::Cow;
 use std::path::Path;
 
 pub(crate) use central::Entry;
 pub(crate) use every_pickle::globals_of_every_pickle;
-pub(crate) use inflate::chunks as inflate_chunks;
 
 /// A validated archive over the file's bytes.
 pub(crate) struct Zip<'a> {
@@ -109,7 +108,7 @@ impl<'a> Zip<'a> {
         }
     }
 
-    /// Inflates a deflated entry in pieces of `chunk` bytes (see [`inflate_chunks`]), checking
+    /// Inflates a deflated entry in pieces of `chunk` bytes (see [`inflate::chunks`]), checking
     /// that it gives exactly its declared size; the error names the entry. `each` also gets
     /// the file offset up to which the compressed bytes have been consumed.
     pub fn inflate_each(

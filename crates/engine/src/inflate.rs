@@ -1,13 +1,31 @@
 //! Raw deflate, as miniz's `tinfl` inflates a zip member: exactly the declared size, from a
-//! stream that ends there.
+//! stream that ends there. A leaf: the zip reader inflates members with it, the deep scan
+//! inflates deferred records in pieces.
 
+use crate::HostBuffer;
 use flate2::read::DeflateDecoder;
 use std::io::Read;
+
+/// Bytes of a deflated record inflated at a time: what streaming it costs in memory.
+pub const INFLATE_CHUNK: usize = 1 << 20;
+
+/// Compressed bytes worth releasing at once: a release is a system call.
+const RELEASE_MIN: u64 = 256 << 10;
+
+/// Releases the mapped pages of `from..to` once they are worth it, so the compressed record
+/// read through is not kept resident; returns where the next release starts.
+pub(crate) fn release_read(buffer: &HostBuffer, from: u64, to: u64) -> u64 {
+    if to.saturating_sub(from) < RELEASE_MIN {
+        return from;
+    }
+    buffer.release(from..to);
+    to
+}
 
 /// The whole member, which must inflate to exactly `size` bytes. The caller has checked
 /// `size` against the memory budget: the buffer is allocated once, at that size, and a
 /// stream that would outgrow it stops one byte past.
-pub(super) fn all(compressed: &[u8], size: u64) -> Result<Vec<u8>, String> {
+pub(crate) fn all(compressed: &[u8], size: u64) -> Result<Vec<u8>, String> {
     let capacity =
         usize::try_from(size).map_err(|_| format!("{size} bytes do not fit in memory"))?;
     let mut out = Vec::with_capacity(capacity);
@@ -71,7 +89,7 @@ pub(crate) fn chunks(
 }
 
 /// Up to `n` leading bytes; fewer (possibly none) when the stream is shorter or broken.
-pub(super) fn prefix(compressed: &[u8], n: usize) -> Vec<u8> {
+pub(crate) fn prefix(compressed: &[u8], n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n);
     let _ = DeflateDecoder::new(compressed)
         .take(n as u64)
