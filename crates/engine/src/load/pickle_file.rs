@@ -14,7 +14,7 @@ use super::torch::{add_member, Member, StorageRecord, StorageSource};
 use super::Parts;
 use crate::error::{Error, Result};
 use crate::pickle::weights_only::{replay, Persistent};
-use crate::pickle::{unpickle, Loader, WeightsOnly};
+use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::path::Path;
 use std::sync::Arc;
@@ -57,6 +57,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
                     unpickled.persistent.len()
                 ),
             };
+            seen.extend(globals_after(buffer, pos + unpickled.len.max(1), &budget));
             return Err(refused.with_unsafe_globals(seen));
         }
         // A pickle ends with its STOP, inside `rest`: the next one starts within the file.
@@ -72,12 +73,38 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             key_prefix: "",
             name_prefix: &name_prefix,
         };
-        add_member(member, &mut NoStorages { path }, &budget, parts)
-            .map_err(|e| e.with_unsafe_globals(seen.clone()))?;
+        if let Err(e) = add_member(member, &mut NoStorages { path }, &budget, parts) {
+            seen.extend(globals_after(buffer, pos + len, &budget));
+            return Err(e.with_unsafe_globals(seen));
+        }
         pos += len;
         index += 1;
     }
     Ok(Format::Pickle)
+}
+
+/// The globals of the streams from `pos` on, up to the first that does not parse: a stream
+/// refused for what it holds (not how it parses) still leaves the next for a caller that loads
+/// again, and the refusal names what they would run.
+fn globals_after(buffer: &HostBuffer, mut pos: u64, budget: &Budget) -> Vec<UnsafeGlobal> {
+    let mut globals = Vec::new();
+    while let Some(rest) = usize::try_from(pos)
+        .ok()
+        .and_then(|p| buffer.bytes().get(p..))
+        .filter(|r| !r.is_empty())
+    {
+        match unpickle(rest, buffer.source(), MEMBER, pos, Loader::Python, budget) {
+            Ok(u) => {
+                globals.extend(u.unsafe_globals);
+                pos += u.len.max(1);
+            }
+            Err(e) => {
+                globals.extend(e.unsafe_globals().iter().cloned());
+                break;
+            }
+        }
+    }
+    globals
 }
 
 /// A plain pickle's storages: there are none (persistent ids were refused above).
@@ -98,5 +125,27 @@ impl StorageSource for NoStorages<'_> {
             position: 0,
             detail: format!("storage '{}': a plain pickle holds no storages", record.key),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::load::from_buffer;
+    use crate::HostBuffer;
+
+    #[test]
+    fn a_refused_stream_names_the_globals_of_the_streams_after_it() {
+        // A persistent id plain pickle.load cannot take, then a stream calling os.system: a
+        // caller that loads again runs it.
+        let mut bytes = b"\x80\x02K\x01Q.".to_vec();
+        bytes.extend_from_slice(b"cos\nsystem\n(S'true'\ntR.");
+        let error = from_buffer(HostBuffer::from_vec("x.pkl", bytes)).expect_err("refused");
+        assert!(error.to_string().contains("persistent ids"), "{error}");
+        let named: Vec<(&str, &str, u64)> = error
+            .unsafe_globals()
+            .iter()
+            .map(|g| (g.module.as_str(), g.name.as_str(), g.position))
+            .collect();
+        assert_eq!(named, [("os", "system", 6)]);
     }
 }
