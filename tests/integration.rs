@@ -5,6 +5,7 @@
 mod common;
 
 mod allowlist;
+mod architecture;
 mod audit;
 mod bad_input;
 mod budget;

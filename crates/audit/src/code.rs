@@ -1,25 +1,100 @@
 //! A rule's identity as findings and reports carry it: its code and its name, together, so
-//! nothing downstream looks a rule up by a string again.
+//! nothing downstream looks a rule up by a string again. The set of codes is closed and lives
+//! here, a leaf: configuration, options, errors and suggestions name rules without the
+//! registry, which only maps codes to the rules that check them.
 
-use crate::registry;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// A rule's stable code (`TP101`) with its name (`view-overlap`). Only [`declare_rule!`]
-/// makes one, so every `Code` names a rule that exists. Serialised as the code string.
-///
-/// [`declare_rule!`]: crate::rule
+/// A rule's stable code (`TP101`) with its name (`view-overlap`): one of [`Code::ALL`].
+/// Serialised as the code string.
 #[derive(Debug, Clone, Copy)]
 pub struct Code {
     code: &'static str,
     name: &'static str,
+    /// Whether configuration may change its severity or turn it off.
+    configurable: bool,
 }
 
+/// Every code, in order; `declare_rule!` takes its rule's code from here (a code or name not
+/// listed, or listed with another name, fails to compile) and the registry has one rule each.
+const ALL: &[Code] = &[
+    Code::listed("TP101", "view-overlap"),
+    Code::listed("TP102", "grad-view"),
+    Code::listed("TP103", "tied-alias"),
+    Code::listed("TP104", "storage-bloat"),
+    Code::listed("TP105", "non-contiguous"),
+    Code::listed("TP106", "shared-storage"),
+    Code::listed("TP107", "view-out-of-bounds"),
+    Code::listed("TP201", "mixed-devices"),
+    Code::listed("TP202", "unexpected-device"),
+    Code::listed("TP203", "device-mismatch"),
+    Code::listed("TP204", "meta-tensor"),
+    Code::listed("TP301", "fragmentation-score"),
+    Code::listed("TP302", "allocator-overhead"),
+    Code::listed("TP303", "memory-budget"),
+    Code::listed("TP401", "non-finite"),
+    Code::listed("TP501", "unsafe-global"),
+    Code::listed("TP502", "corrupt-file").fixed(),
+    Code::listed("TP503", "index-mismatch").fixed(),
+    Code::listed("TP504", "torchscript-code"),
+    Code::listed("TP505", "weights-only-load"),
+    Code::listed("TP601", "layout-mismatch"),
+];
+
 impl Code {
-    /// Declared once per rule by `declare_rule!`.
-    pub(crate) const fn new(code: &'static str, name: &'static str) -> Code {
-        Code { code, name }
+    /// Every code, in order.
+    pub const ALL: &'static [Code] = ALL;
+
+    const fn listed(code: &'static str, name: &'static str) -> Code {
+        Code {
+            code,
+            name,
+            configurable: true,
+        }
+    }
+
+    /// A rule configuration cannot change: an unreadable or inconsistent input always fails.
+    const fn fixed(self) -> Code {
+        Code {
+            configurable: false,
+            ..self
+        }
+    }
+
+    /// Whether `tensorplay.toml` may change the rule's severity or turn it off.
+    pub fn configurable(self) -> bool {
+        self.configurable
+    }
+
+    /// The listed code `code` (whose name must be `name`), at compile time in `declare_rule!`.
+    pub(crate) const fn declared(code: &str, name: &str) -> Code {
+        let mut i = 0;
+        while i < ALL.len() {
+            let listed = ALL[i];
+            if same(listed.code, code) {
+                assert!(
+                    same(listed.name, name),
+                    "a rule's name differs from its code's"
+                );
+                return listed;
+            }
+            i += 1;
+        }
+        panic!("a rule's code is not listed in Code::ALL")
+    }
+
+    /// The code written exactly so (`TP101`), as reports write it.
+    pub fn parse(code: &str) -> Option<Code> {
+        ALL.iter().copied().find(|c| c.code == code)
+    }
+
+    /// The code a user means by a code (any case) or a name.
+    pub fn find(code_or_name: &str) -> Option<Code> {
+        ALL.iter()
+            .copied()
+            .find(|c| c.code.eq_ignore_ascii_case(code_or_name) || c.name == code_or_name)
     }
 
     /// `TP101`.
@@ -40,6 +115,22 @@ impl PartialEq for Code {
 }
 
 impl Eq for Code {}
+
+/// `a == b` where a const fn needs it.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
 
 impl std::hash::Hash for Code {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
@@ -84,9 +175,7 @@ impl Serialize for Code {
 impl<'de> Deserialize<'de> for Code {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Code, D::Error> {
         let text = String::deserialize(d)?;
-        registry::by_code(&text)
-            .map(|r| r.code())
-            .ok_or_else(|| D::Error::custom(format!("unknown rule code '{text}'")))
+        Code::parse(&text).ok_or_else(|| D::Error::custom(format!("unknown rule code '{text}'")))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The audit crate's one error type: problems with what the user configured.
 
-use crate::config::{diagram, Problem};
+use crate::snippet::{diagram, Problem};
 use std::path::{Path, PathBuf};
 
 /// A configuration, selection or baseline problem. Findings are not errors.

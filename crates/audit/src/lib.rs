@@ -25,6 +25,7 @@ pub mod rule;
 pub mod rules;
 pub mod settings;
 pub mod severity;
+pub mod snippet;
 pub mod suggest;
 #[cfg(test)]
 mod testing;

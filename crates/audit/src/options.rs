@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
-use crate::{registry, Code};
+use crate::Code;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use tensorplay_engine::load::{ReadLimits, DEFAULT_MAX_MEMORY};
@@ -35,11 +35,7 @@ impl Options {
         let resolve = |names: &[String]| {
             names
                 .iter()
-                .map(|n| {
-                    registry::find(n)
-                        .map(|r| r.code())
-                        .ok_or_else(|| Error::UnknownRule(n.clone()))
-                })
+                .map(|n| Code::find(n).ok_or_else(|| Error::UnknownRule(n.clone())))
                 .collect::<Result<Vec<_>>>()
         };
         Ok(Options {

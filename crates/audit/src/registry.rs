@@ -74,6 +74,9 @@ mod tests {
     #[test]
     fn codes_follow_the_family_scheme_and_are_sorted() {
         let codes: Vec<&str> = RULES.iter().map(|r| r.code().as_str()).collect();
+        // One rule per listed code, in the list's order.
+        let listed: Vec<&str> = crate::Code::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(codes, listed);
         let mut sorted = codes.clone();
         sorted.sort_unstable();
         assert_eq!(codes, sorted);

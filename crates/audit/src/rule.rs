@@ -39,7 +39,7 @@ pub trait Rule: Sync {
     /// Whether configuration may change its level or ignore it. Rules that report
     /// unreadable checkpoints may not: such a checkpoint never passes.
     fn configurable(&self) -> bool {
-        true
+        self.code().configurable()
     }
     /// Reports what it finds in one checkpoint that was read.
     fn check(&self, ctx: &Context<'_>, out: &mut Vec<Draft>);
@@ -91,7 +91,7 @@ pub struct Memory {
 }
 
 /// Declares a rule type: its identity, its doc, and the functions in its file that hold its
-/// logic (`check`, and where the rule needs them `applies`, `configurable`, `read_failure`,
+/// logic (`check`, and where the rule needs them `applies`, `read_failure`,
 /// `at_least`, `at_most`).
 macro_rules! declare_rule {
     (
@@ -104,7 +104,6 @@ macro_rules! declare_rule {
             doc: $doc:expr,
             check: $check:path
             $(, applies: $applies:path)?
-            $(, configurable: $configurable:literal)?
             $(, read_failure: $read_failure:path)?
             $(, at_least: $at_least:path)?
             $(, at_most: $at_most:path)?
@@ -116,7 +115,7 @@ macro_rules! declare_rule {
 
         impl $ty {
             /// This rule's code and name.
-            pub const CODE: $crate::Code = $crate::Code::new($code, $name);
+            pub const CODE: $crate::Code = $crate::Code::declared($code, $name);
         }
 
         impl $crate::rule::Rule for $ty {
@@ -138,11 +137,6 @@ macro_rules! declare_rule {
             $(
                 fn applies(&self, options: &$crate::options::Options) -> bool {
                     $applies(options)
-                }
-            )?
-            $(
-                fn configurable(&self) -> bool {
-                    $configurable
                 }
             )?
             fn check(

@@ -1,17 +1,15 @@
 //! "did you mean": the rule closest to a name that is none, for every place a user names one
 //! (`--select`, `--ignore`, `explain`, `tensorplay.toml`).
 
-use crate::registry::RULES;
-use crate::rule::Rule;
+use crate::Code;
 
 /// `unknown rule 'TP10' (did you mean TP101 view-overlap?)`, or a pointer to the list when
 /// nothing is close.
 pub fn unknown_rule(name: &str) -> String {
     match closest(name) {
-        Some(rule) => format!(
-            "unknown rule '{name}' (did you mean {} {}?)",
-            rule.code(),
-            rule.name()
+        Some(code) => format!(
+            "unknown rule '{name}' (did you mean {code} {}?)",
+            code.name()
         ),
         None => format!("unknown rule '{name}' (see `tensorplay rules`)"),
     }
@@ -20,14 +18,14 @@ pub fn unknown_rule(name: &str) -> String {
 /// The rule whose code or name is fewest edits away, within a third of the name's length
 /// (at least one edit), so a typo is caught and an unrelated word is not; ties go to the
 /// first in code order.
-pub fn closest(name: &str) -> Option<&'static dyn Rule> {
+pub fn closest(name: &str) -> Option<Code> {
     let wanted = name.to_ascii_lowercase();
     let limit = (wanted.chars().count() / 3).max(1);
-    RULES
+    Code::ALL
         .iter()
         .copied()
         .map(|rule| {
-            let code = strsim::levenshtein(&wanted, &rule.code().as_str().to_ascii_lowercase());
+            let code = strsim::levenshtein(&wanted, &rule.as_str().to_ascii_lowercase());
             let by_name = strsim::levenshtein(&wanted, rule.name());
             (code.min(by_name), rule)
         })

@@ -5,11 +5,10 @@
 
 mod parse;
 mod size;
-mod snippet;
 mod validate;
 
+pub use crate::snippet::{diagram, Problem, Spot};
 pub use size::parse_size;
-pub use snippet::{diagram, Spot};
 
 use crate::error::{Error, Result};
 use crate::settings::RuleSettings;
@@ -22,40 +21,6 @@ use tensorplay_engine::alloc::AllocatorConfig;
 
 /// The file tensorplay looks for in the working directory.
 pub const FILE_NAME: &str = "tensorplay.toml";
-
-/// One thing wrong in a config file.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Problem {
-    /// 1-based line.
-    pub line: usize,
-    /// 1-based column in characters; 0 when only the line is known.
-    pub column: usize,
-    /// Characters the problem covers from `column`, on its line.
-    pub width: usize,
-    /// What is wrong there.
-    pub detail: String,
-}
-
-impl Problem {
-    /// A problem at a spot.
-    pub fn new(spot: Spot, detail: impl Into<String>) -> Problem {
-        Problem {
-            line: spot.line,
-            column: spot.column,
-            width: spot.width,
-            detail: detail.into(),
-        }
-    }
-
-    /// Where it is.
-    pub fn spot(&self) -> Spot {
-        Spot {
-            line: self.line,
-            column: self.column,
-            width: self.width,
-        }
-    }
-}
 
 /// A validated configuration.
 #[derive(Debug, Clone, Default)]

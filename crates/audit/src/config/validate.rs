@@ -3,7 +3,6 @@
 
 use super::parse::{At, MaxMemory, Parsed};
 use super::{Config, Problem, Spot};
-use crate::registry;
 use crate::settings::RuleSettings;
 use crate::Code;
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -67,12 +66,11 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
 /// The code of the rule a config entry names (code in any case, or name), if it is one
 /// configuration may change.
 fn rule_code(name: &At<String>, problems: &mut Vec<Problem>) -> Option<Code> {
-    let detail = match registry::find(&name.value) {
-        Some(rule) if rule.configurable() => return Some(rule.code()),
-        Some(rule) => format!(
-            "rule {} ({}) cannot be configured: an unreadable checkpoint always fails",
-            rule.code(),
-            rule.name()
+    let detail = match Code::find(&name.value) {
+        Some(code) if code.configurable() => return Some(code),
+        Some(code) => format!(
+            "rule {code} ({}) cannot be configured: an unreadable checkpoint always fails",
+            code.name()
         ),
         None => crate::suggest::unknown_rule(&name.value),
     };

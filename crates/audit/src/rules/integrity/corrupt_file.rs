@@ -27,7 +27,6 @@ Example
 How to fix
   Re-upload or re-save the checkpoint from its source.",
     check: check,
-    configurable: false,
     read_failure: read_failure,
 });
 

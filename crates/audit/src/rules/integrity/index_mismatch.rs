@@ -28,7 +28,6 @@ Example
 How to fix
   Regenerate the index with the tool that wrote the shards (`save_pretrained`).",
     check: check,
-    configurable: false,
     read_failure: read_failure,
 });
 

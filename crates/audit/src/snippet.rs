@@ -1,4 +1,5 @@
-//! Where a config problem is, and the source line with a caret under it, as compilers show:
+//! Where a config problem is, and the source line with a caret under it, as compilers show
+//! (a leaf: the config reader finds problems, errors print them):
 //!
 //! ```text
 //!   3 | TP999 = "error"
@@ -35,6 +36,40 @@ impl Spot {
             line: before.matches('\n').count() + 1,
             column: before[line_start..].chars().count() + 1,
             width: width.max(1),
+        }
+    }
+}
+
+/// One thing wrong in a config file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Problem {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column in characters; 0 when only the line is known.
+    pub column: usize,
+    /// Characters the problem covers from `column`, on its line.
+    pub width: usize,
+    /// What is wrong there.
+    pub detail: String,
+}
+
+impl Problem {
+    /// A problem at a spot.
+    pub fn new(spot: Spot, detail: impl Into<String>) -> Problem {
+        Problem {
+            line: spot.line,
+            column: spot.column,
+            width: spot.width,
+            detail: detail.into(),
+        }
+    }
+
+    /// Where it is.
+    pub fn spot(&self) -> Spot {
+        Spot {
+            line: self.line,
+            column: self.column,
+            width: self.width,
         }
     }
 }
