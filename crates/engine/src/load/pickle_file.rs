@@ -11,7 +11,7 @@
 //! of numpy arrays or Python values lists none, and its globals are what the audit judges.
 
 use super::torch::{add_member, Member, StorageRecord, StorageSource};
-use super::Parts;
+use super::{pickle_start, Parts};
 use crate::error::{Error, Result};
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal, WeightsOnly};
@@ -43,8 +43,17 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             .ok()
             .and_then(|p| buffer.bytes().get(p..))
             .unwrap_or_default();
-        let unpickled = unpickle(rest, path, MEMBER, pos, Loader::Python, &budget)
-            .map_err(|e| e.with_unsafe_globals(seen.clone()))?;
+        let unpickled = match unpickle(rest, path, MEMBER, pos, Loader::Python, &budget) {
+            Ok(unpickled) => unpickled,
+            Err(e) => {
+                // Refused though CPython runs it to its STOP (its frames, say): the streams
+                // after it are still there for a caller that loads again.
+                if let Some(end) = pickle_start::stream_end(rest) {
+                    seen.extend(globals_after(buffer, pos + end as u64, &budget));
+                }
+                return Err(e.with_unsafe_globals(seen));
+            }
+        };
         seen.extend(unpickled.unsafe_globals.iter().cloned());
         if !unpickled.persistent.is_empty() {
             let refused = Error::Pickle {
@@ -147,5 +156,16 @@ mod tests {
             .map(|g| (g.module.as_str(), g.name.as_str(), g.position))
             .collect();
         assert_eq!(named, [("os", "system", 6)]);
+        // A stream refused at its STOP (a frame inside a frame, which CPython's C unpickler
+        // runs), then the same call.
+        let body = b"K\x01.";
+        let mut bytes = b"\x80\x04\x95\x0c\0\0\0\0\0\0\0\x95\x03\0\0\0\0\0\0\0".to_vec();
+        bytes.extend_from_slice(body);
+        let call_at = bytes.len() as u64;
+        bytes.extend_from_slice(b"cos\nsystem\n(S'true'\ntR.");
+        let error = from_buffer(HostBuffer::from_vec("y.pkl", bytes)).expect_err("refused");
+        assert!(error.to_string().contains("FRAME"), "{error}");
+        let positions: Vec<u64> = error.unsafe_globals().iter().map(|g| g.position).collect();
+        assert_eq!(positions, [call_at], "{error}");
     }
 }

@@ -29,6 +29,26 @@ pub(crate) fn may_begin_pickle(prefix: &[u8]) -> bool {
     walk(prefix) != Walked::NotPickle
 }
 
+/// Where the stream at the start of `bytes` ends (just past its STOP), walked as CPython runs
+/// it; `None` when CPython would reject it first. A reader that refuses a stream for what it
+/// holds finds the next one here.
+pub(crate) fn stream_end(bytes: &[u8]) -> Option<usize> {
+    let mut walk = Walk {
+        bytes,
+        pos: 0,
+        depth: 0,
+        marks: Vec::new(),
+        memo: std::collections::HashSet::new(),
+    };
+    loop {
+        match walk.step() {
+            Ok(()) => {}
+            Err(End::Stop) => return Some(walk.pos),
+            Err(_) => return None,
+        }
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 enum Walked {
     Pickle,
