@@ -7,7 +7,7 @@ use crate::common::{read_json, root, stderr, stdout};
 use std::path::Path;
 use std::process::Command;
 use tensorplay_engine::load::from_buffer;
-use tensorplay_engine::HostBuffer;
+use tensorplay_engine::{ErrorKind, HostBuffer};
 
 const DIR: &str = "fixtures/hostile/legacy";
 
@@ -177,17 +177,20 @@ fn truncated_or_damaged_tar_and_polyglot_files_are_refused() {
         let bytes = std::fs::read(root().join(DIR).join(fixture)).expect("fixture");
         let read = |b: Vec<u8>| from_buffer(HostBuffer::from_vec(fixture, b));
         for len in 0..bytes.len() {
-            assert!(
-                read(bytes[..len].to_vec()).is_err(),
-                "{fixture}: {len} bytes"
-            );
+            let e = read(bytes[..len].to_vec()).expect_err("a prefix");
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "{fixture}: {len} bytes: {e}");
         }
         // Every byte of the headers and the member records, flipped: still refused, since no
         // tar file is ever read and no flip turns one into a complete legacy stream.
         for at in 0..bytes.len().min(4096) {
             let mut flipped = bytes.clone();
             flipped[at] ^= 0x41;
-            assert!(read(flipped).is_err(), "{fixture}: byte {at} flipped");
+            let e = read(flipped).expect_err("a flipped byte");
+            assert_eq!(
+                e.kind(),
+                ErrorKind::Corrupt,
+                "{fixture}: byte {at} flipped: {e}"
+            );
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::common::{good_truth_files, read_json, root};
 use proptest::prelude::*;
 use std::sync::Arc;
 use tensorplay_engine::load::from_buffer;
-use tensorplay_engine::HostBuffer;
+use tensorplay_engine::{ErrorKind, HostBuffer};
 
 fn single_file_fixtures() -> Vec<Vec<u8>> {
     good_truth_files()
@@ -36,7 +36,8 @@ fn every_truncation_is_refused() {
     for bytes in fixtures {
         for len in 0..bytes.len() {
             let prefix = bytes.get(..len).expect("prefix").to_vec();
-            assert!(read(prefix).is_err(), "a {len}-byte prefix was accepted");
+            let e = read(prefix).expect_err("a prefix");
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "a {len}-byte prefix: {e}");
         }
         assert!(read(bytes).is_ok());
     }
@@ -105,4 +106,70 @@ fn a_buffer_shared_by_all_tensors_stays_alive_with_them() {
     assert!(tensors
         .iter()
         .all(|t| t.tensor_impl().view_bytes().is_some()));
+}
+
+/// The families whose truth files are one per folder (`.pt2` archives, tensor kinds, DCP
+/// directories): every cut of a file is refused as corrupt. Prefixes are sampled past the
+/// first 512 bytes (every 7th length), so the sweep stays fast.
+#[test]
+fn every_family_is_refused_when_cut() {
+    let lengths = |len: usize| (0..len).filter(|&n| n < 512 || n % 7 == 0);
+    let mut files = 0;
+    for dir in ["fixtures/pt2", "fixtures/pytorch/kinds"] {
+        for entry in std::fs::read_dir(root().join(dir))
+            .expect("fixture dir")
+            .flatten()
+        {
+            let path = entry.path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            // Read whole, a good file; the one bad kind is refused whole already.
+            if !(name.ends_with(".pt2") || name.ends_with(".pt")) || name.contains("out_of_bounds")
+            {
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("fixture");
+            assert!(read(bytes.clone()).is_ok(), "{name}");
+            for len in lengths(bytes.len()) {
+                let e = read(bytes[..len].to_vec()).expect_err("a prefix");
+                assert_eq!(e.kind(), ErrorKind::Corrupt, "{name}: {len} bytes: {e}");
+            }
+            files += 1;
+        }
+    }
+    assert!(files >= 20, "{files} files swept");
+    // A DCP directory whose `.metadata` or `.distcp` file is cut.
+    for dir in ["fixtures/dcp/plain", "fixtures/dcp/chunked"] {
+        let src = root().join(dir);
+        let names: Vec<String> = std::fs::read_dir(&src)
+            .expect("dcp dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        for cut in &names {
+            let whole = std::fs::read(src.join(cut)).expect("file");
+            for len in lengths(whole.len()).step_by(13) {
+                let tmp = std::env::temp_dir().join(format!(
+                    "tensorplay-cut-{}-{}-{cut}-{len}",
+                    std::process::id(),
+                    dir.replace('/', "_")
+                ));
+                std::fs::create_dir_all(&tmp).expect("temp dir");
+                for name in &names {
+                    let bytes = std::fs::read(src.join(name)).expect("file");
+                    let bytes = if name == cut {
+                        bytes[..len].to_vec()
+                    } else {
+                        bytes
+                    };
+                    std::fs::write(tmp.join(name), bytes).expect("write");
+                }
+                let e = tensorplay_engine::load::open(&tmp).expect_err("a cut file");
+                assert!(
+                    matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::IndexMismatch),
+                    "{dir}/{cut} cut to {len}: {e}"
+                );
+                std::fs::remove_dir_all(&tmp).ok();
+            }
+        }
+    }
 }

@@ -49,15 +49,11 @@ impl DataPtr {
     /// Points at `range` of a host buffer; the range must lie inside the buffer.
     pub fn host(buffer: Arc<HostBuffer>, range: Range<u64>) -> Result<Self> {
         if range.start > range.end || range.end > buffer.len() {
-            return Err(Error::DataPtrInconsistent {
-                tensor: String::new(),
-                detail: format!(
-                    "byte range {}..{} lies outside the {}-byte buffer of {}",
-                    range.start,
-                    range.end,
-                    buffer.len(),
-                    buffer.source().display()
-                ),
+            return Err(Error::OutsideBuffer {
+                path: buffer.source().to_owned(),
+                start: range.start,
+                end: range.end,
+                len: buffer.len(),
             });
         }
         Ok(DataPtr {

@@ -357,6 +357,19 @@ pub enum Error {
         strides: usize,
     },
 
+    /// Bytes a reader points a storage at do not lie inside the file (or buffer) read.
+    #[error("{}: byte range {start}..{end} lies outside its {len} bytes", path.display())]
+    OutsideBuffer {
+        /// The file.
+        path: PathBuf,
+        /// First byte.
+        start: u64,
+        /// One past the last byte.
+        end: u64,
+        /// The file's length.
+        len: u64,
+    },
+
     /// A tensor's DataPtr is not where its Storage says it should be.
     #[error("tensor '{tensor}': data pointer inconsistent with its storage: {detail}")]
     DataPtrInconsistent {
@@ -427,7 +440,8 @@ impl Error {
             | Error::MemoryBudget { .. }
             | Error::Overflow { .. }
             | Error::RankMismatch { .. }
-            | Error::DataPtrInconsistent { .. } => ErrorKind::Corrupt,
+            | Error::DataPtrInconsistent { .. }
+            | Error::OutsideBuffer { .. } => ErrorKind::Corrupt,
         }
     }
 }

@@ -267,7 +267,19 @@ pub(crate) mod tests {
     #[test]
     fn a_data_ptr_cannot_point_outside_its_buffer() {
         let buffer = HostBuffer::from_vec("mem", vec![0; 8]);
-        assert!(DataPtr::host(Arc::clone(&buffer), 4..9).is_err());
+        let outside = DataPtr::host(Arc::clone(&buffer), 4..9).expect_err("past the end");
+        assert!(
+            matches!(
+                outside,
+                crate::Error::OutsideBuffer {
+                    start: 4,
+                    end: 9,
+                    len: 8,
+                    ..
+                }
+            ),
+            "{outside}"
+        );
         assert!(DataPtr::host(buffer, 0..8).is_ok());
     }
 

@@ -109,7 +109,8 @@ mod tests {
             "f.pt: exceeds the memory budget (101 > 100): c"
         );
         assert_eq!(meter.held(), 60);
-        assert!(meter.check(path, u64::MAX, || "d".into()).is_err());
+        let huge = meter.check(path, u64::MAX, || "d".into()).unwrap_err();
+        assert!(matches!(huge, Error::MemoryBudget { .. }), "{huge}");
     }
 }
 
