@@ -107,9 +107,10 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
         let item = located.get(&(fqn.as_str(), None)).copied();
         let item =
             item.ok_or_else(|| mismatch(dir, format!("no storage_data item for '{fqn}'")))?;
+        let composites = parts.composites.len();
         reading
             .read_item(item, &mut parts)
-            .map(|first| rename_from(&mut parts, first, |name| under(fqn, name)))
+            .map(|first| rename_from(&mut parts, (first, composites), |name| under(fqn, name)))
             .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
     }
     unique_names(dir, &parts.tensors)
@@ -210,13 +211,14 @@ impl<'a> Reading<'a> {
             let Some(item) = located.get(&key).copied() else {
                 return Err(mismatch(self.dir, format!("no item for '{}'", tensor.fqn)));
             };
+            let composites = parts.composites.len();
             let first = self.read_item(item, parts)?;
             let index = self.check_chunk(tensor, chunk, item, parts, first)?;
             let name = match whole {
                 true => tensor.fqn.clone(),
                 false => format!("{}@{:?}", tensor.fqn, chunk.offsets),
             };
-            rename_from(parts, index, |_| name.clone());
+            rename_from(parts, (index, composites), |_| name.clone());
             chunks.push(TensorChunk {
                 offsets: chunk.offsets.clone(),
                 sizes: chunk.sizes.clone(),
@@ -556,11 +558,22 @@ fn overlap(a: &ChunkMeta, b: &ChunkMeta) -> bool {
 }
 
 /// Gives the tensors from `first` on the names `name` makes of their saved names, keeping
-/// their TensorImpls.
-fn rename_from(parts: &mut Parts, first: usize, name: impl Fn(&str) -> String) {
+/// their TensorImpls, and the composites made of them (sparse, nested, DTensor) the same
+/// names for themselves and their components.
+fn rename_from(
+    parts: &mut Parts,
+    (first, first_composite): (usize, usize),
+    name: impl Fn(&str) -> String,
+) {
     for tensor in parts.tensors.iter_mut().skip(first) {
         let renamed = name(tensor.name());
         *tensor = Tensor::new(renamed, Arc::clone(tensor.tensor_impl()));
+    }
+    for composite in parts.composites.iter_mut().skip(first_composite) {
+        composite.name = name(&composite.name);
+        for component in &mut composite.components {
+            component.tensor = name(&component.tensor);
+        }
     }
 }
 
@@ -595,7 +608,94 @@ fn mismatch(dir: &Path, detail: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DType;
+    use crate::{Component, CompositeTensor, DType, DataPtr, Layout, Storage, TensorImpl};
+
+    /// A bytes item holding a sparse tensor: its components and the composite itself are
+    /// named under the item's fqn; what an earlier item added keeps its names.
+    #[test]
+    fn renaming_an_item_renames_its_composites_and_their_components() {
+        let storage = Arc::new(Storage::new(
+            0,
+            "0",
+            DType::Float32,
+            8,
+            "cpu",
+            DataPtr::heap("t", vec![0; 8]),
+        ));
+        let tensor = |name: &str| {
+            let layout = Layout::new([2], [1], 0).expect("layout");
+            let imp = TensorImpl::new(
+                layout,
+                DType::Float32,
+                crate::Device::Cpu,
+                false,
+                false,
+                Arc::clone(&storage),
+            );
+            Tensor::new(name, Arc::new(imp))
+        };
+        let composite = |name: &str, parts: [&str; 2]| CompositeTensor {
+            name: name.into(),
+            layout: "sparse_coo",
+            shape: Some(vec![2, 2]),
+            dtype: DType::Float32,
+            subclass: None,
+            requires_grad: false,
+            is_parameter: false,
+            components: ["indices", "values"]
+                .iter()
+                .zip(parts)
+                .map(|(role, t)| Component {
+                    role: (*role).into(),
+                    tensor: t.into(),
+                })
+                .collect(),
+            placements: None,
+        };
+        let mut parts = Parts {
+            tensors: vec![
+                tensor("a.indices"),
+                tensor("a.values"),
+                tensor("<root>.indices"),
+                tensor("<root>.values"),
+            ],
+            composites: vec![
+                composite("a", ["a.indices", "a.values"]),
+                composite("<root>", ["<root>.indices", "<root>.values"]),
+            ],
+            ..Parts::default()
+        };
+        rename_from(&mut parts, (2, 1), |name| {
+            name.replacen("<root>", "extra.sp", 1)
+        });
+        let names: Vec<&str> = parts.tensors.iter().map(Tensor::name).collect();
+        assert_eq!(
+            names,
+            [
+                "a.indices",
+                "a.values",
+                "extra.sp.indices",
+                "extra.sp.values"
+            ]
+        );
+        let composites: Vec<(&str, Vec<&str>)> = parts
+            .composites
+            .iter()
+            .map(|c| {
+                (
+                    c.name.as_str(),
+                    c.components.iter().map(|p| p.tensor.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            composites,
+            [
+                ("a", vec!["a.indices", "a.values"]),
+                ("extra.sp", vec!["extra.sp.indices", "extra.sp.values"])
+            ]
+        );
+    }
 
     fn tensor(size: &[u64], chunks: &[(&[u64], &[u64])]) -> TensorMeta {
         TensorMeta {

@@ -604,14 +604,19 @@ fn rekey(parts: &mut Parts, first_storage: usize, first_tensor: usize, member: &
     let mut renamed: HashMap<usize, Arc<Storage>> = HashMap::new();
     for slot in parts.storages.iter_mut().skip(first_storage) {
         let old = Arc::clone(slot);
-        let new = Arc::new(Storage::new(
+        let mut new = Storage::new(
             old.id(),
             format!("{member}/{}", old.key()),
             old.dtype(),
             old.nbytes(),
             old.location(),
             old.data_ptr().clone(),
-        ));
+        );
+        // Everything the reading set, the key aside.
+        if old.is_saved_alone() {
+            new = new.saved_alone();
+        }
+        let new = Arc::new(new);
         renamed.insert(old.id(), Arc::clone(&new));
         *slot = new;
     }
@@ -622,14 +627,17 @@ fn rekey(parts: &mut Parts, first_storage: usize, first_tensor: usize, member: &
             continue;
         };
         let imp = views.entry(Arc::as_ptr(old)).or_insert_with(|| {
-            Arc::new(TensorImpl::new(
-                old.layout().clone(),
-                old.dtype(),
-                old.device().clone(),
-                old.requires_grad(),
-                old.is_parameter(),
-                Arc::clone(storage),
-            ))
+            Arc::new(
+                TensorImpl::new(
+                    old.layout().clone(),
+                    old.dtype(),
+                    old.device().clone(),
+                    old.requires_grad(),
+                    old.is_parameter(),
+                    Arc::clone(storage),
+                )
+                .with_conj_neg(old.is_conj(), old.is_neg()),
+            )
         });
         *tensor = Tensor::new(tensor.name(), Arc::clone(imp));
     }
@@ -788,6 +796,50 @@ struct ConstantSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A nested archive's storages get their member in their key and nothing else changes:
+    /// a storage saved alone stays so, a view keeps its conj/neg bits and its sharing.
+    #[test]
+    fn rekeying_keeps_everything_but_the_key() {
+        use crate::{DataPtr, Layout};
+        let storage = Storage::new(
+            0,
+            "0",
+            DType::Complex64,
+            16,
+            "cpu",
+            DataPtr::heap("t", vec![0; 16]),
+        )
+        .saved_alone();
+        let storage = Arc::new(storage);
+        let imp = Arc::new(
+            TensorImpl::new(
+                Layout::new([2], [1], 0).expect("layout"),
+                DType::Complex64,
+                crate::Device::Cpu,
+                false,
+                false,
+                Arc::clone(&storage),
+            )
+            .with_conj_neg(true, false),
+        );
+        let mut parts = Parts {
+            storages: vec![storage],
+            tensors: vec![Tensor::new("c", Arc::clone(&imp)), Tensor::new("tied", imp)],
+            ..Parts::default()
+        };
+        rekey(&mut parts, 0, 0, "data/weights/w.pt");
+        let storage = &parts.storages[0];
+        assert_eq!(storage.key(), "data/weights/w.pt/0");
+        assert!(storage.is_saved_alone());
+        let (a, b) = (
+            parts.tensors[0].tensor_impl(),
+            parts.tensors[1].tensor_impl(),
+        );
+        assert!(Arc::ptr_eq(a, b), "the two names still share one view");
+        assert!(a.is_conj() && !a.is_neg());
+        assert!(Arc::ptr_eq(a.storage(), storage));
+    }
 
     fn meta(json: &str) -> TensorMeta {
         serde_json::from_str(json).expect("tensor meta")
