@@ -24,8 +24,8 @@ if [ ${#SCALE[@]} -gt 0 ]; then
     target/bench-venv/bin/python -m pip install --quiet --disable-pip-version-check \
         -r scripts/requirements-bench.txt
 fi
-cargo build --release --locked
-cargo build --release --locked -p tensorplay-engine --example mapped_sum
-"$VENV/bin/python" scripts/bench.py --tensorplay target/release/tensorplay \
-    --mapped-sum target/release/examples/mapped_sum \
+cargo build --profile dist --locked
+cargo build --profile dist --locked -p tensorplay-engine --example mapped_sum
+"$VENV/bin/python" scripts/bench.py --tensorplay target/dist/tensorplay \
+    --mapped-sum target/dist/examples/mapped_sum \
     --workdir "${1:-/tmp/tensorplay-bench}" --out BENCHMARKS.md "${SCALE[@]}"

@@ -2,7 +2,8 @@
 # Builds the tensorplay wheel with maturin (pinned, from PyPI), installs it into a fresh virtual
 # environment and checks the installed command: `tensorplay --version` names the workspace
 # version, and auditing a fixture with a known violation exits 1 with that finding in the JSON.
-# The release profile (stripped, LTO) makes this a slow build: see BENCHMARKS.md.
+# The dist profile (stripped, fat LTO, one codegen unit) makes this a slow build: see
+# BENCHMARKS.md.
 #
 # Usage: scripts/check-wheel.sh [WHEEL_DIR]   (the wheel is left in WHEEL_DIR, default
 # target/wheels). Needs python3 (3.8+) with venv, cargo, and PyPI for maturin.
@@ -27,7 +28,7 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
 
 rm -f "$out"/tensorplay-*.whl
 start=$SECONDS
-"$tools/bin/maturin" build --release --locked --out "$out"
+"$tools/bin/maturin" build --profile dist --locked --out "$out"
 echo "check-wheel: wheel built in $((SECONDS - start)) s"
 shopt -s nullglob
 wheels=("$out"/tensorplay-"$version"-*.whl)
