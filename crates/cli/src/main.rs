@@ -55,7 +55,7 @@ enum Command {
     /// once, devices mapped to CPU, every tensor verified before the file is put in place.
     Convert(convert::ConvertArgs),
     /// List every audit rule.
-    Rules,
+    Rules(rules_cmd::RulesArgs),
     /// Print what a rule checks, why it matters, an example and how to fix it.
     Explain {
         /// Rule code or name (TP101, view-overlap).
@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => diff::run(&args),
         Command::Convert(args) => convert::run(&args),
         Command::Merge(args) => merge::run(&args),
-        Command::Rules => rules_cmd::list(),
+        Command::Rules(args) => rules_cmd::list(&args),
         Command::Explain { rule } => rules_cmd::explain(&rule),
         Command::Views(args) => views::run(&args),
     };
