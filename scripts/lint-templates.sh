@@ -77,7 +77,7 @@ run "yamllint" "$venv/bin/yamllint" --strict -d '{extends: default, rules: {docu
 echo "lint-templates: version pins" >&2
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
 pins=$(grep -EHno "(TENSORPLAY_VERSION *[:=] *['\"]?|tensorplay==|tensorplay@v|default: )[0-9]+\.[0-9]+\.[0-9]+" \
-    action.yml ci-templates/* README.md || true)
+    action.yml ci-templates/* README.md docs/*.md || true)
 [ -n "$pins" ] || { echo "no version pins found" >&2; failed=1; }
 while IFS= read -r pin; do
     [ -z "$pin" ] || [ "${pin##*[^0-9.]}" = "$version" ] || { echo "$pin: not $version" >&2; failed=1; }

@@ -32,6 +32,7 @@ mod pytorch;
 mod read_only;
 mod renderers;
 mod robustness;
+mod rules_doc;
 mod scale;
 mod tensor_kinds;
 mod terminal;

@@ -23,7 +23,7 @@ use clap::{Parser, Subcommand};
 
 // A checkpoint of a million tensors is millions of small allocations made and freed on
 // several threads: mimalloc's per-thread free lists take them in about half the time of
-// glibc's arenas (BENCHMARKS.md, "allocator").
+// glibc's arenas (CHANGELOG.md, "parallel reading, 128-byte layers, mimalloc").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use exit::ExitStatus;
@@ -55,7 +55,7 @@ enum Command {
     /// once, devices mapped to CPU, every tensor verified before the file is put in place.
     Convert(convert::ConvertArgs),
     /// List every audit rule.
-    Rules,
+    Rules(rules_cmd::RulesArgs),
     /// Print what a rule checks, why it matters, an example and how to fix it.
     Explain {
         /// Rule code or name (TP101, view-overlap).
@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => diff::run(&args),
         Command::Convert(args) => convert::run(&args),
         Command::Merge(args) => merge::run(&args),
-        Command::Rules => rules_cmd::list(),
+        Command::Rules(args) => rules_cmd::list(&args),
         Command::Explain { rule } => rules_cmd::explain(&rule),
         Command::Views(args) => views::run(&args),
     };

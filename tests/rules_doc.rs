@@ -1,0 +1,56 @@
+//! docs/rules.md carries the rules table as `tensorplay rules --format markdown` prints it, so
+//! the documented codes, names, severities and summaries cannot drift from the registry.
+
+use crate::common::{root, stdout, tensorplay};
+
+const BEGIN: &str = "<!-- rules:begin -->\n";
+const END: &str = "<!-- rules:end -->";
+
+#[test]
+fn the_rules_table_in_the_docs_is_the_registry_s() {
+    let out = tensorplay(&["rules", "--format", "markdown"]);
+    assert_eq!(out.status.code(), Some(0));
+    let generated = stdout(&out);
+
+    let doc = std::fs::read_to_string(root().join("docs/rules.md")).expect("docs/rules.md");
+    // A checkout with CRLF line endings holds the same table.
+    let doc = doc.replace("\r\n", "\n");
+    let start = doc
+        .find(BEGIN)
+        .expect("docs/rules.md has <!-- rules:begin -->")
+        + BEGIN.len();
+    let len = doc[start..]
+        .find(END)
+        .expect("docs/rules.md has <!-- rules:end --> after <!-- rules:begin -->");
+    assert_eq!(
+        &doc[start..start + len],
+        generated,
+        "docs/rules.md's table differs from `tensorplay rules --format markdown`: \
+         replace the lines between the markers with that command's output"
+    );
+}
+
+#[test]
+fn the_markdown_table_has_the_text_table_s_rules_in_its_order() {
+    let markdown = stdout(&tensorplay(&["rules", "--format", "markdown"]));
+    let text = stdout(&tensorplay(&["rules"]));
+    let lines: Vec<&str> = markdown.lines().collect();
+    assert_eq!(lines[0], "| code | name | severity | summary |");
+    assert_eq!(lines[1], "|---|---|---|---|");
+    let codes: Vec<&str> = lines[2..]
+        .iter()
+        .map(|l| l.trim_start_matches("| ").split(" | ").next().unwrap())
+        .collect();
+    let text_codes: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(codes, text_codes);
+    // README.md counts the rules in words: update it with the registry.
+    assert_eq!(codes.len(), 21, "README.md says twenty-one rules");
+    // Four cells a row: no summary's `|` ends its cell early.
+    for line in &lines[2..] {
+        assert_eq!(line.replace("\\|", "").matches('|').count(), 5, "{line}");
+    }
+}
