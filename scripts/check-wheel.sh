@@ -31,7 +31,7 @@ start=$SECONDS
 "$tools/bin/maturin" build --profile dist --locked --out "$out"
 echo "check-wheel: wheel built in $((SECONDS - start)) s"
 shopt -s nullglob
-wheels=("$out"/tensorplay-"$version"-*.whl)
+wheels=("$out"/tensorplay_audit-"$version"-*.whl)
 [ "${#wheels[@]}" -eq 1 ] || fail "expected one tensorplay $version wheel in $out, found ${#wheels[@]}"
 wheel=${wheels[0]}
 echo "check-wheel: $wheel ($(du -k "$wheel" | cut -f1) KiB)"

@@ -76,9 +76,15 @@ run "yamllint" "$venv/bin/yamllint" --strict -d '{extends: default, rules: {docu
 # Every pin names the workspace's version: a release bumps them together.
 echo "lint-templates: version pins" >&2
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
-pins=$(grep -EHno "(TENSORPLAY_VERSION *[:=] *['\"]?|tensorplay==|tensorplay@v|default: )[0-9]+\.[0-9]+\.[0-9]+" \
+pins=$(grep -EHno "(TENSORPLAY_VERSION *[:=] *['\"]?|tensorplay-audit==|tensorplay@v|default: )[0-9]+\.[0-9]+\.[0-9]+" \
     action.yml ci-templates/* README.md docs/*.md || true)
 [ -n "$pins" ] || { echo "no version pins found" >&2; failed=1; }
+# The PyPI name `tensorplay` is another project's: nothing may install it.
+if grep -EHn "(pip install|additional_dependencies).*[^-_a-z]tensorplay(==|[\"' ]|$)" \
+    action.yml ci-templates/* README.md docs/*.md .github/workflows/*.yml; then
+    echo "the pins above install PyPI's tensorplay, another project: use tensorplay-audit" >&2
+    failed=1
+fi
 while IFS= read -r pin; do
     [ -z "$pin" ] || [ "${pin##*[^0-9.]}" = "$version" ] || { echo "$pin: not $version" >&2; failed=1; }
 done <<< "$pins"
