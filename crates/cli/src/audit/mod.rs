@@ -17,6 +17,7 @@ use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
 use tensorplay_audit::options::Options;
 use tensorplay_audit::report::{FailOn, FileReport, Report};
+use tensorplay_audit::text::{plural, printable};
 use tensorplay_engine::alloc::cuda::{gpu_status, GpuStatus};
 use tensorplay_engine::alloc::device_load::load_to_device;
 use tensorplay_engine::load;
@@ -192,9 +193,22 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     }
     let mut report = Report::new(files, found.skipped, fail_on);
     report.partition = partition;
-    if let Some(path) = &args.write_baseline {
-        render::files::write_file(path, &Baseline::from_report(&report).to_json())?;
-    }
+    // Writing a baseline records today's findings and judges the run by it, as the next run
+    // with `--baseline` will be judged: it passes unless something no baseline hides (an
+    // unreadable checkpoint) is there.
+    let baseline = match &args.write_baseline {
+        Some(path) => {
+            let written = Baseline::from_report(&report);
+            render::files::write_file(path, &written.to_json())?;
+            let shown = printable(&path.display().to_string(), false);
+            eprintln!(
+                "tensorplay: wrote {shown}: {} recorded; runs with --baseline {shown} fail only on others",
+                plural(written.findings.len(), "finding"),
+            );
+            Some(written)
+        }
+        None => baseline,
+    };
     if let Some(baseline) = &baseline {
         baseline.suppress(&mut report);
     }
