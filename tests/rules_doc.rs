@@ -54,3 +54,27 @@ fn the_markdown_table_has_the_text_table_s_rules_in_its_order() {
         assert_eq!(line.replace("\\|", "").matches('|').count(), 5, "{line}");
     }
 }
+
+#[test]
+fn the_json_list_has_every_rule_with_its_doc() {
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&tensorplay(&["rules", "--format", "json"]))).expect("JSON");
+    let text = stdout(&tensorplay(&["rules"]));
+    let rules = json["rules"].as_array().expect("rules");
+    let codes: Vec<&str> = rules.iter().map(|r| r["code"].as_str().unwrap()).collect();
+    let text_codes: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(codes, text_codes);
+    for rule in rules {
+        assert!(
+            rule["doc"].as_str().unwrap().contains("How to fix"),
+            "{rule}"
+        );
+        // An unreadable or inconsistent input always fails: those rules are not configurable.
+        let fixed = matches!(rule["code"].as_str(), Some("TP502" | "TP503"));
+        assert_eq!(rule["configurable"], !fixed, "{rule}");
+    }
+}

@@ -21,13 +21,37 @@ enum RulesFormat {
     Text,
     /// A Markdown table, as docs/rules.md holds it.
     Markdown,
+    /// One object per rule: code, name, default severity, summary, doc, and whether it reads
+    /// tensor bytes and may be configured.
+    Json,
 }
 
 pub fn list(args: &RulesArgs) -> anyhow::Result<ExitStatus> {
     match args.format {
         RulesFormat::Text => print(&text_table()),
         RulesFormat::Markdown => print(&markdown_table()),
+        RulesFormat::Json => print(&json_list()?),
     }
+}
+
+fn json_list() -> anyhow::Result<String> {
+    let rules: Vec<serde_json::Value> = RULES
+        .iter()
+        .map(|rule| {
+            serde_json::json!({
+                "code": rule.code(),
+                "name": rule.name(),
+                "severity": rule.default_severity(),
+                "summary": rule.summary(),
+                "doc": rule.doc(),
+                "reads_bytes": rule.reads_bytes(),
+                "configurable": rule.configurable(),
+            })
+        })
+        .collect();
+    let mut text = serde_json::to_string_pretty(&serde_json::json!({ "rules": rules }))?;
+    text.push('\n');
+    Ok(text)
 }
 
 fn text_table() -> String {
