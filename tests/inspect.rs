@@ -251,3 +251,15 @@ fn the_simulated_segment_map_places_each_storage() {
     ]));
     assert!(!plain.contains("\"alloc\""));
 }
+
+/// The text is the same run after run; process addresses only when asked for.
+#[test]
+fn text_is_deterministic_and_addresses_are_opt_in() {
+    let path = "fixtures/pytorch/state_dict.pt";
+    let once = stdout(&tensorplay(&["inspect", path]));
+    assert_eq!(once, stdout(&tensorplay(&["inspect", path])));
+    assert!(!once.contains("0x"), "{once}");
+    assert!(once.contains("mmap (fixtures/pytorch/state_dict.pt @ 1024)"), "{once}");
+    let with = stdout(&tensorplay(&["inspect", "--addresses", path]));
+    assert!(with.contains("mmap 0x"), "{with}");
+}

@@ -25,6 +25,10 @@ pub struct InspectArgs {
     /// Also show the simulated GPU segment map of loading the checkpoint in file order.
     #[arg(long)]
     alloc: bool,
+    /// Show where each storage's bytes are in this process's memory (different on every run;
+    /// the text is otherwise the same run after run).
+    #[arg(long)]
+    addresses: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -112,7 +116,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
     let sim = args.alloc.then(|| alloc::simulate(&checkpoint));
     let rendered = match args.format {
         InspectFormat::Text => {
-            let mut out = text::render(&snapshot)?;
+            let mut out = text::render(&snapshot, args.addresses)?;
             if let Some(sim) = &sim {
                 alloc::text(sim, &mut out)?;
             }

@@ -6,7 +6,8 @@ use std::fmt::Write;
 use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::{Format, Owner, WeightsOnly};
 
-pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
+/// `addresses`: show the process address of each storage's bytes, which changes every run.
+pub fn render(snapshot: &Snapshot<'_>, addresses: bool) -> anyhow::Result<String> {
     let ckpt = snapshot.checkpoint;
     let mut out = String::new();
     writeln!(
@@ -138,13 +139,18 @@ pub fn render(snapshot: &Snapshot<'_>) -> anyhow::Result<String> {
     for s in &snapshot.storages {
         let ptr = s.data_ptr();
         let where_ = match ptr.owner() {
-            Owner::Host { buffer, range } => format!(
-                "{} {:#x} ({} @ {})",
-                buffer.backend().name(),
-                ptr.address(),
-                buffer.source().display(),
-                buffer.file_offset().saturating_add(range.start)
-            ),
+            Owner::Host { buffer, range } => {
+                let address = match addresses {
+                    true => format!(" {:#x}", ptr.address()),
+                    false => String::new(),
+                };
+                format!(
+                    "{}{address} ({} @ {})",
+                    buffer.backend().name(),
+                    buffer.source().display(),
+                    buffer.file_offset().saturating_add(range.start)
+                )
+            }
             Owner::None => "none".to_owned(),
             Owner::Deferred(d) => format!(
                 "deflated ({} @ {})",
