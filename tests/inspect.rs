@@ -259,7 +259,10 @@ fn text_is_deterministic_and_addresses_are_opt_in() {
     let once = stdout(&tensorplay(&["inspect", path]));
     assert_eq!(once, stdout(&tensorplay(&["inspect", path])));
     assert!(!once.contains("0x"), "{once}");
-    assert!(once.contains("mmap (fixtures/pytorch/state_dict.pt @ 1024)"), "{once}");
+    assert!(
+        once.contains("mmap (fixtures/pytorch/state_dict.pt @ 1024)"),
+        "{once}"
+    );
     let with = stdout(&tensorplay(&["inspect", "--addresses", path]));
     assert!(with.contains("mmap 0x"), "{with}");
 }

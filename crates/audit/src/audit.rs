@@ -8,8 +8,10 @@ use crate::options::Options;
 use crate::registry::RULES;
 use crate::report::{DeviceFacts, FileReport, MemoryFacts};
 use crate::rule::{Context, Memory, Rule};
+use crate::text::{bounded_message, bounded_name};
 use crate::Severity;
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::path::Path;
 use tensorplay_engine::alloc::device_load::DeviceLoad;
@@ -197,15 +199,30 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
     })
 }
 
+/// A rule's draft as reports carry it: every name and the message bounded, so no finding
+/// outgrows what a CI log, a JUnit or SARIF consumer takes, however long a file's names are.
 fn finding(rule: &dyn Rule, severity: Severity, draft: Draft) -> Finding {
     Finding {
         code: rule.code(),
         severity,
-        tensors: draft.tensors,
+        tensors: draft
+            .tensors
+            .into_iter()
+            .map(|name| bounded(name, bounded_name))
+            .collect(),
         storage: draft.storage,
-        message: draft.message,
+        message: bounded(draft.message, bounded_message),
         fix: draft.fix,
     }
+}
+
+/// `text`, or its bounded form where `bound` shortens it.
+fn bounded(text: String, bound: fn(&str) -> Cow<'_, str>) -> String {
+    let short = match bound(&text) {
+        Cow::Owned(short) => Some(short),
+        Cow::Borrowed(_) => None,
+    };
+    short.unwrap_or(text)
 }
 
 #[cfg(test)]

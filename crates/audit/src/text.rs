@@ -85,3 +85,88 @@ mod tests {
         assert_eq!(plural(2u32, "device"), "2 devices");
     }
 }
+
+/// Characters of a name a finding keeps: a hostile file's names can be as long as the file.
+pub const MAX_NAME_CHARS: usize = 256;
+/// Characters of a finding's message: what every report can carry for every finding.
+pub const MAX_MESSAGE_CHARS: usize = 4096;
+
+/// `name` if short; else its start and end around `…`, with a hash of the whole so two long
+/// names that differ only in the middle stay two names: `aaaa…zz #1f3a9c07`.
+pub fn bounded_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().nth(MAX_NAME_CHARS).is_none() {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let (head, tail) = (MAX_NAME_CHARS * 5 / 8, MAX_NAME_CHARS / 4);
+    std::borrow::Cow::Owned(format!(
+        "{}…{} #{:08x}",
+        first_chars(name, head),
+        last_chars(name, tail),
+        fnv1a(name.as_bytes()) as u32
+    ))
+}
+
+/// `message` if short; else its start and end with how much was left out between.
+pub fn bounded_message(message: &str) -> std::borrow::Cow<'_, str> {
+    let chars = message.chars().count();
+    if chars <= MAX_MESSAGE_CHARS {
+        return std::borrow::Cow::Borrowed(message);
+    }
+    let (head, tail) = (MAX_MESSAGE_CHARS * 3 / 4, MAX_MESSAGE_CHARS / 8);
+    std::borrow::Cow::Owned(format!(
+        "{} … [{} characters left out] … {}",
+        first_chars(message, head),
+        chars - head - tail,
+        last_chars(message, tail)
+    ))
+}
+
+fn first_chars(text: &str, n: usize) -> &str {
+    let end = text.char_indices().nth(n).map_or(text.len(), |(i, _)| i);
+    text.get(..end).unwrap_or(text)
+}
+
+fn last_chars(text: &str, n: usize) -> &str {
+    let start = text
+        .char_indices()
+        .rev()
+        .nth(n.saturating_sub(1))
+        .map_or(0, |(i, _)| i);
+    text.get(start..).unwrap_or(text)
+}
+
+/// FNV-1a, 64-bit: a stable, dependency-free hash for telling elided names apart (not for
+/// security).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+
+    #[test]
+    fn long_names_and_messages_are_elided_keeping_both_ends() {
+        assert_eq!(bounded_name("w"), "w");
+        let long = format!("layers.{}.weight", "k".repeat(10_000));
+        let other = format!("layers.{}x{}.weight", "k".repeat(5_000), "k".repeat(4_999));
+        let (a, b) = (bounded_name(&long), bounded_name(&other));
+        assert!(
+            a.starts_with("layers.kkk") && a.contains("kk.weight #"),
+            "{a}"
+        );
+        assert!(a.chars().count() < MAX_NAME_CHARS, "{}", a.len());
+        assert_ne!(a, b, "names differing in the middle stay distinct");
+        let message = format!("'{}' is tied", "é".repeat(100_000));
+        let bounded = bounded_message(&message);
+        assert!(bounded.chars().count() <= MAX_MESSAGE_CHARS + 64);
+        assert!(
+            bounded.starts_with("'éé") && bounded.ends_with("é' is tied"),
+            "{bounded}"
+        );
+        assert!(bounded.contains("characters left out"));
+        assert_eq!(bounded_message("short"), "short");
+    }
+}

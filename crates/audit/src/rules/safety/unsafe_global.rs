@@ -1,6 +1,7 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
 use crate::settings::RuleSettings;
+use crate::text::bounded_name;
 use tensorplay_engine::pickle::UnsafeGlobal;
 use tensorplay_engine::{Checkpoint, Error as ReadError};
 
@@ -76,8 +77,9 @@ const REFUSED_NAMED: usize = 20;
 
 fn draft(g: &UnsafeGlobal) -> Draft {
     {
-        let full = format!("{}.{}", shown(&g.module), shown(&g.name));
-        // The entry that would accept it, only for a name config can hold.
+        let whole = format!("{}.{}", shown(&g.module), shown(&g.name));
+        let full = bounded_name(&whole);
+        // The entry that would accept it, only for a name config can hold (whole, as written).
         let allow = if runs_code(&full) || full != format!("{}.{}", g.module, g.name) {
             String::new()
         } else {
@@ -96,7 +98,8 @@ fn draft(g: &UnsafeGlobal) -> Draft {
             storage: None,
             message: format!(
                 "{} at byte {} references {full}: {effect}{allow}",
-                g.member, g.position,
+                bounded_name(&g.member),
+                g.position,
             ),
             fix: "do not load this file with weights_only=False; re-save a plain state_dict from a trusted environment or convert to safetensors".into(),
         }
