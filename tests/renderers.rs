@@ -488,3 +488,41 @@ fn redact(xml: &str, name: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// A step shows ten annotations a level: the rest are counted in one notice, and no
+/// annotation or summary row lists more than ten names.
+#[test]
+fn github_annotations_and_the_summary_fit_a_step() {
+    let dir = std::env::temp_dir().join(format!("tensorplay-gh-caps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let summary = dir.join("summary.md");
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args(["audit", "--format", "github", "--fail-on", "never"])
+        .args(["fixtures/hostile", "fixtures/hostile/fuzz/long_names.pt"])
+        .current_dir(root())
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .expect("runs");
+    let log = stdout(&out);
+    let annotations: Vec<&str> = log.lines().take_while(|l| l.starts_with("::")).collect();
+    for level in ["::error ", "::warning "] {
+        let n = annotations.iter().filter(|l| l.starts_with(level)).count();
+        assert!(n <= 10, "{n} {level}annotations");
+    }
+    let last = annotations.last().expect("annotations");
+    assert!(
+        last.starts_with("::notice title=tensorplay::") && last.contains("more errors"),
+        "{last}"
+    );
+    assert!(
+        annotations.iter().all(|l| l.len() < 16 << 10),
+        "an annotation over 16 KiB"
+    );
+    let written = std::fs::read_to_string(&summary).expect("summary");
+    assert!(
+        written.len() < 1 << 20,
+        "{} bytes: over GitHub's 1 MiB",
+        written.len()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -9,22 +9,34 @@ use tensorplay_audit::{Finding, Severity};
 
 /// Beyond this many findings, the summary table counts the rest (a step summary holds 1 MiB).
 const MAX_SUMMARY_ROWS: usize = 200;
+/// Annotations of one level a step shows (GitHub drops the rest silently): the rest are
+/// counted in one notice that points at the job summary.
+const MAX_ANNOTATIONS: usize = 10;
+/// Tensor names an annotation or a summary row lists before counting the rest.
+const MAX_NAMES: usize = 10;
 
-/// The annotation commands, one line each. Suppressed findings get none: the baseline knows
-/// them, and GitHub shows only the first few annotations of a step.
+/// The annotation commands, one line each, at most [`MAX_ANNOTATIONS`] a level, then a notice
+/// counting the rest. Suppressed findings get none: the baseline knows them.
 pub fn annotations(report: &Report) -> String {
     let mut out = String::new();
+    let mut shown = [0usize; 3];
+    let mut left = [0usize; 3];
     for file in &report.files {
         for f in &file.findings {
-            let command = match f.severity {
-                Severity::Error => "error",
-                Severity::Warning => "warning",
-                Severity::Info => "notice",
+            let (command, level) = match f.severity {
+                Severity::Error => ("error", 0),
+                Severity::Warning => ("warning", 1),
+                Severity::Info => ("notice", 2),
             };
+            if shown[level] == MAX_ANNOTATIONS {
+                left[level] += 1;
+                continue;
+            }
+            shown[level] += 1;
             let mut text = f.message.clone();
             if !f.tensors.is_empty() {
                 text.push_str("\ntensors: ");
-                text.push_str(&f.tensors.join(", "));
+                text.push_str(&names(&f.tensors));
             }
             text.push_str("\nfix: ");
             text.push_str(&f.fix);
@@ -36,7 +48,23 @@ pub fn annotations(report: &Report) -> String {
             ));
         }
     }
+    let [errors, warnings, notices] = left;
+    if errors + warnings + notices > 0 {
+        out.push_str(&format!(
+            "::notice title=tensorplay::{errors} more errors, {warnings} more warnings and {notices} more notices than a step shows are in the job summary and the reports\n"
+        ));
+    }
     out
+}
+
+/// The first [`MAX_NAMES`] names, then how many more.
+fn names(tensors: &[String]) -> String {
+    let shown = tensors.get(..MAX_NAMES).unwrap_or(tensors);
+    let mut text = shown.join(", ");
+    if tensors.len() > shown.len() {
+        text.push_str(&format!(" and {} more", tensors.len() - shown.len()));
+    }
+    text
 }
 
 /// The job summary: the verdict, the counts, a row per finding.
@@ -95,7 +123,7 @@ pub fn summary(report: &Report) -> String {
             f.code,
             f.code.name(),
             cell(path),
-            cell(&f.tensors.join(", ")),
+            cell(&names(&f.tensors)),
             cell(&f.message),
             cell(&f.fix)
         );
