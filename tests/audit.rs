@@ -805,3 +805,73 @@ fn the_config_in_the_working_directory_is_used() {
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `[[ignore]]` paths and baselines match a checkpoint however its path is spelled (`./x`,
+/// `x`, absolute); a pattern that matches nothing is a warning, a baseline entry that no
+/// longer occurs a note.
+#[test]
+fn paths_match_however_they_are_spelled_and_unmatched_entries_are_said() {
+    let config = crate::common::TempConfig::new(
+        "spelled",
+        "[[ignore]]\npath = \"./fixtures//pytorch/multi_gpu.pt\"\nrules = [\"TP201\"]\n\n\
+         [[ignore]]\npath = \"fixtures/nowhere/**\"\nrules = [\"TP201\"]\n",
+    );
+    let absolute = crate::common::root().join("fixtures/pytorch/multi_gpu.pt");
+    for spelled in [
+        "fixtures/pytorch/multi_gpu.pt",
+        "./fixtures/pytorch/multi_gpu.pt",
+    ] {
+        let out = tensorplay(&["audit", "--config", config.path(), spelled]);
+        assert_eq!(out.status.code(), Some(0), "{spelled}: {}", stdout(&out));
+        let warning = stderr(&out);
+        assert!(
+            warning.contains(":6: [[ignore]] path = \"fixtures/nowhere/**\" matched no checkpoint"),
+            "{warning}"
+        );
+        assert!(!warning.contains("multi_gpu"), "{warning}");
+    }
+    let out = tensorplay(&[
+        "audit",
+        "--config",
+        config.path(),
+        absolute.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    let dir = std::env::temp_dir().join(format!("tensorplay-spelled-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let baseline = dir.join("baseline.json");
+    let baseline = baseline.to_str().unwrap();
+    let meta = "fixtures/pytorch/meta.pt";
+    assert_eq!(
+        tensorplay(&["audit", "--write-baseline", baseline, &format!("./{meta}")])
+            .status
+            .code(),
+        Some(0)
+    );
+    let written = std::fs::read_to_string(baseline).unwrap();
+    assert!(
+        written.contains(&format!("\"path\": \"{meta}\"")),
+        "{written}"
+    );
+    let out = tensorplay(&["audit", "--baseline", baseline, meta]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        !stderr(&out).contains("occurred nowhere"),
+        "{}",
+        stderr(&out)
+    );
+    // Audited without the file the baseline knows: its entry occurs nowhere.
+    let out = tensorplay(&[
+        "audit",
+        "--baseline",
+        baseline,
+        "fixtures/pytorch/state_dict.pt",
+    ]);
+    assert!(
+        stderr(&out).contains("1 recorded finding of the baseline occurred nowhere"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

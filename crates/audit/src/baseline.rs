@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::report::Report;
+use crate::text::comparable_path;
 use crate::{Code, Finding};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -23,12 +24,13 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
-    /// The identity of `finding` in the file at `path`.
+    /// The identity of `finding` in the file at `path` (however it is spelled: `./x`, `x`,
+    /// absolute inside the working directory).
     pub fn of(path: &str, finding: &Finding) -> Fingerprint {
         let mut tensors = finding.tensors.clone();
         tensors.sort();
         Fingerprint {
-            path: path.to_owned(),
+            path: comparable_path(path),
             code: finding.code,
             message: if tensors.is_empty() {
                 finding.message.clone()
@@ -93,20 +95,30 @@ impl Baseline {
     }
 
     /// Moves every finding the baseline knows into its file's `suppressed` list; returns how
-    /// many. A file that could not be read keeps its findings: a baseline judges findings of
-    /// files that were read, and never makes an unreadable checkpoint pass.
-    pub fn suppress(&self, report: &mut Report) -> usize {
+    /// many, and how many of the baseline's findings occurred nowhere in the report (fixed,
+    /// or recorded under another path). A file that could not be read keeps its findings: a
+    /// baseline judges findings of files that were read, and never makes an unreadable
+    /// checkpoint pass.
+    pub fn suppress(&self, report: &mut Report) -> (usize, usize) {
         let known: HashSet<&Fingerprint> = self.findings.iter().collect();
+        let mut met: HashSet<Fingerprint> = HashSet::new();
         let mut moved = 0;
         for file in report.files.iter_mut().filter(|f| f.format.is_some()) {
             let (old, new): (Vec<Finding>, Vec<Finding>) = std::mem::take(&mut file.findings)
                 .into_iter()
-                .partition(|f| known.contains(&Fingerprint::of(&file.path, f)));
+                .partition(|f| {
+                    let print = Fingerprint::of(&file.path, f);
+                    let known = known.contains(&print);
+                    if known {
+                        met.insert(print);
+                    }
+                    known
+                });
             moved += old.len();
             file.findings = new;
             file.suppressed.extend(old);
         }
         report.recount();
-        moved
+        (moved, known.len() - met.len())
     }
 }

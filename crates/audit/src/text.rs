@@ -86,6 +86,44 @@ mod tests {
     }
 }
 
+/// A path as `[[ignore]]` globs and baselines compare it, whatever way it was spelled:
+/// `./x`, `x//y`, `a/./b` and `a/../b` are lexically normal, and an absolute path inside the
+/// working directory is relative to it.
+pub fn comparable_path(path: &str) -> String {
+    let normal = normal_path(path);
+    if normal.starts_with('/') {
+        let cwd = std::env::current_dir()
+            .map(|d| normal_path(&d.to_string_lossy()))
+            .unwrap_or_default();
+        if let Some(rest) = normal.strip_prefix(&cwd).and_then(|r| r.strip_prefix('/')) {
+            return rest.to_owned();
+        }
+    }
+    normal
+}
+
+/// `path` with empty and `.` components dropped and `..` taken against the one before it.
+pub fn normal_path(path: &str) -> String {
+    let absolute = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|&p| p != "..") => {
+                parts.pop();
+            }
+            ".." if absolute => {}
+            part => parts.push(part),
+        }
+    }
+    let joined = parts.join("/");
+    match (absolute, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_owned(),
+        (false, false) => joined,
+    }
+}
+
 /// Characters of a name a finding keeps: a hostile file's names can be as long as the file.
 pub const MAX_NAME_CHARS: usize = 256;
 /// Characters of a finding's message: what every report can carry for every finding.
@@ -146,6 +184,24 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod bound_tests {
     use super::*;
+
+    #[test]
+    fn paths_compare_however_they_are_spelled() {
+        for (spelled, normal) in [
+            ("./x.pt", "x.pt"),
+            ("a//b/./c.pt", "a/b/c.pt"),
+            ("a/../b.pt", "b.pt"),
+            ("../up.pt", "../up.pt"),
+            ("/abs/./x", "/abs/x"),
+            ("/..", "/"),
+            ("./", "."),
+        ] {
+            assert_eq!(normal_path(spelled), normal, "{spelled}");
+        }
+        let cwd = std::env::current_dir().unwrap();
+        let inside = cwd.join("models/./a.pt");
+        assert_eq!(comparable_path(&inside.to_string_lossy()), "models/a.pt");
+    }
 
     #[test]
     fn long_names_and_messages_are_elided_keeping_both_ends() {

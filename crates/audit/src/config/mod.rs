@@ -13,20 +13,34 @@ pub use size::parse_size;
 use crate::error::{Error, Result};
 use crate::settings::RuleSettings;
 use crate::severity::Level;
+use crate::text::comparable_path;
 use crate::Code;
 use globset::GlobSet;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tensorplay_engine::alloc::AllocatorConfig;
 
 /// The file tensorplay looks for in the working directory.
 pub const FILE_NAME: &str = "tensorplay.toml";
 
+/// One `[[ignore]]` entry: its globs, its rules, and whether it matched any checkpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct Ignore {
+    pub globs: GlobSet,
+    pub codes: Vec<Code>,
+    /// The `path` as written, and its line.
+    pub pattern: String,
+    pub line: usize,
+    pub used: Arc<AtomicBool>,
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     levels: HashMap<Code, Level>,
-    ignores: Vec<(GlobSet, Vec<Code>)>,
+    ignores: Vec<Ignore>,
     /// What the rules read.
     pub settings: RuleSettings,
     /// Caching-allocator settings for the simulated load (TP302, TP303).
@@ -66,11 +80,28 @@ impl Config {
         self.levels.get(&code).copied()
     }
 
-    /// Whether findings of `code` are ignored for the checkpoint at `path`.
+    /// Whether findings of `code` are ignored for the checkpoint at `path` (however it is
+    /// spelled: `./x`, `x`, absolute).
     pub fn ignored(&self, path: &str, code: Code) -> bool {
+        let path = comparable_path(path);
+        let mut ignored = false;
+        for entry in &self.ignores {
+            if entry.globs.is_match(&path) {
+                entry.used.store(true, Ordering::Relaxed);
+                ignored |= entry.codes.contains(&code);
+            }
+        }
+        ignored
+    }
+
+    /// The `[[ignore]]` entries no checkpoint matched so far, as `(line, path)`: a pattern that
+    /// matches nothing is most likely misspelt.
+    pub fn unmatched_ignores(&self) -> Vec<(usize, &str)> {
         self.ignores
             .iter()
-            .any(|(globs, codes)| codes.contains(&code) && globs.is_match(path))
+            .filter(|e| !e.used.load(Ordering::Relaxed))
+            .map(|e| (e.line, e.pattern.as_str()))
+            .collect()
     }
 }
 

@@ -2,8 +2,9 @@
 //! this build has. Every problem is collected; the config is used only when there are none.
 
 use super::parse::{At, MaxMemory, Parsed};
-use super::{Config, Problem, Spot};
+use super::{Config, Ignore, Problem, Spot};
 use crate::settings::RuleSettings;
+use crate::text::normal_path;
 use crate::Code;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use std::collections::HashMap;
@@ -27,7 +28,18 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
             .filter_map(|name| rule_code(name, problems))
             .collect();
         if let Some(path) = &entry.path {
-            ignores.push((glob_set(std::slice::from_ref(path), problems), codes));
+            // Matched against lexically normal paths: `./legacy/**` means `legacy/**`.
+            let normal = At {
+                value: normal_path(&path.value),
+                spot: path.spot,
+            };
+            ignores.push(Ignore {
+                globs: glob_set(std::slice::from_ref(&normal), problems),
+                codes,
+                pattern: path.value.clone(),
+                line: path.spot.line,
+                used: Default::default(),
+            });
         }
     }
     let allocator = match &parsed.allocator_conf {

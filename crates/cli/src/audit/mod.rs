@@ -209,8 +209,9 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         }
         None => baseline,
     };
+    let mut stale = 0;
     if let Some(baseline) = &baseline {
-        baseline.suppress(&mut report);
+        stale = baseline.suppress(&mut report).1;
     }
 
     args.files.write(&report)?;
@@ -224,6 +225,27 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         verbose: args.verbose,
     };
     crate::exit::print(&render::stdout::render(&report, format, style)?)?;
+    // A pattern that matched nothing is most likely misspelt; a part of a partitioned run
+    // sees only its share of the files, so it cannot tell.
+    if report.partition.is_none() {
+        let file = args
+            .config
+            .as_deref()
+            .unwrap_or(Path::new(config::FILE_NAME));
+        for (line, pattern) in config.unmatched_ignores() {
+            eprintln!(
+                "warning: {}:{line}: [[ignore]] path = \"{}\" matched no checkpoint",
+                printable(&file.display().to_string(), false),
+                printable(pattern, false)
+            );
+        }
+    }
+    if stale > 0 {
+        eprintln!(
+            "note: {} of the baseline occurred nowhere in this run (fixed, or under another path); --write-baseline refreshes it",
+            plural(stale, "recorded finding")
+        );
+    }
     if args.verbose {
         if let Some(peak) = crate::peak::resident_bytes() {
             eprintln!("note: peak resident memory {} MiB", peak >> 20);
