@@ -36,7 +36,7 @@ impl Machine<'_> {
         }
     }
 
-    fn opaque(&mut self, class: Id, args: Id) -> Result<Id> {
+    pub(super) fn opaque(&mut self, class: Id, args: Id) -> Result<Id> {
         self.alloc(Node::Object(Box::new(Object {
             class,
             args,

@@ -108,7 +108,8 @@ pub(super) struct Machine<'a> {
     torchscript_classes: bool,
     /// Where the current FRAME ends, while one is open.
     frame_end: Option<usize>,
-    /// The first way the stream's frames disagree with its opcodes.
+    /// The first problem read past (the stream's frames disagree with its opcodes, a call
+    /// that cannot be interpreted), refused at the stream's end.
     frame_mismatch: Option<Error>,
 }
 
@@ -357,7 +358,10 @@ impl<'a> Machine<'a> {
                     None => Ok(root),
                 };
             }
-            self.step(op)?;
+            // The first problem is the refusal, whatever stopped the stream after it.
+            if let Err(e) = self.step(op) {
+                return Err(self.frame_mismatch.take().unwrap_or(e));
+            }
             self.frame_boundary();
         }
     }
@@ -385,8 +389,14 @@ impl<'a> Machine<'a> {
 
     /// Keeps the first framing mismatch, refused once the stream has been read.
     fn frame_mismatch(&mut self, detail: String) {
+        let refusal = self.err(detail);
+        self.refuse_at_end(refusal);
+    }
+
+    /// Keeps the first problem CPython reads past, to refuse the stream at its end.
+    fn refuse_at_end(&mut self, refusal: Error) {
         if self.frame_mismatch.is_none() {
-            self.frame_mismatch = Some(self.err(detail));
+            self.frame_mismatch = Some(refusal);
         }
     }
 
@@ -737,7 +747,19 @@ impl<'a> Machine<'a> {
             REDUCE => {
                 let args = self.pop()?;
                 let callable = self.pop()?;
-                self.call(callable, args, 0)?
+                match self.call(callable, args, 0) {
+                    Ok(id) => id,
+                    // An allowlisted call tensorplay cannot make sense of (a tensor rebuilt
+                    // over what `torch.storage._load_from_bytes` returns, say): Python calls
+                    // the real function, which may well succeed, and runs on. So does this
+                    // machine, the value kept opaque, so every later global is named; the
+                    // stream is refused at its end.
+                    Err(e @ Error::Pickle { .. }) => {
+                        self.refuse_at_end(e);
+                        self.opaque(callable, args)?
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             NEWOBJ | NEWOBJ_EX => {
                 if op == NEWOBJ_EX {

@@ -625,3 +625,20 @@ fn a_second_build_on_one_object_is_refused() {
     let once = b"\x80\x02cm\nC\n)\x81}X\x01\x00\x00\x00aK\x01sb.";
     assert!(run(once).is_ok());
 }
+
+/// A tensor rebuilt over what an unsafe global returns (`pickle.dumps(tensor)` writes
+/// `torch.storage._load_from_bytes`): Python calls the real functions and runs on, so the
+/// machine reads on too, naming the call that follows, and refuses the stream at its end.
+#[test]
+fn a_call_tensorplay_cannot_interpret_is_read_past_and_refused_at_the_end() {
+    let mut stream = b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(ctorch.storage\n_load_from_bytes\nC\x01x\x85RK\x00K\x01\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR".to_vec();
+    stream.extend_from_slice(b"0cos\nsystem\nX\x04\x00\x00\x00true\x85R.");
+    let error = run(&stream).expect_err("refused");
+    assert!(error.to_string().contains("tensor rebuild"), "{error}");
+    let named: Vec<String> = error
+        .unsafe_globals()
+        .iter()
+        .map(|g| format!("{}.{}", g.module, g.name))
+        .collect();
+    assert_eq!(named, ["torch.storage._load_from_bytes", "os.system"]);
+}
