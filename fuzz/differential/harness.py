@@ -148,6 +148,15 @@ def in_directory(name, data, tp, oracles, allowed, work):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def variants(oracle, path, rng):
+    """An oracle's variants of `path`; a mutator that fails is reported and passed by, so one
+    odd input does not end a long run."""
+    try:
+        yield from flexible(oracle.mutations, path, rng)
+    except Exception as e:  # noqa: BLE001
+        print(f"MUTATOR FAILED {oracle.NAME} on {path}: {e!r}", flush=True)
+
+
 def summaries(oracles, over):
     for oracle in oracles:
         if hasattr(oracle, "summary"):
@@ -245,7 +254,7 @@ def main():
                 for oracle in oracles:
                     if not oracle.applies(path) or not hasattr(oracle, "mutations"):
                         continue
-                    for label, payload in flexible(oracle.mutations, path, rng):
+                    for label, payload in variants(oracle, path, rng):
                         folder, target = write_variant(work, Path(path).name, payload)
                         found = check(target, oracles, tp, allowed)
                         if not isinstance(payload, dict) and oracle.NAME == "pickle":

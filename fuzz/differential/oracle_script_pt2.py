@@ -403,7 +403,10 @@ def mutations(path):
                     yield f"expr:{p}:{name}", replaced(i, body=json.dumps(doc).encode())
             del program
         if kind == "pt2" and rel.endswith("_config.json"):
-            config = json.loads(body)
+            try:
+                config = json.loads(body)
+            except Exception:  # noqa: BLE001 - a broken config has no entries to bend
+                continue
             entries_by_rel = {_relative(n): j for j, (n, _) in enumerate(entries)}
             for fqn, meta in sorted(config.get("config", {}).items())[:1]:
                 directory = rel.rsplit("/", 1)[0] + "/"
