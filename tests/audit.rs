@@ -875,3 +875,47 @@ fn paths_match_however_they_are_spelled_and_unmatched_entries_are_said() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// TP501 gives the global it names as data too: module, name, member and byte offset.
+#[test]
+fn an_unsafe_global_is_structured_in_the_json_report() {
+    let out = tensorplay(&[
+        "audit",
+        "--format",
+        "json",
+        "--fail-on",
+        "never",
+        "fixtures/pytorch/payload_os_system.pt",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    let finding = &report["files"][0]["findings"][0];
+    assert_eq!(finding["code"], "TP501");
+    let global = &finding["global"];
+    assert_eq!(
+        (&global["module"], &global["name"], &global["member"]),
+        (
+            &serde_json::json!("posix"),
+            &serde_json::json!("system"),
+            &serde_json::json!("payload_os_system/data.pkl")
+        )
+    );
+    let offset = global["offset"].as_u64().expect("offset");
+    assert!(
+        finding["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("at byte {offset} references posix.system")),
+        "{finding}"
+    );
+    // Findings about no global carry none.
+    let out = tensorplay(&[
+        "audit",
+        "--format",
+        "json",
+        "--fail-on",
+        "never",
+        "fixtures/pytorch/meta.pt",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert!(report["files"][0]["findings"][0].get("global").is_none());
+}

@@ -2,7 +2,7 @@
 //! It names no rule: each rule says when it applies and what it reports.
 
 use crate::config::Config;
-use crate::finding::{Draft, Finding};
+use crate::finding::{Draft, Finding, GlobalRef};
 use crate::layout::layout;
 use crate::options::Options;
 use crate::registry::RULES;
@@ -213,6 +213,12 @@ fn finding(rule: &dyn Rule, severity: Severity, draft: Draft) -> Finding {
         storage: draft.storage,
         message: bounded(draft.message, bounded_message),
         fix: draft.fix,
+        global: draft.global.map(|g| GlobalRef {
+            module: bounded(g.module, bounded_name),
+            name: bounded(g.name, bounded_name),
+            member: bounded(g.member, bounded_name),
+            offset: g.offset,
+        }),
     }
 }
 

@@ -19,10 +19,28 @@ pub struct Finding {
     pub message: String,
     /// The concrete remedy.
     pub fix: String,
+    /// The pickle global a finding is about (TP501), for programs: the message names it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<GlobalRef>,
+}
+
+/// Where a pickle names a global: module and name after Python 2 mapping, the archive
+/// member (or stream) and the byte offset of the opcode. Long names are bounded as in
+/// messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlobalRef {
+    /// `posix`.
+    pub module: String,
+    /// `system`.
+    pub name: String,
+    /// `archive/data.pkl`.
+    pub member: String,
+    /// Byte offset of the GLOBAL/STACK_GLOBAL/INST opcode in the member.
+    pub offset: u64,
 }
 
 /// What a rule produces; the runner adds the rule's code and the severity.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Draft {
     /// Tensor names involved.
     pub tensors: Vec<String>,
@@ -32,4 +50,6 @@ pub struct Draft {
     pub message: String,
     /// The remedy.
     pub fix: String,
+    /// The pickle global it is about, if it is about one.
+    pub global: Option<GlobalRef>,
 }

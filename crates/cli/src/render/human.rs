@@ -214,6 +214,7 @@ mod tests {
                 storage: None,
                 message: "a finding over many tensors".into(),
                 fix: "fix them".into(),
+                global: None,
             }],
             suppressed: Vec::new(),
             allowed_globals: Vec::new(),

@@ -57,6 +57,7 @@ fn recorded_devices(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             ),
             fix: "load to CPU with map_location, then move the model; never patch a device field"
                 .into(),
+            ..Default::default()
         });
     }
 }
@@ -87,6 +88,7 @@ fn loaded_devices(load: &DeviceLoad, out: &mut Vec<Draft>) {
             ),
             fix: "check the driver and device; load to CPU with map_location, then move the model"
                 .into(),
+            ..Default::default()
         });
     }
 }

@@ -43,6 +43,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             ),
             fix: "materialise the weights (`to_empty` then initialise or load) before saving"
                 .into(),
+            ..Default::default()
         });
     }
 }

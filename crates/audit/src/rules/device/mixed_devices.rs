@@ -42,6 +42,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         storage: None,
         message: format!("storages were saved from {}: {}", plural(by.len(), "device"), parts.join(", ")),
         fix: "move every tensor to one device before saving (`model.cpu().state_dict()`), or load with map_location and re-save".into(),
+        ..Default::default()
     });
 }
 

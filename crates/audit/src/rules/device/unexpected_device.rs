@@ -52,6 +52,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             fix: format!("save from CPU (`{{k: v.cpu() for k, v in sd.items()}}`) or add \"{location}\" to allowed_devices"),
             tensors,
             storage: ids.first().copied().filter(|_| ids.len() == 1),
+            ..Default::default()
         });
     }
 }

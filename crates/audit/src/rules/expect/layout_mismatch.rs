@@ -71,6 +71,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             tensors: missing,
             storage: None,
             fix: "re-export the checkpoint from the model it is for, or write the layout again if the model changed on purpose".into(),
+            ..Default::default()
         });
     }
     let unexpected: Vec<String> = actual
@@ -89,6 +90,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             tensors: unexpected,
             storage: None,
             fix: "save only the model's state_dict, or write the layout again if the model changed on purpose".into(),
+            ..Default::default()
         });
     }
     for t in &actual.tensors {
@@ -108,6 +110,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             storage,
             message: format!("'{}': {}", t.name, differences.join("; ")),
             fix: "re-export the tensor from the model it is for (load to CPU, then move the model to its device before saving)".into(),
+            ..Default::default()
         });
     }
 }

@@ -39,6 +39,7 @@ fn read_failure(error: &ReadError) -> Option<Draft> {
         storage: None,
         message: error.to_string(),
         fix: "re-upload or re-save the checkpoint from its source".into(),
+        ..Default::default()
     })
 }
 

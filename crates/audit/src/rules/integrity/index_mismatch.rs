@@ -47,6 +47,7 @@ fn read_failure(error: &ReadError) -> Option<Draft> {
         storage: None,
         message: error.to_string(),
         fix: fix.into(),
+        ..Default::default()
     })
 }
 

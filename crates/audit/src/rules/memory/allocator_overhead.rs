@@ -56,6 +56,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             plural(stats.segment.current, "segment")
         ),
         fix: "pack small tensors into fewer storages, load the largest first, or tune roundup_power2_divisions / max_split_size_mb".into(),
+        ..Default::default()
     });
 }
 

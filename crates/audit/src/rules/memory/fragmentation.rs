@@ -62,6 +62,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             plural(sizes.len(), "storage")
         ),
         fix: "pack small tensors into fewer storages, or load the largest tensors first".into(),
+        ..Default::default()
     });
 }
 

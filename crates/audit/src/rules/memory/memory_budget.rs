@@ -51,6 +51,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             human_bytes(memory.full.stats.reserved_bytes.peak),
         ),
         fix: "quantize or shard the model, load it across devices, or serve it on a larger GPU".into(),
+        ..Default::default()
     });
 }
 

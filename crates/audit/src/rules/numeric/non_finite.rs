@@ -60,6 +60,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                     found.neg_inf,
                 ),
                 fix: "nothing to fix: the callback replaces the placeholder once it monitors a value".into(),
+                ..Default::default()
             });
             continue;
         }
@@ -76,6 +77,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 found.first.map_or("?".to_owned(), |i| i.to_string())
             ),
             fix: "find the step that diverged and re-save from the last healthy checkpoint".into(),
+            ..Default::default()
         });
     }
 }

@@ -59,6 +59,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         storage: None,
         message,
         fix: "load it only from a trusted source; to ship weights, save a plain state_dict from a trusted environment or convert to safetensors".into(),
+        ..Default::default()
     });
 }
 

@@ -1,4 +1,4 @@
-use crate::finding::Draft;
+use crate::finding::{Draft, GlobalRef};
 use crate::rule::{declare_rule, Context};
 use crate::settings::RuleSettings;
 use crate::text::bounded_name;
@@ -102,6 +102,12 @@ fn draft(g: &UnsafeGlobal) -> Draft {
                 g.position,
             ),
             fix: "do not load this file with weights_only=False; re-save a plain state_dict from a trusted environment or convert to safetensors".into(),
+            global: Some(GlobalRef {
+                module: g.module.clone(),
+                name: g.name.clone(),
+                member: g.member.clone(),
+                offset: g.position,
+            }),
         }
     }
 }

@@ -60,6 +60,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             "torch.load (weights_only=True, its default since torch 2.6) would refuse this file: in {member}: {reason}"
         ),
         fix: "save with torch.save and keep only tensors, containers and primitive values, or allowlist a trusted class with torch.serialization.add_safe_globals where the file is loaded".into(),
+        ..Default::default()
     });
 }
 

@@ -68,6 +68,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                     "save `{}.clone().detach()` for the views, or save only the base",
                     others.first().map_or("view", String::as_str)
                 ),
+                ..Default::default()
             });
         }
     }

@@ -43,6 +43,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 "save `{}.contiguous()` if consumers need a dense layout",
                 t.name()
             ),
+            ..Default::default()
         });
     }
 }

@@ -46,6 +46,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             message: problem,
             fix: "the file is inconsistent: do not load it; re-save it from the source model"
                 .into(),
+            ..Default::default()
         });
     }
 }

@@ -51,6 +51,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             fix: "clone each tensor before converting to safetensors (`{k: v.clone() for k, v in sd.items()}`)".into(),
             tensors: names,
             storage: Some(shared.storage.id()),
+            ..Default::default()
         });
     }
 }

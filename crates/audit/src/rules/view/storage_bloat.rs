@@ -85,6 +85,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             },
             tensors: names,
             storage: Some(storage.id()),
+            ..Default::default()
         });
     }
 }

@@ -107,6 +107,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 storage: Some(shared.storage.id()),
                 message: format!("{} are the same view of storage {} (tied){known}", quoted.join(" and "), shared.storage.id()),
                 fix: "if the tie is intended, list the names under [tied_weights] allow in tensorplay.toml; otherwise save a `.clone()` under the second name".into(),
+                ..Default::default()
             });
         }
     }

@@ -59,6 +59,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                     a.tensor.name(),
                     b.tensor.name()
                 ),
+                ..Default::default()
             });
         }
     }
