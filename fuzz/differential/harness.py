@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -148,7 +149,7 @@ def in_directory(name, data, tp, oracles, allowed, work):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def variants(oracle, path, rng):
+def mutants(oracle, path, rng):
     """An oracle's variants of `path`; a mutator that fails is reported and passed by, so one
     odd input does not end a long run."""
     try:
@@ -207,9 +208,23 @@ def save(out, path, label, payload, found):
             (base / rel).write_bytes(data)
     elif payload is not None:
         base.write_bytes(payload)
-    (out / f"{base.name}.json").write_text(
-        json.dumps({"input": str(path), "variant": label, "found": found}, indent=1, default=str)
-    )
+    record = clipped({"input": str(path), "variant": label, "found": found})
+    (out / f"{base.name}.json").write_text(json.dumps(record, indent=1, default=str))
+
+
+def clipped(value, limit=4096):
+    """`value` with long strings and lists cut: a record of a crafted input can name the same
+    32 000-byte global a million times."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit // 2]}… ({len(value)} characters)"
+    if isinstance(value, (list, tuple)):
+        items = [clipped(v, limit) for v in value[:limit // 4]]
+        if len(value) > len(items):
+            items.append(f"… and {len(value) - len(items)} more")
+        return items
+    if isinstance(value, dict):
+        return {k: clipped(v, limit) for k, v in value.items()}
+    return value
 
 
 def main():
@@ -223,9 +238,17 @@ def main():
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=60, help="per tensorplay run")
+    ap.add_argument(
+        "--max-memory-gib", type=float, default=12, help="address space of the harness and what it runs"
+    )
     ap.add_argument("--out", default=str(REPO / "target" / "differential"))
     args = ap.parse_args()
 
+    # The oracles run real loaders in this process, and a crafted file can make one allocate
+    # what it claims: bounded, so it fails with MemoryError (reported) instead of taking the
+    # machine. Children (tensorplay, the weights-only worker) inherit the bound.
+    limit = int(args.max_memory_gib * (1 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     # The loaders log what they fall back to (torch.export's older layouts); the harness
     # prints its own verdicts.
     logging.disable(logging.WARNING)
@@ -254,7 +277,7 @@ def main():
                 for oracle in oracles:
                     if not oracle.applies(path) or not hasattr(oracle, "mutations"):
                         continue
-                    for label, payload in variants(oracle, path, rng):
+                    for label, payload in mutants(oracle, path, rng):
                         folder, target = write_variant(work, Path(path).name, payload)
                         found = check(target, oracles, tp, allowed)
                         if not isinstance(payload, dict) and oracle.NAME == "pickle":

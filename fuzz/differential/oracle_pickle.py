@@ -176,9 +176,20 @@ def divergences(rec, inspect_json, audit_json, allowed):
         alt = ".".join(mapped(module, name))
         if full in allowed or alt in allowed:
             continue
-        if full not in named and alt not in named:
-            out.append(f"C unpickler resolves {full}; the audit names no such global")
+        if bounded(full) not in named and bounded(alt) not in named:
+            out.append(f"C unpickler resolves {bounded(full)}; the audit names no such global")
     return out
+
+
+def bounded(name):
+    """A name as tensorplay's reports show it (`text::bounded_name`): past 256 characters, its
+    first 160 and last 64 around an ellipsis, then the low 32 bits of its FNV-1a hash."""
+    if len(name) <= 256:
+        return name
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{name[:160]}…{name[-64:]} #{h & 0xFFFFFFFF:08x}"
 
 
 def reported_globals(audit_json):

@@ -60,7 +60,7 @@ def _ask(path):
     for _ in range(2):
         if _worker is None or _worker.poll() is not None:
             _worker = subprocess.Popen(
-                [sys.executable, "-c", WORKER, str(16 << 30)],
+                [sys.executable, "-c", WORKER, str(8 << 30)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
