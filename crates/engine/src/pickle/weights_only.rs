@@ -101,7 +101,9 @@ enum V {
     Bool,
     Int(Option<i64>),
     Float,
+    /// A short string (a persistent id's tag is compared); a longer one is only a string.
     Str(Rc<str>),
+    LongStr,
     Bytes(Rc<[u8]>),
     Tuple(Rc<[V]>),
     /// Its length: SETITEM on a list assigns an index.
@@ -115,6 +117,16 @@ enum V {
     Object(Type),
     /// What `persistent_load` returns: a `TypedStorage`.
     Storage,
+}
+
+impl V {
+    /// Text already checked to decode: kept only when short enough to be a tag.
+    fn text(bytes: &[u8]) -> V {
+        match bytes.len() <= 64 {
+            true => V::Str(String::from_utf8_lossy(bytes).into()),
+            false => V::LongStr,
+        }
+    }
 }
 
 /// The allowlisted classes whose instances a stream can build.
@@ -415,17 +427,19 @@ impl<'a> Machine<'a> {
                 BINUNICODE => {
                     let len = self.u32_le()?;
                     let bytes = self.read_up_to(len as usize);
-                    let text = surrogatepass(bytes)
-                        .ok_or("UnicodeDecodeError: BINUNICODE is not UTF-8")?;
-                    self.stack.push(V::Str(text.into()));
+                    if !surrogatepass(bytes) {
+                        return Err("UnicodeDecodeError: BINUNICODE is not UTF-8".into());
+                    }
+                    self.stack.push(V::text(bytes));
                 }
                 SHORT_BINSTRING => {
                     let len = self.byte()?;
                     let bytes = self.read_up_to(len.into());
                     // torch.load passes encoding="utf-8": a `str`, strictly decoded.
-                    let text = std::str::from_utf8(bytes)
-                        .map_err(|_| "UnicodeDecodeError: SHORT_BINSTRING is not UTF-8")?;
-                    self.stack.push(V::Str(text.into()));
+                    if std::str::from_utf8(bytes).is_err() {
+                        return Err("UnicodeDecodeError: SHORT_BINSTRING is not UTF-8".into());
+                    }
+                    self.stack.push(V::text(bytes));
                 }
                 BINPERSID => {
                     let pid = self.pop()?;
@@ -621,7 +635,9 @@ fn python2_names<'a>(module: &'a str, name: &'a str) -> (&'a str, &'a str) {
 /// `func(*args)` / `cls.__new__(cls, *args)` need an iterable.
 fn iterable(args: &V) -> Result<(), String> {
     match args {
-        V::Tuple(_) | V::List(_) | V::Dict(_) | V::Set | V::Str(_) | V::Bytes(_) => Ok(()),
+        V::Tuple(_) | V::List(_) | V::Dict(_) | V::Set | V::Str(_) | V::LongStr | V::Bytes(_) => {
+            Ok(())
+        }
         V::Object(Type::OrderedDict | Type::Counter | Type::Size | Type::Set) => Ok(()),
         other => Err(format!(
             "TypeError: argument after * must be an iterable, not {}",
@@ -753,7 +769,7 @@ fn type_name(v: &V) -> &'static str {
         V::Bool => "<class 'bool'>",
         V::Int(_) => "<class 'int'>",
         V::Float => "<class 'float'>",
-        V::Str(_) => "<class 'str'>",
+        V::Str(_) | V::LongStr => "<class 'str'>",
         V::Bytes(_) => "<class 'bytes'>",
         V::Tuple(_) => "<class 'tuple'>",
         V::List(_) => "<class 'list'>",
@@ -779,28 +795,18 @@ fn describe(v: &V) -> String {
     }
 }
 
-/// UTF-8 with surrogates allowed (`"surrogatepass"`), which Rust's `str` refuses.
-fn surrogatepass(bytes: &[u8]) -> Option<String> {
-    let mut out = String::new();
+/// Whether `bytes` decode as UTF-8 with surrogates allowed (`"surrogatepass"`), which Rust's
+/// `str` refuses.
+fn surrogatepass(bytes: &[u8]) -> bool {
     let mut rest = bytes;
     loop {
         match std::str::from_utf8(rest) {
-            Ok(s) => {
-                out.push_str(s);
-                return Some(out);
-            }
-            Err(e) => {
-                let (good, bad) = rest.split_at(e.valid_up_to());
-                out.push_str(std::str::from_utf8(good).ok()?);
+            Ok(_) => return true,
+            Err(e) => match rest.get(e.valid_up_to()..).unwrap_or_default() {
                 // ED A0..BF 80..BF: an encoded surrogate.
-                match bad {
-                    [0xed, 0xa0..=0xbf, 0x80..=0xbf, tail @ ..] => {
-                        out.push('\u{fffd}');
-                        rest = tail;
-                    }
-                    _ => return None,
-                }
-            }
+                [0xed, 0xa0..=0xbf, 0x80..=0xbf, tail @ ..] => rest = tail,
+                _ => return false,
+            },
         }
     }
 }
