@@ -379,23 +379,13 @@ fn every_byte_in_an_item(
     items: &[StorageInfo],
     mapped: &HashMap<String, Arc<HostBuffer>>,
 ) -> Result<()> {
-    let mut ranges: Vec<(&str, u64, u64)> = items
-        .iter()
-        .map(|i| {
-            (
-                i.relative_path.as_str(),
-                i.offset,
-                i.offset.saturating_add(i.length),
-            )
-        })
-        .collect();
-    ranges.sort_unstable();
+    let ranges = sorted_ranges(items);
     // Bytes before, between and after a file's ranges (which no_shared_bytes keeps apart).
     let mut next = 0usize;
-    while let Some(&(file, _, _)) = ranges.get(next) {
+    while let Some(&(file, _, _, _)) = ranges.get(next) {
         let len = mapped.get(file).map_or(0, |b| b.len());
         let mut covered = 0u64;
-        while let Some(&(_, start, end)) = ranges.get(next).filter(|r| r.0 == file) {
+        while let Some(&(_, start, end, _)) = ranges.get(next).filter(|r| r.0 == file) {
             if start > covered {
                 return Err(unread(dir, file, covered, start));
             }
@@ -436,9 +426,8 @@ fn unread(dir: &Path, file: &str, start: u64, end: u64) -> Error {
     )
 }
 
-/// No two items share bytes of a file: DCP writes them one after another, so items that
-/// overlap come from a metadata that does not describe the files.
-fn no_shared_bytes(dir: &Path, items: &[StorageInfo]) -> Result<()> {
+/// Each item's file and byte range, sorted by file, then start, then end.
+fn sorted_ranges(items: &[StorageInfo]) -> Vec<(&str, u64, u64, &StorageInfo)> {
     let mut ranges: Vec<(&str, u64, u64, &StorageInfo)> = items
         .iter()
         .map(|i| {
@@ -451,6 +440,13 @@ fn no_shared_bytes(dir: &Path, items: &[StorageInfo]) -> Result<()> {
         })
         .collect();
     ranges.sort_by_key(|&(file, start, end, _)| (file, start, end));
+    ranges
+}
+
+/// No two items share bytes of a file: DCP writes them one after another, so items that
+/// overlap come from a metadata that does not describe the files.
+fn no_shared_bytes(dir: &Path, items: &[StorageInfo]) -> Result<()> {
+    let ranges = sorted_ranges(items);
     for pair in ranges.windows(2) {
         if let [(file, _, end, a), (next_file, start, _, b)] = pair {
             if file == next_file && start < end {

@@ -33,13 +33,7 @@ pub(crate) fn may_begin_pickle(prefix: &[u8]) -> bool {
 /// it; `None` when CPython would reject it first. A reader that refuses a stream for what it
 /// holds finds the next one here.
 pub(crate) fn stream_end(bytes: &[u8]) -> Option<usize> {
-    let mut walk = Walk {
-        bytes,
-        pos: 0,
-        depth: 0,
-        marks: Vec::new(),
-        memo: std::collections::HashSet::new(),
-    };
+    let mut walk = Walk::new(bytes);
     loop {
         match walk.step() {
             Ok(()) => {}
@@ -60,13 +54,7 @@ enum Walked {
 }
 
 fn walk(bytes: &[u8]) -> Walked {
-    let mut walk = Walk {
-        bytes,
-        pos: 0,
-        depth: 0,
-        marks: Vec::new(),
-        memo: std::collections::HashSet::new(),
-    };
+    let mut walk = Walk::new(bytes);
     let mut whole = 0usize;
     let mut named_global = false;
     loop {
@@ -115,6 +103,16 @@ struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Walk {
+            bytes,
+            pos: 0,
+            depth: 0,
+            marks: Vec::new(),
+            memo: std::collections::HashSet::new(),
+        }
+    }
+
     fn take(&mut self, n: u64) -> Step<&'a [u8]> {
         let bytes = self.bytes;
         let end = usize::try_from(n)
