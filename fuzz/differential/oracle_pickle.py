@@ -76,10 +76,13 @@ class Recorder(pickle.Unpickler):
         return _Inert()
 
 
-def run_streams(data, limit=64):
-    """Every pickle stream in `data`, back to back, as repeated `pickle.load` calls run them."""
+def run_streams(data, limit=64, peeking=False):
+    """Every pickle stream in `data`, back to back, as repeated `pickle.load` calls run them:
+    from `io.BytesIO` (how torch.load reads a zip's pickle), or, `peeking`, from a buffered
+    file (how torch.load reads a file it opens), which the C unpickler reads differently when
+    frames disagree with the opcodes."""
     streams = []
-    f = io.BytesIO(data)
+    f = io.BufferedReader(io.BytesIO(data)) if peeking else io.BytesIO(data)
     while f.tell() < len(data) and len(streams) < limit:
         start = f.tell()
         globals_seen, persistent_seen = [], []
@@ -132,7 +135,9 @@ def record(path):
     rec = {"torch_format": kind, "members": {}}
     if kind == "pickle":
         with open(path, "rb") as f:
-            rec["members"]["<pickle>"] = run_streams(f.read())
+            data = f.read()
+        rec["members"]["<pickle>"] = run_streams(data)
+        rec["members"]["<pickle, from a file>"] = run_streams(data, peeking=True)
     elif kind == "zip":
         for member, data in _zip_pickles(path).items():
             if member == "<error>":

@@ -455,26 +455,43 @@ impl Error {
         }
     }
 
+    /// This error of an archive nested as `member`, seen from its container: each global it
+    /// names is placed under `member/`.
+    pub(crate) fn nested_in(self, member: &str) -> Error {
+        match self {
+            Error::RefusedWithUnsafeGlobals {
+                source,
+                mut globals,
+            } => {
+                for global in &mut globals {
+                    global.member = format!("{member}/{}", global.member);
+                }
+                Error::RefusedWithUnsafeGlobals { source, globals }
+            }
+            error => error,
+        }
+    }
+
     /// This error, naming `globals` too when there are any.
     pub(crate) fn with_unsafe_globals(self, mut globals: Vec<UnsafeGlobal>) -> Error {
-        match self {
-            _ if globals.is_empty() => self,
-            // One list, in file order, however many layers of reading added to it; a layer
-            // may name again what an inner one named.
+        if globals.is_empty() {
+            return self;
+        }
+        // One list, in file order, however many layers of reading added to it; a layer (or a
+        // second reading) may name again what another named.
+        let source = match self {
             Error::RefusedWithUnsafeGlobals {
                 source,
                 globals: later,
             } => {
                 globals.extend(later);
-                let mut seen = std::collections::HashSet::new();
-                globals.retain(|g| seen.insert(g.clone()));
-                Error::RefusedWithUnsafeGlobals { source, globals }
+                source
             }
-            error => Error::RefusedWithUnsafeGlobals {
-                source: Box::new(error),
-                globals,
-            },
-        }
+            error => Box::new(error),
+        };
+        let mut seen = std::collections::HashSet::new();
+        globals.retain(|g| seen.insert(g.clone()));
+        Error::RefusedWithUnsafeGlobals { source, globals }
     }
 }
 

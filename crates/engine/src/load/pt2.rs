@@ -37,6 +37,7 @@ use std::sync::Arc;
 const ARCHIVE_FORMAT: &str = "archive_format";
 const ARCHIVE_VERSION: &str = "archive_version";
 const MODELS_DIR: &str = "models/";
+const DATA_DIR: &str = "data/";
 const WEIGHTS_DIR: &str = "data/weights/";
 const CONSTANTS_DIR: &str = "data/constants/";
 const AOTINDUCTOR_DIR: &str = "data/aotinductor/";
@@ -64,8 +65,25 @@ pub(crate) fn is_pt2(archive: &Archive<'_>) -> Result<bool> {
     Ok(true)
 }
 
-/// Reads a `torch.export` archive (its meter taken from `parts`) into `parts`.
+/// Reads a `torch.export` archive (its meter taken from `parts`) into `parts`. A refusal names
+/// what `torch.export.load` would have run: the globals named before it, and those of every
+/// member under `data/` the reading did not reach that `torch.load` would unpickle.
 pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Result<Format> {
+    let first_global = parts.unsafe_globals.len();
+    match read_programs(&mut archive, parts) {
+        Ok(()) => {
+            parts.meter = archive.meter;
+            Ok(Format::Pt2)
+        }
+        Err(e) => {
+            let mut globals = parts.unsafe_globals.split_off(first_global);
+            globals.extend(globals_of_loadable_members(&mut archive));
+            Err(e.with_unsafe_globals(globals))
+        }
+    }
+}
+
+fn read_programs(archive: &mut Archive<'_>, parts: &mut Parts) -> Result<()> {
     archive.read(ARCHIVE_FORMAT)?;
     let version_name = archive.full_name(ARCHIVE_VERSION);
     match archive.read(ARCHIVE_VERSION)?.as_deref() {
@@ -79,7 +97,7 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
         }
         None => return Err(archive.err(&version_name, "record is missing")),
     }
-    let names = relative_names(&archive);
+    let names = relative_names(archive);
     if let Some(compiled) = names.iter().find(|n| n.starts_with(AOTINDUCTOR_DIR)) {
         // Compiled shared objects that torch.export.load would dlopen: not read here.
         return Err(archive.err(
@@ -87,24 +105,62 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
             "AOTInductor compiled code is not supported",
         ));
     }
-    let models = model_names(&archive, &names)?;
+    let models = model_names(archive, &names)?;
     if models.is_empty() {
         return Err(archive.err("zip", "no models/<name>.json: no exported program"));
     }
     let mut seen = HashSet::new();
     for model in &models {
         let mut reader = ModelReader {
-            archive: &mut archive,
-            parts,
+            archive: &mut *archive,
+            parts: &mut *parts,
             model,
             seen: &mut seen,
         };
         reader.read()?;
     }
     // Any other pickle in the archive (extra files) is audited as torch.load's would be.
-    torch_zip::audit_other_pickles(&archive, Loader::Python, parts)?;
-    parts.meter = archive.meter;
-    Ok(Format::Pt2)
+    torch_zip::audit_other_pickles(archive, Loader::Python, parts)
+}
+
+/// The globals of every member under `data/` that `torch.load` would unpickle (a zip, a tar, a
+/// pickle stream: a nested archive, a `use_pickle` payload, example inputs), each read as
+/// `torch.load` reads it, whether or not that reading is refused. Raw tensor bytes, which torch
+/// never unpickles, are passed over by their first bytes; a member past the budget is too.
+fn globals_of_loadable_members(archive: &mut Archive<'_>) -> Vec<UnsafeGlobal> {
+    let mut globals = Vec::new();
+    for name in relative_names(archive) {
+        if !name.starts_with(DATA_DIR) {
+            continue;
+        }
+        let Ok(Some(bytes)) = archive.read(&name) else {
+            continue;
+        };
+        let prefix = bytes.get(..super::sniff::SNIFF_LEN).unwrap_or(&bytes);
+        let loadable = prefix.starts_with(b"PK\x03\x04")
+            || torch_tar::opens(prefix)
+            || super::pickle_start::begins_pickle(prefix);
+        if !loadable {
+            continue;
+        }
+        let full = archive.full_name(&name);
+        let buffer = HostBuffer::from_vec(archive.path().join(&full), bytes.into_owned());
+        let mut scratch = Parts {
+            meter: std::mem::take(&mut archive.meter),
+            ..Parts::default()
+        };
+        let read = torch_load(&buffer, &mut scratch);
+        archive.meter = std::mem::take(&mut scratch.meter);
+        let mut named = scratch.unsafe_globals;
+        if let Err(e) = read {
+            named.extend(e.unsafe_globals().iter().cloned());
+        }
+        globals.extend(named.into_iter().map(|mut global| {
+            global.member = format!("{full}/{}", global.member);
+            global
+        }));
+    }
+    globals
 }
 
 /// Entry names relative to the archive's folder, in directory order.
@@ -480,7 +536,7 @@ impl ModelReader<'_, '_> {
         }
         match read {
             Ok(_) => Ok(globals),
-            Err(e) => Err(e.with_unsafe_globals(globals)),
+            Err(e) => Err(e.nested_in(&full).with_unsafe_globals(globals)),
         }
     }
 
@@ -499,7 +555,7 @@ impl ModelReader<'_, '_> {
         let first = self.parts.tensors.len();
         let first_storage = self.parts.storages.len();
         let first_global = self.parts.unsafe_globals.len();
-        let format = if keep {
+        let read = if keep {
             self.parts.meter = std::mem::take(&mut self.archive.meter);
             let format = torch_load(&buffer, self.parts);
             self.archive.meter = std::mem::take(&mut self.parts.meter);
@@ -520,11 +576,13 @@ impl ModelReader<'_, '_> {
                 }
                 Err(e) => Err(e.with_unsafe_globals(scratch.unsafe_globals)),
             }
-        }?;
-        // A global's member names the nested archive too: `<member>/<its pickle>`.
+        };
+        // A global's member names the nested archive too: `<member>/<its pickle>`, whether
+        // the reading went through or was refused.
         for global in self.parts.unsafe_globals.iter_mut().skip(first_global) {
             global.member = format!("{full}/{}", global.member);
         }
+        let format = read.map_err(|e| e.nested_in(&full))?;
         if !matches!(format, Format::PytorchZip | Format::PytorchLegacy) {
             return Err(self.archive.err(
                 &full,

@@ -42,35 +42,34 @@ pub fn unpickle(
     loader: Loader,
     budget: &Budget,
 ) -> Result<Unpickled> {
-    let mut m = Machine {
-        bytes,
-        pos: 0,
-        op_pos: 0,
-        // Roughly one value per 8 bytes of stream; saves regrowing the heap.
-        heap: Heap::with_capacity((bytes.len() / 8).min(budget.max_nodes)),
-        stack: Vec::new(),
-        marks: Vec::new(),
-        // Picklers memoize most values: a `torch.save` stream has a key per 13 bytes or so.
-        memo: Memo::with_capacity((bytes.len() / 12).min(budget.max_memo)),
-        shared_scalars: [None; SHARED_SCALARS],
-        ops: 0,
-        heap_bytes: 0,
-        budget,
-        path,
-        member,
-        base,
-        loader,
-        unsafe_globals: Vec::new(),
-        persistent: Vec::new(),
-        torchscript_classes: false,
-        frame_end: None,
-        frame_mismatch: None,
-    };
+    let mut m = Machine::new(bytes, path, member, base, loader, budget, Reading::Buffered);
     // A pickle refused part-way has still named its globals: a loader that got that far ran them.
-    let root = m
-        .run()
-        .and_then(|root| m.no_repeated_keys().map(|()| root))
-        .map_err(|e| e.with_unsafe_globals(std::mem::take(&mut m.unsafe_globals)))?;
+    let read = m.run().and_then(|root| m.no_repeated_keys().map(|()| root));
+    let root = match read {
+        Ok(root) => root,
+        Err(e) => {
+            let mut globals = std::mem::take(&mut m.unsafe_globals);
+            // Frames that disagree with the opcodes are read differently by the C unpickler
+            // as its file object buffers them: name what the other reading resolves too.
+            if m.framing_anomaly {
+                let mut other = Machine::new(
+                    bytes,
+                    path,
+                    member,
+                    base,
+                    loader,
+                    budget,
+                    Reading::Sequential,
+                );
+                let read = other.run();
+                globals.append(&mut other.unsafe_globals);
+                if let Err(e) = read {
+                    globals.extend(e.unsafe_globals().iter().cloned());
+                }
+            }
+            return Err(e.with_unsafe_globals(globals));
+        }
+    };
     Ok(Unpickled {
         heap: m.heap,
         root,
@@ -80,6 +79,19 @@ pub fn unpickle(
         persistent: m.persistent,
         torchscript_classes: m.torchscript_classes,
     })
+}
+
+/// How CPython's C unpickler gets the stream's bytes, which decides how it reads frames that
+/// disagree with the opcodes (`pickle.dump` never writes such frames; either reading is refused).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// From a file object without `peek` (`io.BytesIO`, as `torch.load` reads a zip's
+    /// `data.pkl`): a FRAME's bytes become the buffer; a read running past the buffer's end
+    /// takes fresh bytes from the file's position, the buffer's end, dropping the rest of it.
+    Buffered,
+    /// From bytes or a peeking file holding them all (`pickle.loads`, `torch.load` of a small
+    /// file): frames only batch reads, every read goes on where the last one stopped.
+    Sequential,
 }
 
 pub(super) struct Machine<'a> {
@@ -106,14 +118,57 @@ pub(super) struct Machine<'a> {
     unsafe_globals: Vec<UnsafeGlobal>,
     persistent: Vec<Id>,
     torchscript_classes: bool,
-    /// Where the current FRAME ends, while one is open.
+    /// Where the current FRAME ends, while one is open, as the pure-Python unpickler holds it.
     frame_end: Option<usize>,
     /// The first problem read past (the stream's frames disagree with its opcodes, a call
     /// that cannot be interpreted), refused at the stream's end.
     frame_mismatch: Option<Error>,
+    /// Whether the frames disagreed with the opcodes: the C readings may differ.
+    framing_anomaly: bool,
+    reading: Reading,
+    /// The end of the C unpickler's buffer while it holds a FRAME's bytes ([`Reading::Buffered`]).
+    buffer_end: Option<usize>,
 }
 
 impl<'a> Machine<'a> {
+    fn new(
+        bytes: &'a [u8],
+        path: &'a Path,
+        member: &'a str,
+        base: u64,
+        loader: Loader,
+        budget: &'a Budget,
+        reading: Reading,
+    ) -> Machine<'a> {
+        Machine {
+            bytes,
+            pos: 0,
+            op_pos: 0,
+            // Roughly one value per 8 bytes of stream; saves regrowing the heap.
+            heap: Heap::with_capacity((bytes.len() / 8).min(budget.max_nodes)),
+            stack: Vec::new(),
+            marks: Vec::new(),
+            // Picklers memoize most values: a `torch.save` stream has a key per 13 bytes or so.
+            memo: Memo::with_capacity((bytes.len() / 12).min(budget.max_memo)),
+            shared_scalars: [None; SHARED_SCALARS],
+            ops: 0,
+            heap_bytes: 0,
+            budget,
+            path,
+            member,
+            base,
+            loader,
+            unsafe_globals: Vec::new(),
+            persistent: Vec::new(),
+            torchscript_classes: false,
+            frame_end: None,
+            frame_mismatch: None,
+            framing_anomaly: false,
+            reading,
+            buffer_end: None,
+        }
+    }
+
     /// Refuses a dict holding one key twice ([`dict_keys`]), once every value is built.
     fn no_repeated_keys(&self) -> Result<()> {
         match dict_keys::repeated_key(&self.heap) {
@@ -147,6 +202,14 @@ impl<'a> Machine<'a> {
     // ---- reading operands ----
 
     fn take(&mut self, n: u64) -> Result<&'a [u8]> {
+        // Past the buffer's end the C unpickler reads `n` fresh bytes from the file's position.
+        if let Some(end) = self.buffer_end {
+            if usize::try_from(n).map_or(true, |n| self.pos.saturating_add(n) > end) {
+                self.framing_anomaly |= self.pos != end;
+                self.pos = end;
+                self.buffer_end = None;
+            }
+        }
         let start = self.pos;
         let end = usize::try_from(n)
             .ok()
@@ -187,22 +250,22 @@ impl<'a> Machine<'a> {
     }
 
     fn line(&mut self) -> Result<&'a [u8]> {
+        // A line that runs past the buffer's end: the C unpickler reads the line from the
+        // file's position, the buffer's end, dropping what the buffer held of it.
+        if let Some(end) = self.buffer_end {
+            let held = self.bytes.get(self.pos..end).unwrap_or_default();
+            if !held.contains(&b'\n') {
+                self.framing_anomaly |= self.pos != end;
+                self.pos = end;
+                self.buffer_end = None;
+            }
+        }
         let rest = self.bytes.get(self.pos..).unwrap_or_default();
         let n = rest
             .iter()
             .position(|&b| b == b'\n')
             .ok_or_else(|| self.err("text operand has no terminating newline"))?;
-        let mut line = rest.get(..n).unwrap_or_default();
-        // A line that runs past its frame's end: the C unpickler holds only the frame's bytes,
-        // and reading from a file (torch.load, pickle.load) it reads the rest of the line
-        // from the file into a fresh buffer, dropping what the frame held of it. The stream
-        // is refused at its end (`frame_boundary`); the line is read as C reads it so that the
-        // global C resolves is the one named.
-        if let Some(cut) = self.frame_end.and_then(|end| end.checked_sub(self.pos)) {
-            if cut > 0 && cut <= n {
-                line = rest.get(cut..n).unwrap_or_default();
-            }
-        }
+        let line = rest.get(..n).unwrap_or_default();
         // The newline lies within `rest`, so this cannot pass the end of the stream.
         self.pos += n + 1;
         Ok(line)
@@ -389,6 +452,7 @@ impl<'a> Machine<'a> {
 
     /// Keeps the first framing mismatch, refused once the stream has been read.
     fn frame_mismatch(&mut self, detail: String) {
+        self.framing_anomaly = true;
         let refusal = self.err(detail);
         self.refuse_at_end(refusal);
     }
@@ -833,9 +897,22 @@ impl<'a> Machine<'a> {
             // bytes do not exist is refused at once, as the C unpickler refuses it.
             FRAME => {
                 let len = self.u64()?;
+                let pos = self.pos;
+                // Buffered, a frame inside the buffer only rewinds; one past it is read from
+                // the file's position, the buffer's end.
+                let in_buffer = self.buffer_end.is_some_and(|limit| {
+                    usize::try_from(len)
+                        .ok()
+                        .and_then(|len| pos.checked_add(len))
+                        .is_some_and(|frame_end| frame_end <= limit)
+                });
+                let start = match self.buffer_end {
+                    Some(limit) if !in_buffer => limit,
+                    _ => pos,
+                };
                 let end = usize::try_from(len)
                     .ok()
-                    .and_then(|len| self.pos.checked_add(len))
+                    .and_then(|len| start.checked_add(len))
                     .filter(|&end| end <= self.bytes.len())
                     .ok_or_else(|| {
                         self.err(format!(
@@ -849,7 +926,18 @@ impl<'a> Machine<'a> {
                             .into(),
                     );
                 }
-                self.frame_end = Some(end);
+                if self.reading == Reading::Buffered && !in_buffer {
+                    if start != pos {
+                        self.frame_mismatch(
+                            "a FRAME runs past the frame it begins in: CPython's C unpickler \
+                             reads it from after that frame"
+                                .into(),
+                        );
+                    }
+                    self.pos = start;
+                    self.buffer_end = Some(end);
+                }
+                self.frame_end = Some(self.pos.saturating_add(end - start));
             }
             // Read-only is a property of an in-band buffer only Python would care about.
             READONLY_BUFFER => {

@@ -562,22 +562,63 @@ fn frames_are_read_as_the_c_unpickler_reads_them_and_disagreements_refused() {
     assert!(error.unsafe_globals().is_empty());
 }
 
-/// An INST whose name line runs past its frame's end: reading from a file, the C unpickler
-/// (`pickle.Unpickler`, as `torch.load` runs it) drops the part of the line the frame held.
+/// The names of the globals a refused stream names.
+fn named_by_refusal(stream: &[u8]) -> Vec<String> {
+    let error = run(stream).expect_err("refused at its end");
+    error
+        .unsafe_globals()
+        .iter()
+        .map(|g| format!("{}.{}", g.module, g.name))
+        .collect()
+}
+
+/// An INST whose name line runs past its frame's end: reading from a file without `peek`
+/// (`io.BytesIO`, as torch.load reads a zip's pickle), the C unpickler drops the part of the
+/// line the frame held; holding the whole stream (`pickle.loads`, a small file torch.load
+/// opens) it reads the line whole. The refusal names both.
 #[test]
-fn a_line_across_a_frame_end_is_read_as_the_c_unpickler_reads_it() {
-    for (frame, name) in [(17, "em"), (18, "m")] {
+fn a_line_across_a_frame_end_is_read_as_either_c_reading_reads_it() {
+    for (frame, name) in [(17, "os.em"), (18, "os.m")] {
         let mut stream = hex("80049500000000000000002853277472756527");
         stream[3] = frame;
         stream.extend_from_slice(b"\nios\nsystem\n.");
-        let error = run(&stream).expect_err("refused at its end");
-        let named: Vec<&str> = error
-            .unsafe_globals()
-            .iter()
-            .map(|g| g.name.as_str())
-            .collect();
-        assert_eq!(named, [name], "{error}");
+        assert_eq!(named_by_refusal(&stream), [name, "os.system"]);
     }
+}
+
+/// A FRAME inside a frame's bytes only rewinds the C unpickler's buffer: the line its end
+/// cuts is still whole in the outer frame (CPython reads `os.system` either way).
+#[test]
+fn a_frame_inside_a_frame_leaves_the_buffer_as_it_was() {
+    let mut stream = b"\x80\x04\x95\x1d\x00\x00\x00\x00\x00\x00\x00".to_vec();
+    stream.extend_from_slice(b"\x95\x11\x00\x00\x00\x00\x00\x00\x00(S'true'\nios\nsystem\n.");
+    assert_eq!(named_by_refusal(&stream), ["os.system"]);
+}
+
+/// A FRAME that runs past the frame it begins in is read, buffered, from that frame's end,
+/// skipping the bytes between; holding the whole stream, the C unpickler reads them. CPython
+/// 3.11 resolves `posix.system` from `io.BytesIO`, `os.system` then `posix.system` from a file.
+#[test]
+fn a_frame_past_its_enclosing_frame_is_read_from_that_frames_end() {
+    let (skipped, tail): (&[u8], &[u8]) = (b"cos\nsystem\n", b"cposix\nsystem\n)R.");
+    let mut stream = b"\x80\x04\x95".to_vec();
+    stream.extend_from_slice(&(9 + skipped.len() as u64).to_le_bytes());
+    stream.push(0x95);
+    stream.extend_from_slice(&(tail.len() as u64).to_le_bytes());
+    stream.extend_from_slice(skipped);
+    stream.extend_from_slice(tail);
+    assert_eq!(named_by_refusal(&stream), ["posix.system", "os.system"]);
+}
+
+/// An operand that runs past its frame's end: buffered, the C unpickler reads it afresh from
+/// the frame's end (here not UTF-8, so that reading fails); from a file it reads `os.system`.
+/// The refusal names what the file reading resolves.
+#[test]
+fn an_operand_across_a_frame_end_is_read_both_ways() {
+    let stream = b"\x80\x04\x95\x0b\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06system\x93\x8c\x04true\x85R.";
+    let error = run(stream).expect_err("refused");
+    assert!(error.to_string().contains("not valid UTF-8"), "{error}");
+    assert_eq!(named_by_refusal(stream), ["os.system"]);
 }
 
 #[test]
