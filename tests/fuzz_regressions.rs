@@ -178,7 +178,8 @@ fn hundreds_of_long_global_names_are_each_reported_bounded() {
             "finding {i}: {message}"
         );
     }
-    assert!(stdout(&out).len() < 300_000, "{} bytes", stdout(&out).len());
+    // About 1.4 KB a finding, its fingerprint included.
+    assert!(stdout(&out).len() < 350_000, "{} bytes", stdout(&out).len());
 }
 
 /// Every finding is bounded, names and message alike: the 8 000 names of 8 000 bytes that

@@ -31,6 +31,7 @@ mod pt2;
 mod pytorch;
 mod read_only;
 mod renderers;
+mod report_limits;
 mod robustness;
 mod rules_doc;
 mod scale;

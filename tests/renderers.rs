@@ -125,7 +125,22 @@ fn sarif_is_valid_2_1_0_with_every_rule_and_baseline_identities() {
         assert_eq!(rule["id"], known.code().as_str());
         assert_eq!(rule["name"], known.name());
         assert_eq!(rule["fullDescription"]["text"], known.doc());
+        assert_eq!(rule["properties"]["tags"], serde_json::json!(known.tags()));
+        // GitHub reads a security severity only on rules tagged `security`.
+        let score = rule["properties"].get("security-severity");
+        assert_eq!(
+            score.is_some(),
+            known.tags().contains(&"security"),
+            "{rule}"
+        );
     }
+    // A pickle payload is a Critical alert (9.0 and above).
+    let tp501 = rules.iter().find(|r| r["id"] == "TP501").expect("TP501");
+    let score: f64 = tp501["properties"]["security-severity"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("a score");
+    assert!(score >= 9.0, "{score}");
     let results = sarif_run["results"].as_array().expect("results");
     let report = run.json("report.json");
     let findings: usize = report["files"]
@@ -143,6 +158,32 @@ fn sarif_is_valid_2_1_0_with_every_rule_and_baseline_identities() {
         let index = result["ruleIndex"].as_u64().expect("ruleIndex") as usize;
         assert_eq!(rules[index]["id"], result["ruleId"]);
     }
+    // One fingerprint per result, even for findings a baseline cannot tell apart (TP102 on
+    // `a, b` and `b, a`), and the same one the JSON report gives the finding.
+    let fingerprints: Vec<&str> = results
+        .iter()
+        .map(|r| {
+            r["partialFingerprints"]["tensorplay/v1"]
+                .as_str()
+                .expect("fingerprint")
+        })
+        .collect();
+    assert_eq!(
+        fingerprints.iter().collect::<HashSet<_>>().len(),
+        results.len(),
+        "{fingerprints:?}"
+    );
+    let in_json: HashSet<String> = report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .flat_map(|f| ["findings", "suppressed"].map(|key| f[key].as_array().cloned()))
+        .flatten()
+        .flatten()
+        .map(|f| f["fingerprint"].as_str().expect("fingerprint").to_owned())
+        .collect();
+    let in_sarif: HashSet<String> = fingerprints.iter().map(|f| (*f).to_owned()).collect();
+    assert_eq!(in_json, in_sarif);
 
     // The suppressed finding carries the hash of the identity its baseline recorded.
     let suppressed: Vec<&serde_json::Value> = results
@@ -298,12 +339,25 @@ fn junit_meets_the_jenkins_and_ant_schemas_and_renders_findings() {
     assert_eq!(failure.tag_name().name(), "failure");
     let body = failure.text().expect("a body");
     assert!(body.contains("references posix.system") && body.contains("\n  fix: "));
-    // A warning below --fail-on is a skipped case whose body GitLab shows.
-    let warning = case("TP202 unexpected-device", "fixtures/pytorch/multi_gpu.pt")
-        .first_element_child()
-        .expect("skipped");
+    // A warning below --fail-on is a skipped case whose body GitLab shows; its message is the
+    // first finding's line and its system-out the findings, which is what Jenkins shows.
+    let below = case("TP202 unexpected-device", "fixtures/pytorch/multi_gpu.pt");
+    let warning = below.first_element_child().expect("skipped");
     assert_eq!(warning.tag_name().name(), "skipped");
-    assert!(warning.text().expect("body").contains("tensors: a\n"));
+    let body = warning.text().expect("body");
+    assert!(body.contains("tensors: a\n"));
+    let message = warning.attribute("message").expect("message");
+    assert!(
+        message.starts_with(
+            "warning[TP202] unexpected-device: 1 storage (1 tensor) was saved from cuda:0"
+        ) && message.ends_with(" (and 1 more) (not failing: below --fail-on error)"),
+        "{message}"
+    );
+    let output = below
+        .children()
+        .find(|n| n.has_tag_name("system-out"))
+        .expect("the case's system-out");
+    assert_eq!(output.text(), Some(body));
     let known = case(
         "TP204 meta-tensor (suppressed by the baseline)",
         "fixtures/pytorch/meta.pt",
@@ -395,8 +449,15 @@ fn check_junit_schemas(xml: &str) {
                 );
             }
             assert!(case.attribute("time").is_some_and(is_decimal));
-            // JUnit.xsd: at most one of skipped / error / failure, nothing else.
-            let inner: Vec<roxmltree::Node> = case.children().filter(|n| n.is_element()).collect();
+            // JUnit.xsd: at most one of skipped / error / failure, nothing else; junit-10.xsd
+            // also allows the case's own system-out, our extension after a skipped case.
+            let mut inner: Vec<roxmltree::Node> =
+                case.children().filter(|n| n.is_element()).collect();
+            if inner.len() == 2 && inner[1].has_tag_name("system-out") {
+                assert!(inner[0].has_tag_name("skipped"), "{inner:?}");
+                assert!(inner[1].attributes().next().is_none());
+                inner.pop();
+            }
             assert!(inner.len() <= 1, "{inner:?}");
             if let Some(outcome) = inner.first() {
                 match outcome.tag_name().name() {
@@ -525,4 +586,13 @@ fn github_annotations_and_the_summary_fit_a_step() {
         written.len()
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--format sarif` prints what `--sarif FILE` writes.
+#[test]
+fn sarif_on_stdout_is_the_sarif_file() {
+    let run = Run::new("sarif-stdout", &["--format", "sarif"], &[]);
+    let printed: serde_json::Value = serde_json::from_str(&stdout(&run.out)).expect("SARIF");
+    assert_eq!(printed, run.json("report.sarif"));
+    assert_eq!(printed["version"], "2.1.0");
 }

@@ -76,5 +76,10 @@ fn the_json_list_has_every_rule_with_its_doc() {
         // An unreadable or inconsistent input always fails: those rules are not configurable.
         let fixed = matches!(rule["code"].as_str(), Some("TP502" | "TP503"));
         assert_eq!(rule["configurable"], !fixed, "{rule}");
+        // The rules that guard against a file running code are rated for code scanning.
+        let security = matches!(rule["code"].as_str(), Some("TP501" | "TP502" | "TP504"));
+        let tags = rule["tags"].as_array().expect("tags");
+        assert_eq!(tags.contains(&"security".into()), security, "{rule}");
+        assert_eq!(rule["security_severity"].is_string(), security, "{rule}");
     }
 }

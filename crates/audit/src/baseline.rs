@@ -1,46 +1,12 @@
 //! Baselines: record today's findings, then fail only on new ones.
 
 use crate::error::{Error, Result};
+pub use crate::fingerprint::Fingerprint;
 use crate::report::Report;
-use crate::text::comparable_path;
-use crate::{Code, Finding};
+use crate::Finding;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::path::Path;
-
-/// What identifies a finding across runs: file, rule, tensors, and for findings that name
-/// no tensor, the message (counts inside messages are not part of a tensor finding's identity).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Fingerprint {
-    /// Checkpoint path.
-    pub path: String,
-    /// Rule code.
-    pub code: Code,
-    /// Tensor names, sorted.
-    pub tensors: Vec<String>,
-    /// The message, for findings without tensors; empty otherwise.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-}
-
-impl Fingerprint {
-    /// The identity of `finding` in the file at `path` (however it is spelled: `./x`, `x`,
-    /// absolute inside the working directory).
-    pub fn of(path: &str, finding: &Finding) -> Fingerprint {
-        let mut tensors = finding.tensors.clone();
-        tensors.sort();
-        Fingerprint {
-            path: comparable_path(path),
-            code: finding.code,
-            message: if tensors.is_empty() {
-                finding.message.clone()
-            } else {
-                String::new()
-            },
-            tensors,
-        }
-    }
-}
 
 /// A baseline file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -22,6 +22,10 @@ pub struct Finding {
     /// The pickle global a finding is about (TP501), for programs: the message names it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalRef>,
+    /// Stable across runs, unique within the report (SARIF `partialFingerprints`, GitLab
+    /// `fingerprint`); set when the report is made.
+    #[serde(default)]
+    pub fingerprint: String,
 }
 
 /// Where a pickle names a global: module and name after Python 2 mapping, the archive

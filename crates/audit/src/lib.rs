@@ -16,6 +16,7 @@ pub mod config;
 pub mod diff;
 pub mod error;
 pub mod finding;
+mod fingerprint;
 pub mod layout;
 pub mod manifest;
 pub mod options;

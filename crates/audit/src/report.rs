@@ -253,6 +253,13 @@ impl Report {
             partition: None,
         };
         report.summary.fail_on = fail_on;
+        let mut unique = crate::fingerprint::Unique::default();
+        for file in &mut report.files {
+            for finding in file.findings.iter_mut().chain(&mut file.suppressed) {
+                let fingerprint = unique.next(&file.path, finding);
+                finding.fingerprint = fingerprint;
+            }
+        }
         report.recount();
         report
     }

@@ -31,6 +31,14 @@ pub trait Rule: Sync {
     fn reads_bytes(&self) -> bool {
         false
     }
+    /// What the rule is about (`security`, `views`, `memory`…), as code scanning filters
+    /// alerts by.
+    fn tags(&self) -> &'static [&'static str];
+    /// For rules tagged `security`: the CVSS-like score (`"9.8"`) GitHub code scanning
+    /// turns into Critical, High, Medium or Low.
+    fn security_severity(&self) -> Option<&'static str> {
+        None
+    }
     /// Whether the rule can judge a run with these options; one that cannot does not run,
     /// rather than report a pass it never judged.
     fn applies(&self, _options: &Options) -> bool {
@@ -100,6 +108,8 @@ macro_rules! declare_rule {
             name: $name:literal,
             severity: $severity:ident,
             reads_bytes: $reads_bytes:literal,
+            tags: [$($tag:literal),+ $(,)?],
+            $(security_severity: $security_severity:literal,)?
             summary: $summary:literal,
             doc: $doc:expr,
             check: $check:path
@@ -134,6 +144,14 @@ macro_rules! declare_rule {
             fn reads_bytes(&self) -> bool {
                 $reads_bytes
             }
+            fn tags(&self) -> &'static [&'static str] {
+                &[$($tag),+]
+            }
+            $(
+                fn security_severity(&self) -> Option<&'static str> {
+                    Some($security_severity)
+                }
+            )?
             $(
                 fn applies(&self, options: &$crate::options::Options) -> bool {
                     $applies(options)

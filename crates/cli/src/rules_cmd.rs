@@ -21,8 +21,8 @@ enum RulesFormat {
     Text,
     /// A Markdown table, as docs/rules.md holds it.
     Markdown,
-    /// One object per rule: code, name, default severity, summary, doc, and whether it reads
-    /// tensor bytes and may be configured.
+    /// One object per rule: code, name, default severity, summary, doc, whether it reads
+    /// tensor bytes and may be configured, its tags and security severity.
     Json,
 }
 
@@ -46,6 +46,8 @@ fn json_list() -> anyhow::Result<String> {
                 "doc": rule.doc(),
                 "reads_bytes": rule.reads_bytes(),
                 "configurable": rule.configurable(),
+                "tags": rule.tags(),
+                "security_severity": rule.security_severity(),
             })
         })
         .collect();

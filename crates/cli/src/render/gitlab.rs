@@ -1,20 +1,19 @@
 //! GitLab Code Quality (`artifacts:reports:codequality`): a JSON array of issues in the Code
 //! Climate subset GitLab reads, shown in merge requests.
 //!
-//! Severity: info → `info`, warning → `minor`, error → `major`, except TP501 at error, which
-//! is `critical`: loading that checkpoint runs code the pickle names, a security issue rather
-//! than a defect. `blocker` is not used: GitLab's severities only sort and colour issues,
+//! Severity: info → `info`, warning → `minor`, error → `major`, except an error of a rule
+//! whose security severity is Critical (TP501), which is `critical`: loading that checkpoint
+//! runs code the pickle names, a security issue rather than a defect. Categories follow the
+//! rules' tags (`security` → Security, `performance` → Performance). `blocker` is not used: GitLab's severities only sort and colour issues,
 //! and the gate itself is the exit code. Suppressed findings are left out: GitLab has no
 //! notion of a suppressed issue, and the baseline already decided they do not block.
 
-use super::fingerprint::Unique;
 use serde_json::{json, Value};
+use tensorplay_audit::registry;
 use tensorplay_audit::report::Report;
-use tensorplay_audit::rules::safety::UnsafeGlobalRule;
-use tensorplay_audit::{Finding, Severity};
+use tensorplay_audit::{Code, Finding, Severity};
 
 pub fn render(report: &Report) -> anyhow::Result<String> {
-    let mut unique = Unique::default();
     let issues: Vec<Value> = report
         .files
         .iter()
@@ -31,7 +30,7 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
                 "check_name": format!("{} {}", f.code, f.code.name()),
                 "description": description,
                 "categories": [category(f)],
-                "fingerprint": unique.next(path, f),
+                "fingerprint": f.fingerprint,
                 "severity": severity(f),
                 "location": { "path": path, "lines": { "begin": 1 } },
             })
@@ -44,18 +43,27 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
 
 fn severity(f: &Finding) -> &'static str {
     match f.severity {
-        Severity::Error if f.code == UnsafeGlobalRule::CODE => "critical",
+        Severity::Error if critical(f.code) => "critical",
         Severity::Error => "major",
         Severity::Warning => "minor",
         Severity::Info => "info",
     }
 }
 
-/// A Code Climate category: unsafe globals are Security, memory rules (TP3xx) Performance.
+/// A rule code scanning rates Critical (security severity 9.0 or more).
+fn critical(code: Code) -> bool {
+    registry::by_code(code.as_str())
+        .and_then(|rule| rule.security_severity())
+        .and_then(|score| score.parse::<f32>().ok())
+        .is_some_and(|score| score >= 9.0)
+}
+
+/// A Code Climate category from the rule's tags: Security, Performance, else Bug Risk.
 fn category(f: &Finding) -> &'static str {
-    if f.code == UnsafeGlobalRule::CODE {
+    let tags = registry::by_code(f.code.as_str()).map_or(&[][..], |rule| rule.tags());
+    if tags.contains(&"security") {
         "Security"
-    } else if f.code.as_str().starts_with("TP3") {
+    } else if tags.contains(&"performance") {
         "Performance"
     } else {
         "Bug Risk"

@@ -13,7 +13,10 @@
 //! skipped, with the findings as its body, when it found only lower ones: GitLab shows the
 //! body of failed and skipped cases and drops everything a passing case carries, so this
 //! keeps warnings in sight without failing the build and keeps one case per rule for trends.
-//! Suppressed findings and files that were not audited are skipped cases too.
+//! Such a case also carries the findings in its own `system-out` (a Jenkins xUnit extension
+//! the Ant XSD lacks; Jenkins shows it, and a skipped case's message, not the body), and its
+//! message is the first finding's line. Suppressed findings and files that were not audited
+//! are skipped cases too.
 
 use super::{fail_on_name, timestamp, xml};
 use std::fmt::Write;
@@ -77,6 +80,12 @@ enum Outcome {
         message: String,
         body: String,
     },
+    /// Findings below `--fail-on`: skipped, and the findings in the case's `system-out` too,
+    /// which Jenkins shows where it shows a skipped case's message only.
+    Below {
+        message: String,
+        body: String,
+    },
 }
 
 impl Suite {
@@ -90,7 +99,7 @@ impl Suite {
     fn skipped(&self) -> usize {
         self.cases
             .iter()
-            .filter(|c| matches!(c.outcome, Outcome::Skipped { .. }))
+            .filter(|c| matches!(c.outcome, Outcome::Skipped { .. } | Outcome::Below { .. }))
             .count()
     }
 
@@ -147,6 +156,13 @@ impl Case {
                 out,
                 ">\n      <skipped message=\"{}\">{}</skipped>\n    </testcase>",
                 xml::attr(message),
+                xml::text(body)
+            )?,
+            Outcome::Below { message, body } => writeln!(
+                out,
+                ">\n      <skipped message=\"{}\">{}</skipped>\n      <system-out>{}</system-out>\n    </testcase>",
+                xml::attr(message),
+                xml::text(body),
                 xml::text(body)
             )?,
         }
@@ -222,10 +238,15 @@ fn rule_outcome(report: &Report, code: Code, findings: &[&Finding]) -> Outcome {
             },
             body,
         },
-        (None, n) => Outcome::Skipped {
+        (None, n) => Outcome::Below {
             message: format!(
-                "not failing: {n} {} below --fail-on {}",
-                if n == 1 { "finding" } else { "findings" },
+                "{}{} (not failing: below --fail-on {})",
+                headline(findings.first().copied()),
+                if n == 1 {
+                    String::new()
+                } else {
+                    format!(" (and {} more)", n - 1)
+                },
                 fail_on_name(report.summary.fail_on)
             ),
             body,
@@ -254,15 +275,23 @@ fn skipped_suite(report: &Report) -> Suite {
     }
 }
 
+/// `warning[TP105] non-contiguous: message`.
+fn headline(f: Option<&Finding>) -> String {
+    f.map(|f| {
+        format!(
+            "{}[{}] {}: {}",
+            f.severity,
+            f.code,
+            f.code.name(),
+            f.message
+        )
+    })
+    .unwrap_or_default()
+}
+
 /// A finding as a failure's body: what, which tensors, the fix.
 fn describe(f: &Finding) -> String {
-    let mut text = format!(
-        "{}[{}] {}: {}",
-        f.severity,
-        f.code,
-        f.code.name(),
-        f.message
-    );
+    let mut text = headline(Some(f));
     if !f.tensors.is_empty() {
         text.push_str("\n  tensors: ");
         text.push_str(&f.tensors.join(", "));

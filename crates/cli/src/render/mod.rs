@@ -1,7 +1,6 @@
 //! One renderer per output format; each only reads a `Report`.
 
 pub mod files;
-pub mod fingerprint;
 pub mod github;
 pub mod gitlab;
 pub mod html;

@@ -2,7 +2,6 @@
 //! `tool.driver.rules`, one result per finding (suppressed ones marked so), each located at
 //! its checkpoint file with the tensors as logical locations.
 
-use super::fingerprint;
 use serde_json::{json, Map, Value};
 use tensorplay_audit::registry::RULES;
 use tensorplay_audit::report::Report;
@@ -11,6 +10,13 @@ use tensorplay_audit::{Finding, Severity};
 const SCHEMA: &str =
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json";
 
+/// The key SARIF files a finding's fingerprint under; the version changes if the identity
+/// ever does.
+const FINGERPRINT_KEY: &str = "tensorplay/v1";
+
+/// Tensors a result names: GitHub shows 100 locations of a result.
+const MAX_TENSORS: usize = 100;
+
 /// Relative paths are relative to the checkout; viewers resolve this base there.
 const SRCROOT: &str = "%SRCROOT%";
 
@@ -18,6 +24,10 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
     let rules: Vec<Value> = RULES
         .iter()
         .map(|rule| {
+            let mut properties = json!({ "tags": rule.tags() });
+            if let Some(score) = rule.security_severity() {
+                properties["security-severity"] = json!(score);
+            }
             json!({
                 "id": rule.code().as_str(),
                 "name": rule.name(),
@@ -25,6 +35,7 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
                 "fullDescription": { "text": rule.doc() },
                 "help": { "text": rule.doc() },
                 "defaultConfiguration": { "level": level(rule.default_severity()) },
+                "properties": properties,
             })
         })
         .collect();
@@ -68,8 +79,13 @@ fn result(path: &str, finding: &Finding, suppressed: bool) -> Value {
             "region": { "startLine": 1 },
         },
     });
+    // GitHub keeps 100 locations of a result and rejects a file past 1 000; the JSON report
+    // lists every tensor.
     let mut tensors: Vec<&String> = Vec::new();
     for t in &finding.tensors {
+        if tensors.len() == MAX_TENSORS {
+            break;
+        }
         if !tensors.contains(&t) {
             tensors.push(t);
         }
@@ -80,7 +96,10 @@ fn result(path: &str, finding: &Finding, suppressed: bool) -> Value {
             .map(|t| json!({ "name": t, "kind": "member" }))
             .collect();
     }
-    let mut properties = json!({ "tensors": finding.tensors });
+    let mut properties = json!({
+        "tensors": tensors,
+        "tensor_count": finding.tensors.len(),
+    });
     if let Some(storage) = finding.storage {
         properties["storage"] = json!(storage);
     }
@@ -91,7 +110,7 @@ fn result(path: &str, finding: &Finding, suppressed: bool) -> Value {
         "message": { "text": format!("{}\nFix: {}", finding.message, finding.fix) },
         "locations": [location],
         "partialFingerprints": {
-            (fingerprint::SARIF_KEY): fingerprint::identity(path, finding),
+            (FINGERPRINT_KEY): finding.fingerprint,
         },
         "properties": properties,
     });

@@ -1,8 +1,8 @@
 //! What `tensorplay audit` prints on stdout: the human report (the default, so a CI job's
 //! log always ends with the verdict), the JSON report (`--ci-mode`, kept for scripts that
-//! read it), or GitHub annotations followed by the human report.
+//! read it), GitHub annotations followed by the human report, or SARIF.
 
-use super::{github, human, json};
+use super::{github, human, json, sarif};
 use clap::ValueEnum;
 use tensorplay_audit::report::Report;
 
@@ -16,6 +16,8 @@ pub enum Format {
     /// GitHub workflow annotations, then the human report; a job summary when the runner
     /// asks for one.
     Github,
+    /// SARIF 2.1.0, for code scanning uploads and SARIF viewers reading a pipe.
+    Sarif,
 }
 
 impl Format {
@@ -35,5 +37,6 @@ pub fn render(report: &Report, format: Format, style: human::Style) -> anyhow::R
         Format::Human => human::render(report, style)?,
         Format::Json => json::render(report)?,
         Format::Github => github::annotations(report) + &human::render(report, style)?,
+        Format::Sarif => sarif::render(report)?,
     })
 }

@@ -7,6 +7,7 @@ declare_rule!(DeviceMismatch {
     name: "device-mismatch",
     severity: Error,
     reads_bytes: false,
+    tags: ["devices", "portability"],
     summary: "A tensor's device differs from its storage's device.",
     doc: "\
 What it checks

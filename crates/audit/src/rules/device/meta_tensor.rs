@@ -7,6 +7,7 @@ declare_rule!(MetaTensor {
     name: "meta-tensor",
     severity: Error,
     reads_bytes: false,
+    tags: ["devices", "portability"],
     summary: "A tensor carries no data (meta device).",
     doc: "\
 What it checks

@@ -8,6 +8,7 @@ declare_rule!(MixedDevices {
     name: "mixed-devices",
     severity: Error,
     reads_bytes: false,
+    tags: ["devices", "portability"],
     summary: "One checkpoint's storages were saved from more than one device.",
     doc: "\
 What it checks

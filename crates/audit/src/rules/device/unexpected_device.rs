@@ -8,6 +8,7 @@ declare_rule!(UnexpectedDevice {
     name: "unexpected-device",
     severity: Warning,
     reads_bytes: false,
+    tags: ["devices", "portability"],
     summary: "A storage's device is outside `allowed_devices` (default [\"cpu\"]).",
     doc: "\
 What it checks

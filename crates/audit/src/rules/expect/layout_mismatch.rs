@@ -9,6 +9,7 @@ declare_rule!(LayoutMismatch {
     name: "layout-mismatch",
     severity: Error,
     reads_bytes: false,
+    tags: ["layout"],
     summary: "The checkpoint does not fit the layout given with `--expect`.",
     doc: "\
 What it checks

@@ -8,6 +8,7 @@ declare_rule!(IndexMismatch {
     name: "index-mismatch",
     severity: Error,
     reads_bytes: false,
+    tags: ["integrity"],
     summary: "A sharded index (or a distributed checkpoint's metadata) and its files disagree.",
     doc: "\
 What it checks

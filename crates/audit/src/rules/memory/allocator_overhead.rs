@@ -7,6 +7,7 @@ declare_rule!(AllocatorOverhead {
     name: "allocator-overhead",
     severity: Warning,
     reads_bytes: false,
+    tags: ["memory", "performance"],
     summary: "Loading reserves far more GPU memory than the tensors request (default above 1.25×).",
     doc: "\
 What it checks

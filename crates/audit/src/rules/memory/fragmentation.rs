@@ -7,6 +7,7 @@ declare_rule!(FragmentationScore {
     name: "fragmentation-score",
     severity: Info,
     reads_bytes: false,
+    tags: ["memory", "performance"],
     summary: "Storage sizes are dispersed beyond the fragmentation threshold (default 5).",
     doc: "\
 What it checks

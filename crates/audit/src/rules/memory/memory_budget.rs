@@ -8,6 +8,7 @@ declare_rule!(MemoryBudget {
     name: "memory-budget",
     severity: Error,
     reads_bytes: false,
+    tags: ["memory", "performance"],
     summary: "The simulated load does not fit the GPU memory budget (`--gpu-budget`).",
     doc: "\
 What it checks

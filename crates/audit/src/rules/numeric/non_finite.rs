@@ -9,6 +9,7 @@ declare_rule!(NonFiniteValues {
     name: "non-finite",
     severity: Error,
     reads_bytes: true,
+    tags: ["numeric", "correctness"],
     summary: "NaN or ±Inf in a floating tensor (all float dtypes incl. bf16, f16, float8).",
     doc: "\
 What it checks

@@ -10,6 +10,8 @@ declare_rule!(UnsafeGlobalRule {
     name: "unsafe-global",
     severity: Error,
     reads_bytes: false,
+    tags: ["security", "pickle"],
+    security_severity: "9.8",
     summary: "A pickle references a global outside the allowlist (never executed).",
     doc: "\
 What it checks

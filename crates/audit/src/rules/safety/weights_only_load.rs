@@ -7,6 +7,7 @@ declare_rule!(WeightsOnlyLoad {
     name: "weights-only-load",
     severity: Warning,
     reads_bytes: false,
+    tags: ["compatibility", "pickle"],
     summary: "torch.load with its default weights_only=True would refuse the file.",
     doc: "\
 What it checks

@@ -7,6 +7,7 @@ declare_rule!(GradView {
     name: "grad-view",
     severity: Error,
     reads_bytes: false,
+    tags: ["views"],
     summary: "A requires_grad tensor shares bytes with another tensor.",
     doc: "\
 What it checks

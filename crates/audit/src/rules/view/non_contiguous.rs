@@ -6,6 +6,7 @@ declare_rule!(NonContiguous {
     name: "non-contiguous",
     severity: Info,
     reads_bytes: false,
+    tags: ["views"],
     summary: "A tensor's layout is not C-contiguous.",
     doc: "\
 What it checks

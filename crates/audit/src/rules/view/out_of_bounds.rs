@@ -6,6 +6,7 @@ declare_rule!(ViewOutOfBounds {
     name: "view-out-of-bounds",
     severity: Error,
     reads_bytes: false,
+    tags: ["views"],
     summary: "A view reaches outside its storage.",
     doc: "\
 What it checks

@@ -7,6 +7,7 @@ declare_rule!(SharedStorage {
     name: "shared-storage",
     severity: Info,
     reads_bytes: false,
+    tags: ["views"],
     summary: "Several tensors live in one storage, side by side or one inside another.",
     doc: "\
 What it checks

@@ -7,6 +7,7 @@ declare_rule!(StorageBloat {
     name: "storage-bloat",
     severity: Warning,
     reads_bytes: false,
+    tags: ["views"],
     summary: "Bytes of a storage that no tensor reaches (a saved slice drags its whole storage).",
     doc: "\
 What it checks

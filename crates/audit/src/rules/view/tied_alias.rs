@@ -7,6 +7,7 @@ declare_rule!(TiedAlias {
     name: "tied-alias",
     severity: Warning,
     reads_bytes: false,
+    tags: ["views"],
     summary: "Two names are the same view (same offset, shape, strides) of one storage.",
     doc: "\
 What it checks

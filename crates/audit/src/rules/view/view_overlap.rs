@@ -7,6 +7,7 @@ declare_rule!(ViewOverlap {
     name: "view-overlap",
     severity: Error,
     reads_bytes: false,
+    tags: ["views"],
     summary: "Two tensors' byte ranges in one storage partly overlap.",
     doc: "\
 What it checks
