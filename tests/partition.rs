@@ -253,12 +253,115 @@ fn a_missing_duplicated_or_foreign_part_is_refused() {
     let (a, b) = (out.join("altered-1.json"), out.join("altered-2.json"));
     std::fs::write(&a, first.to_string()).unwrap();
     std::fs::write(&b, second.to_string()).unwrap();
-    merge_fails(&[&a, &b, &ours[2]], "a part was altered");
+    merge_fails(&[&a, &b, &ours[2]], "altered after its audit");
+
+    // A finding deleted, or the verdict's level edited: the part no longer hashes to its
+    // digest.
+    let findings: usize = ours
+        .iter()
+        .flat_map(|p| read(p).unwrap()["files"].as_array().unwrap().clone())
+        .map(|f| f["findings"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(
+        findings > 0,
+        "the safetensors fixtures have findings to delete"
+    );
+    let edited = |edit: &dyn Fn(&mut Value)| {
+        let mut copies = Vec::new();
+        for (k, path) in ours.iter().enumerate() {
+            let mut part = read(path).unwrap();
+            edit(&mut part);
+            let copy = out.join(format!("edited-{k}.json"));
+            std::fs::write(&copy, part.to_string()).unwrap();
+            copies.push(copy);
+        }
+        copies
+    };
+    let deleted = edited(&|part| {
+        for file in part["files"].as_array_mut().unwrap() {
+            file["findings"].as_array_mut().unwrap().clear();
+        }
+    });
+    merge_fails(
+        &[&deleted[0], &deleted[1], &deleted[2]],
+        "altered after its audit",
+    );
+    let lowered = edited(&|part| part["summary"]["fail_on"] = "never".into());
+    merge_fails(
+        &[&lowered[0], &lowered[1], &lowered[2]],
+        "altered after its audit",
+    );
 
     // Not JSON at all.
     let junk = out.join("junk.json");
     std::fs::write(&junk, "not json").unwrap();
     merge_fails(&[&junk], "not a tensorplay JSON report");
+    std::fs::remove_dir_all(&out).ok();
+}
+
+/// With `TENSORPLAY_MERGE_KEY` set, parts are sealed with an HMAC: they merge only with the
+/// same key, and a part sealed without one is refused.
+#[test]
+fn keyed_parts_merge_only_with_their_key() {
+    let out = scratch("keyed");
+    let with_key = |key: Option<&str>, args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplay"));
+        cmd.args(args).current_dir(crate::common::root());
+        cmd.env_remove("TENSORPLAY_MERGE_KEY")
+            .env_remove("GITHUB_ACTIONS")
+            .env_remove("GITHUB_STEP_SUMMARY");
+        if let Some(key) = key {
+            cmd.env("TENSORPLAY_MERGE_KEY", key);
+        }
+        cmd.output().expect("runs")
+    };
+    let parts: Vec<PathBuf> = (1..=2).map(|k| out.join(format!("k{k}.json"))).collect();
+    for (k, path) in parts.iter().enumerate() {
+        let share = format!("{}/2", k + 1);
+        let args = [
+            "audit",
+            "--partition",
+            &share,
+            "--json",
+            s(path),
+            "fixtures/safetensors",
+        ];
+        let run = with_key(Some("s3cret"), &args);
+        assert!(
+            run.status.code().is_some_and(|c| c <= 1),
+            "{}",
+            stderr(&run)
+        );
+        let digest = read(path).unwrap()["partition"]["report_digest"].clone();
+        assert!(
+            digest.as_str().unwrap().starts_with("hmac-sha256:"),
+            "{digest}"
+        );
+    }
+    let merge = |key: Option<&str>| {
+        with_key(
+            key,
+            &["merge", "--color", "never", s(&parts[0]), s(&parts[1])],
+        )
+    };
+    assert!(merge(Some("s3cret")).status.code().is_some_and(|c| c <= 1));
+    for (key, expected) in [
+        (None, "set TENSORPLAY_MERGE_KEY"),
+        (Some("other"), "or the key differs"),
+    ] {
+        let run = merge(key);
+        assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+        assert!(stderr(&run).contains(expected), "{}", stderr(&run));
+    }
+    // Unkeyed parts are refused while a key is set.
+    let (_, plain) = part("fixtures/safetensors", 1, 2, &out);
+    let run = with_key(Some("s3cret"), &["merge", s(&plain), s(&parts[1])]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        stderr(&run).contains("written without TENSORPLAY_MERGE_KEY"),
+        "{}",
+        stderr(&run)
+    );
     std::fs::remove_dir_all(&out).ok();
 }
 

@@ -80,3 +80,55 @@ fn inspect_views_diff_and_convert_escape_what_the_file_names() {
     assert_eq!(out.status.code(), Some(1));
     assert_clean("convert", &stderr(&out));
 }
+
+/// On GitHub Actions a log line starting `::` (after blanks) is a workflow command: a file
+/// named like one, holding names with control and bidi characters, leaves only tensorplay's
+/// own annotations as commands, each carrying the names as escaped data.
+#[test]
+fn the_github_log_runs_no_command_a_file_names() {
+    let dir = crate::common::TempDir::new("command-names");
+    let named = dir.0.join("::warning title=X::f.safetensors");
+    let source = crate::common::root()
+        .join(DIR)
+        .join("crafted_names.safetensors");
+    std::fs::copy(source, &named).expect("copy");
+    // Named as given, relative to the job's folder: the report's line starts with the name.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args(["audit", "--format", "github", "--fail-on", "never"])
+        .arg("::warning title=X::f.safetensors")
+        .current_dir(&dir.0)
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = stdout(&out);
+    let commands: Vec<&str> = log
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("::") || l.starts_with("##["))
+        .collect();
+    assert!(!commands.is_empty(), "{log}");
+    for command in &commands {
+        assert!(
+            [
+                "::error file=",
+                "::warning file=",
+                "::notice file=",
+                "::notice title=tensorplay::"
+            ]
+            .iter()
+            .any(|own| command.starts_with(own)),
+            "{command}"
+        );
+        assert_clean("annotation", command);
+        assert!(!command.contains("title=X::"), "{command}");
+    }
+    // The report names the file at the start of a line, its first character escaped.
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("\\u{3a}:warning title=X::f.safetensors (")),
+        "{log}"
+    );
+    assert_clean("github log", &log);
+}

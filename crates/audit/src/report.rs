@@ -61,6 +61,10 @@ pub struct Partition {
     pub inputs: Vec<PartInput>,
     /// SHA-256 (hex) of the whole run's input list, every part's: parts of one run share it.
     pub inputs_digest: String,
+    /// The hash of this report with this field empty (`sha256:…`, or `hmac-sha256:…` keyed
+    /// with `TENSORPLAY_MERGE_KEY`): `merge` refuses a part edited after its audit.
+    #[serde(default)]
+    pub report_digest: String,
 }
 
 /// A checkpoint handed to a part, with the bytes that weighed it when the parts were balanced.

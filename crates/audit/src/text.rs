@@ -39,7 +39,7 @@ pub fn printable(text: &str, keep_newlines: bool) -> String {
         let plain = c == ' '
             || (keep_newlines && c == '\n')
             || c.is_ascii_graphic()
-            || (!c.is_ascii() && !c.is_control() && !invisible(c));
+            || (!c.is_ascii() && !hidden(c));
         if plain {
             out.push(c);
         } else {
@@ -47,6 +47,13 @@ pub fn printable(text: &str, keep_newlines: bool) -> String {
         }
     }
     out
+}
+
+/// Whether every report shows `c` escaped: control characters, format characters that change
+/// how a line reads without being seen, and noncharacters (which no text should carry).
+pub fn hidden(c: char) -> bool {
+    let code = u32::from(c);
+    c.is_control() || invisible(c) || (0xfdd0..=0xfdef).contains(&code) || code & 0xfffe == 0xfffe
 }
 
 /// Format characters that change how a line reads without being seen: bidi controls,
@@ -69,6 +76,10 @@ mod tests {
         assert_eq!(printable("x\u{202e}y", false), "x\\u{202e}y");
         assert_eq!(printable("one\ntwo", false), "one\\u{a}two");
         assert_eq!(printable("one\ntwo", true), "one\ntwo");
+        assert_eq!(
+            printable("a\u{fdd0}\u{1fffe}", false),
+            "a\\u{fdd0}\\u{1fffe}"
+        );
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<ExitStatus> {
     let format = render::stdout::Format::choose(args.format, false);
     if format == render::stdout::Format::Github {
         render::github::append_step_summary(report);
+        crate::exit::print_commands(&render::github::annotations(report))?;
     }
     let style = render::human::Style {
         color: crate::color::enabled(args.color, false),
@@ -89,6 +90,10 @@ fn read_part(path: &Path) -> anyhow::Result<Part> {
     }
     let mut report: Report = serde_json::from_value(value)
         .with_context(|| format!("{source}: not a tensorplay JSON report"))?;
+    let Some(stored) = report.partition.as_ref().map(|p| p.report_digest.clone()) else {
+        anyhow::bail!("{source}: not a partial report (written without --partition K/N)");
+    };
+    check_digest(&source, &report, &stored)?;
     let Some(partition) = report.partition.take() else {
         anyhow::bail!("{source}: not a partial report (written without --partition K/N)");
     };
@@ -97,6 +102,31 @@ fn read_part(path: &Path) -> anyhow::Result<Part> {
         report,
         partition,
     })
+}
+
+/// A part is merged only as its audit wrote it: its findings, verdict and inputs hash to the
+/// digest it carries, keyed with `TENSORPLAY_MERGE_KEY` exactly when the audit was.
+fn check_digest(source: &str, report: &Report, stored: &str) -> anyhow::Result<()> {
+    let key = partition::merge_key();
+    if stored.starts_with("hmac-") && key.is_none() {
+        anyhow::bail!(
+            "{source}: sealed with a key: set {} to the audit's key to merge it",
+            partition::MERGE_KEY
+        );
+    }
+    if stored.starts_with("sha256:") && key.is_some() {
+        anyhow::bail!(
+            "{source}: written without {}: with the key set, only parts sealed with it merge",
+            partition::MERGE_KEY
+        );
+    }
+    if partition::report_digest(report, key.as_deref())? != stored {
+        anyhow::bail!(
+            "{source}: the part was altered after its audit (its report_digest does not match its content{})",
+            if key.is_some() { ", or the key differs" } else { "" }
+        );
+    }
+    Ok(())
 }
 
 /// The merged report, and the inputs no part judged (with the part that had them).

@@ -7,11 +7,12 @@
 //! loads to the lower part, so every job computes the same split without talking to the others.
 
 use crate::discover::Target;
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
-use tensorplay_audit::report::{PartInput, Partition};
+use tensorplay_audit::report::{PartInput, Partition, Report};
 use tensorplay_engine::load::{self, ShardIndex};
 
 /// `K/N`: part K (1-based) of N.
@@ -71,7 +72,41 @@ pub fn select(targets: &mut Vec<Target>, part: Part) -> Partition {
         n: part.n,
         inputs,
         inputs_digest: digest,
+        report_digest: String::new(),
     }
+}
+
+/// The environment variable holding the key that seals partial reports.
+pub const MERGE_KEY: &str = "TENSORPLAY_MERGE_KEY";
+
+/// The key in [`MERGE_KEY`], if set and not empty.
+pub fn merge_key() -> Option<Vec<u8>> {
+    std::env::var_os(MERGE_KEY)
+        .filter(|key| !key.is_empty())
+        .map(|key| key.into_encoded_bytes())
+}
+
+/// A partial report's `report_digest`: SHA-256 of its JSON with that field empty, or with a
+/// key, HMAC-SHA256 (parts are CI artifacts; whoever can write one can recompute a plain
+/// hash, so pipelines whose artifacts cross a trust boundary set the key).
+pub fn report_digest(report: &Report, key: Option<&[u8]>) -> anyhow::Result<String> {
+    let mut unsealed = report.clone();
+    if let Some(partition) = unsealed.partition.as_mut() {
+        partition.report_digest.clear();
+    }
+    let text = serde_json::to_vec(&unsealed)?;
+    Ok(match key {
+        Some(key) => {
+            let mut mac = Hmac::<Sha256>::new_from_slice(key)?;
+            mac.update(&text);
+            format!("hmac-sha256:{}", hex(&mac.finalize().into_bytes()))
+        }
+        None => format!("sha256:{}", hex(&Sha256::digest(&text))),
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The part (0-based) each input goes to: largest first, to the part with the fewest bytes.
@@ -108,7 +143,7 @@ pub fn digest(inputs: &[PartInput]) -> String {
         hash.update(input.path.as_bytes());
         hash.update(input.bytes.to_le_bytes());
     }
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    hex(&hash.finalize())
 }
 
 /// Bytes an input stands for; 0 when they cannot be read (the audit then reports why).

@@ -214,10 +214,18 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         stale = baseline.suppress(&mut report).1;
     }
 
+    if report.partition.is_some() {
+        let digest =
+            crate::partition::report_digest(&report, crate::partition::merge_key().as_deref())?;
+        if let Some(partition) = report.partition.as_mut() {
+            partition.report_digest = digest;
+        }
+    }
     args.files.write(&report)?;
     let format = render::stdout::Format::choose(args.format, args.ci_mode);
     if format == render::stdout::Format::Github {
         render::github::append_step_summary(&report);
+        crate::exit::print_commands(&render::github::annotations(&report))?;
     }
     let color = crate::color::enabled(args.color, args.ci_mode);
     let style = render::human::Style {

@@ -5,6 +5,7 @@ use super::fail_on_name;
 use super::markdown::cell;
 use std::fmt::Write;
 use tensorplay_audit::report::Report;
+use tensorplay_audit::text::printable;
 use tensorplay_audit::{Finding, Severity};
 
 /// Beyond this many findings, the summary table counts the rest (a step summary holds 1 MiB).
@@ -158,16 +159,20 @@ pub fn append_step_summary(report: &Report) {
     }
 }
 
-/// A workflow command's message: `%`, CR and LF escaped.
-fn data(text: &str) -> String {
-    text.replace('%', "%25")
-        .replace('\r', "%0D")
+/// A workflow command's message: control, bidi and noncharacter code points written out
+/// visibly (the annotation shows them), then `%` and line breaks as the runner decodes them.
+pub(crate) fn data(text: &str) -> String {
+    printable(text, true)
+        .replace('%', "%25")
         .replace('\n', "%0A")
 }
 
 /// A workflow command's property value: as [`data`], and `:` and `,` too.
-fn property(text: &str) -> String {
-    data(text).replace(':', "%3A").replace(',', "%2C")
+pub(crate) fn property(text: &str) -> String {
+    printable(text, false)
+        .replace('%', "%25")
+        .replace(':', "%3A")
+        .replace(',', "%2C")
 }
 
 #[cfg(test)]
@@ -176,7 +181,24 @@ mod tests {
 
     #[test]
     fn workflow_command_escapes() {
-        assert_eq!(data("50% done\r\nnext: a,b"), "50%25 done%0D%0Anext: a,b");
-        assert_eq!(property("dir,x/a:b%.pt\n"), "dir%2Cx/a%3Ab%25.pt%0A");
+        assert_eq!(
+            data("50% done\r\nnext: a,b"),
+            "50%25 done\\u{d}%0Anext: a,b"
+        );
+        assert_eq!(property("dir,x/a:b%.pt\n"), "dir%2Cx/a%3Ab%25.pt\\u{a}");
+        assert_eq!(data("\u{1b}[31m\u{202e}"), "\\u{1b}[31m\\u{202e}");
+    }
+
+    proptest::proptest! {
+        /// Whatever a file names, a command stays one line the runner reads as data: no line
+        /// break, no control, bidi or noncharacter code point, and a property no `:` or `,`.
+        #[test]
+        fn a_command_carries_any_text_as_data(text in proptest::prelude::any::<String>()) {
+            for escaped in [data(&text), property(&text)] {
+                proptest::prop_assert!(!escaped.chars().any(tensorplay_audit::text::hidden));
+            }
+            let value = property(&text);
+            proptest::prop_assert!(!value.contains(':') && !value.contains(','));
+        }
     }
 }

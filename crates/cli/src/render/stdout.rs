@@ -2,7 +2,7 @@
 //! log always ends with the verdict), the JSON report (`--ci-mode`, kept for scripts that
 //! read it), GitHub annotations followed by the human report, or SARIF.
 
-use super::{github, human, json, sarif};
+use super::{human, json, sarif};
 use clap::ValueEnum;
 use tensorplay_audit::report::Report;
 
@@ -36,7 +36,8 @@ pub fn render(report: &Report, format: Format, style: human::Style) -> anyhow::R
     Ok(match format {
         Format::Human => human::render(report, style)?,
         Format::Json => json::render(report)?,
-        Format::Github => github::annotations(report) + &human::render(report, style)?,
+        // The annotations are commands, printed apart (`exit::print_commands`).
+        Format::Github => human::render(report, style)?,
         Format::Sarif => sarif::render(report)?,
     })
 }

@@ -1,5 +1,6 @@
-//! Escaping for the XML reports. Messages quote tensor names from untrusted checkpoints, so
-//! every character XML 1.0 cannot carry is written out visibly instead.
+//! Escaping for the XML and HTML reports. Messages quote tensor names from untrusted
+//! checkpoints, so every character XML 1.0 cannot carry, and every one that would hide in a
+//! viewer, is written out visibly instead.
 
 /// `text` as element content.
 pub fn text(text: &str) -> String {
@@ -24,7 +25,8 @@ fn escape(text: &str, attribute: bool) -> String {
             '\r' => out.push_str("&#13;"),
             '\t' if attribute => out.push_str("&#9;"),
             '\t' | '\n' => out.push(c),
-            c if u32::from(c) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {
+            // What XML 1.0 forbids, and what would hide in a viewer (bidi, noncharacters).
+            c if tensorplay_audit::text::hidden(c) => {
                 out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
             }
             c => out.push(c),
@@ -43,5 +45,6 @@ mod tests {
         assert_eq!(attr("a\"b\nc\td"), "a&quot;b&#10;c&#9;d");
         assert_eq!(text("nul\0bell\u{7}"), "nul\\u{0}bell\\u{7}");
         assert_eq!(text("]]>"), "]]&gt;");
+        assert_eq!(text("x\u{202e}y\u{85}"), "x\\u{202e}y\\u{85}");
     }
 }

@@ -66,7 +66,13 @@ pub(super) fn raw_unicode_escape(line: &[u8]) -> Option<String> {
             }
         };
         let hex = std::str::from_utf8(line.get(i + 2..i + 2 + width)?).ok()?;
-        out.push(char::from_u32(u32::from_str_radix(hex, 16).ok()?)?);
+        let code = u32::from_str_radix(hex, 16).ok()?;
+        match char::from_u32(code) {
+            Some(c) => out.push(c),
+            // Python keeps a lone surrogate; Rust text cannot: it is written out visibly.
+            None if (0xd800..=0xdfff).contains(&code) => out.push_str(&format!("\\u{{{code:x}}}")),
+            None => return None,
+        }
         i += 2 + width;
     }
     Some(out)
@@ -115,4 +121,31 @@ pub(super) fn python_string_literal(line: &[u8]) -> Option<String> {
         });
     }
     Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Decodes UTF-8 as Python's pickle does (`'utf-8', 'surrogatepass'`): an encoded surrogate
+/// (`ED A0..BF 80..BF`), which Python keeps as a lone surrogate, is written out visibly
+/// (`\u{d800}`), since Rust text cannot hold one; any other invalid sequence is `None`, as
+/// Python refuses it.
+pub(super) fn utf8_surrogatepass(raw: &[u8]) -> Option<String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(text) => {
+                out.push_str(text);
+                return Some(out);
+            }
+            Err(e) => {
+                let (valid, after) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).ok()?);
+                let [0xed, b1 @ 0xa0..=0xbf, b2 @ 0x80..=0xbf, ..] = after else {
+                    return None;
+                };
+                let code = 0xd000 | (u32::from(b1 & 0x3f) << 6) | u32::from(b2 & 0x3f);
+                out.push_str(&format!("\\u{{{code:x}}}"));
+                rest = after.get(3..)?;
+            }
+        }
+    }
 }

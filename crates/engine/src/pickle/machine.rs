@@ -4,7 +4,9 @@
 use super::allowlist::{map_module, resolves, Class, Loader};
 use super::dict_keys;
 use super::heap::{Global, Heap, Id, Node, Object};
-use super::literals::{decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape};
+use super::literals::{
+    decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape, utf8_surrogatepass,
+};
 use super::memo::Memo;
 use super::opcodes::*;
 use super::{Budget, UnsafeGlobal};
@@ -604,7 +606,7 @@ impl<'a> Machine<'a> {
             BINUNICODE | SHORT_BINUNICODE | BINUNICODE8 => {
                 let raw = self.counted(op)?;
                 let text =
-                    std::str::from_utf8(raw).map_err(|_| self.err("string is not valid UTF-8"))?;
+                    utf8_surrogatepass(raw).ok_or_else(|| self.err("string is not valid UTF-8"))?;
                 Node::Str(text.into())
             }
             // Python 2 `str`: bytes that PyTorch's loader decodes as text.

@@ -683,3 +683,25 @@ fn a_call_tensorplay_cannot_interpret_is_read_past_and_refused_at_the_end() {
         .collect();
     assert_eq!(named, ["torch.storage._load_from_bytes", "os.system"]);
 }
+
+/// A lone surrogate, which Python's pickle keeps (`surrogatepass`) and torch loads, is read
+/// and written out visibly; other invalid UTF-8 is refused as Python refuses it.
+#[test]
+fn a_lone_surrogate_is_read_as_python_reads_it() {
+    // {'a\ud800': 'b'} as BINUNICODE, then as protocol 0's UNICODE.
+    let binunicode = b"\x80\x02}q\x00X\x04\x00\x00\x00a\xed\xa0\x80q\x01X\x01\x00\x00\x00bs.";
+    let unicode = b"(dp0\nVa\\ud800\np1\nVb\np2\ns.";
+    for stream in [&binunicode[..], &unicode[..]] {
+        let unpickled = run(stream).expect("read");
+        let keys: Vec<String> = dict(&unpickled, unpickled.root)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys, ["a\\u{d800}"]);
+    }
+    let invalid = b"\x80\x02X\x02\x00\x00\x00a\xff.";
+    assert!(run(invalid)
+        .unwrap_err()
+        .to_string()
+        .contains("not valid UTF-8"));
+}
