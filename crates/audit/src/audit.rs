@@ -219,6 +219,7 @@ fn finding(rule: &dyn Rule, severity: Severity, draft: Draft) -> Finding {
             member: bounded(g.member, bounded_name),
             offset: g.offset,
         }),
+        payload: draft.payload,
         fingerprint: String::new(),
     }
 }

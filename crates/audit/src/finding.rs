@@ -22,6 +22,11 @@ pub struct Finding {
     /// The pickle global a finding is about (TP501), for programs: the message names it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalRef>,
+    /// SHA-256 (hex) of what the finding is about when that is a payload (the pickle stream
+    /// naming a TP501 global, TP504's code): a baseline accepts the finding only while it is
+    /// unchanged. Absent on other findings.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub payload: String,
     /// Stable across runs, unique within the report (SARIF `partialFingerprints`, GitLab
     /// `fingerprint`); set when the report is made.
     #[serde(default)]
@@ -56,4 +61,6 @@ pub struct Draft {
     pub fix: String,
     /// The pickle global it is about, if it is about one.
     pub global: Option<GlobalRef>,
+    /// The hash of the payload it is about, if it is about one.
+    pub payload: String,
 }

@@ -21,6 +21,10 @@ pub struct Fingerprint {
     /// The message, for findings without tensors; empty otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// The hash of the payload the finding is about (TP501's pickle, TP504's code), if any:
+    /// a changed payload is a new finding.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub payload: String,
 }
 
 impl Fingerprint {
@@ -38,12 +42,13 @@ impl Fingerprint {
                 String::new()
             },
             tensors,
+            payload: finding.payload.clone(),
         }
     }
 }
 
 /// Fingerprints made unique within one report: hex SHA-256 of the identity
-/// `[path, code, sorted tensors, message or ""]`, and for a repeat of an identity (two findings
+/// `[path, code, sorted tensors, message or ""(, payload hash)]`, and for a repeat of an identity (two findings
 /// a baseline cannot tell apart, such as TP102 on `a, b` and on `b, a`) the hash of it and its
 /// occurrence number: code scanning and GitLab keep one issue per fingerprint.
 #[derive(Default)]
@@ -58,9 +63,16 @@ impl Unique {
             code,
             tensors,
             message,
+            payload,
         } = Fingerprint::of(path, finding);
-        // A JSON array, not the struct: its order is fixed whatever serde's map order.
-        let identity = serde_json::to_string(&(path, code, tensors, message)).unwrap_or_default();
+        // A JSON array, not the struct: its order is fixed whatever serde's map order. A
+        // payload's hash joins it (a dismissed alert comes back when the payload changes).
+        let identity = if payload.is_empty() {
+            serde_json::to_string(&(path, code, tensors, message))
+        } else {
+            serde_json::to_string(&(path, code, tensors, message, payload))
+        }
+        .unwrap_or_default();
         let id = hex(&Sha256::digest(identity.as_bytes()));
         let count = self.seen.entry(id.clone()).or_insert(0);
         *count += 1;

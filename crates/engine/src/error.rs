@@ -578,6 +578,7 @@ mod tests {
             name: "system".into(),
             member: "legacy pickle 3 (sys_info)".into(),
             position,
+            payload: String::new(),
         };
         assert!(matches!(
             syntax().with_unsafe_globals(Vec::new()),

@@ -8,4 +8,7 @@ pub struct TorchScriptCode {
     pub members: Vec<String>,
     /// The code members that define a `__setstate__` method, sorted.
     pub setstate: Vec<String>,
+    /// SHA-256 (hex) of every code member, name and bytes, in order: what `torch.jit.load`
+    /// would compile.
+    pub sha256: String,
 }

@@ -12,4 +12,17 @@ pub struct UnsafeGlobal {
     pub member: String,
     /// Byte position of the `GLOBAL`/`STACK_GLOBAL`/`INST` opcode.
     pub position: u64,
+    /// SHA-256 (hex) of what would run: the pickle stream that names it (the call's
+    /// arguments included), or the string torch would evaluate. A baseline that accepted
+    /// the finding stops accepting it when this changes.
+    pub payload: String,
+}
+
+/// Hex SHA-256 of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -215,6 +215,7 @@ mod tests {
                 message: "a finding over many tensors".into(),
                 fix: "fix them".into(),
                 global: None,
+                payload: String::new(),
                 fingerprint: String::new(),
             }],
             suppressed: Vec::new(),

@@ -320,6 +320,7 @@ impl ModelReader<'_, '_> {
                     refused.field, refused.shown, refused.reason
                 ),
                 position: refused.position.unwrap_or(0),
+                payload: refused.sha256,
             });
         }
         drop(text);

@@ -30,6 +30,8 @@ pub(crate) struct Refused {
     pub position: Option<u64>,
     /// Why it is refused.
     pub reason: String,
+    /// SHA-256 (hex) of the whole value, as JSON.
+    pub sha256: String,
 }
 
 /// Every `as_expr.expr_str` of `program` (the JSON parsed from `text`) that is not an
@@ -87,15 +89,14 @@ fn check_field(expr: &Value, path: &[Step<'_>], text: &[u8], out: &mut Vec<Refus
             "not a string: sympify evaluates every string inside it".to_owned(),
         ),
     };
-    let position = serde_json::to_string(expr)
-        .ok()
-        .and_then(|literal| find(text, literal.as_bytes()))
-        .map(|at| at as u64);
+    let literal = serde_json::to_string(expr).unwrap_or_default();
+    let position = find(text, literal.as_bytes()).map(|at| at as u64);
     out.push(Refused {
         field: dotted(path),
         shown,
         position,
         reason,
+        sha256: crate::unsafe_global::sha256_hex(literal.as_bytes()),
     });
 }
 

@@ -30,12 +30,23 @@ pub(crate) fn read_code<'e>(
         .collect();
     members.sort_unstable();
     let mut setstate = Vec::new();
+    let mut code = Vec::new();
     for member in &members {
-        if read(member)?.is_some_and(|source| defines_setstate(&source)) {
+        let source = read(member)?;
+        // Length-prefixed: no name or body runs into the next.
+        for part in [member.as_bytes(), source.as_deref().unwrap_or_default()] {
+            code.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            code.extend_from_slice(part);
+        }
+        if source.is_some_and(|source| defines_setstate(&source)) {
             setstate.push(member.clone());
         }
     }
-    Ok(TorchScriptCode { members, setstate })
+    Ok(TorchScriptCode {
+        members,
+        setstate,
+        sha256: crate::unsafe_global::sha256_hex(&code),
+    })
 }
 
 /// Whether a name relative to the archive's folder is one torch's code lookup can find:

@@ -130,6 +130,8 @@ pub(super) struct Machine<'a> {
     reading: Reading,
     /// The end of the C unpickler's buffer while it holds a FRAME's bytes ([`Reading::Buffered`]).
     buffer_end: Option<usize>,
+    /// The stream's hash, once a global outside the table needs it.
+    payload: Option<String>,
 }
 
 impl<'a> Machine<'a> {
@@ -168,6 +170,7 @@ impl<'a> Machine<'a> {
             framing_anomaly: false,
             reading,
             buffer_end: None,
+            payload: None,
         }
     }
 
@@ -793,11 +796,16 @@ impl<'a> Machine<'a> {
                 .saturating_add(self.member.len() as u64)
                 .saturating_add(std::mem::size_of::<UnsafeGlobal>() as u64);
             self.charge(record)?;
+            let payload = self
+                .payload
+                .get_or_insert_with(|| crate::unsafe_global::sha256_hex(self.bytes))
+                .clone();
             self.unsafe_globals.push(UnsafeGlobal {
                 module: module.to_owned(),
                 name: name.to_owned(),
                 member: self.member.to_owned(),
                 position: self.position(),
+                payload,
             });
         }
         let global = Global::new(module, name);

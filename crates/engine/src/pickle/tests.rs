@@ -152,6 +152,8 @@ fn unsafe_globals_are_recorded_and_never_called() {
                 name: "system".into(),
                 member: "data.pkl".into(),
                 position,
+                // The hash of the whole stream that makes the call.
+                payload: crate::unsafe_global::sha256_hex(&hex(stream)),
             }]
         );
         // Reading goes on: the payload is an opaque object beside the ordinary value.

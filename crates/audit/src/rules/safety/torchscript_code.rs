@@ -61,6 +61,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         storage: None,
         message,
         fix: "load it only from a trusted source; to ship weights, save a plain state_dict from a trusted environment or convert to safetensors".into(),
+        payload: code.sha256.clone(),
         ..Default::default()
     });
 }
@@ -108,6 +109,7 @@ mod tests {
         ckpt.torchscript = Some(TorchScriptCode {
             members: owned(members),
             setstate: owned(setstate),
+            sha256: String::new(),
         });
         ckpt
     }

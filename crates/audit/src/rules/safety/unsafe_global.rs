@@ -110,6 +110,7 @@ fn draft(g: &UnsafeGlobal) -> Draft {
                 member: g.member.clone(),
                 offset: g.position,
             }),
+            payload: g.payload.clone(),
         }
     }
 }
@@ -199,6 +200,7 @@ mod tests {
             name: "system".into(),
             member: "archive/data.pkl".into(),
             position: 57,
+            payload: String::new(),
         });
         let findings = findings(&ckpt);
         assert_eq!(
@@ -231,6 +233,7 @@ mod tests {
                 name: (*name).into(),
                 member: "archive/data.pkl".into(),
                 position: 10 * i as u64,
+                payload: String::new(),
             });
         }
         ckpt

@@ -116,6 +116,7 @@ mod tests {
             name: "eval".into(),
             member: "archive/data.pkl".into(),
             position: 2,
+            payload: String::new(),
         }];
         ckpt.weights_only = Some(WeightsOnly::refuses(
             "archive/data.pkl",
