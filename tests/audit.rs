@@ -951,3 +951,89 @@ fn an_unsafe_global_is_structured_in_the_json_report() {
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
     assert!(report["files"][0]["findings"][0].get("global").is_none());
 }
+
+/// A file `tensorplay.toml` declares is not a checkpoint (`[[ignore]]` with a `reason` and no
+/// `rules`) is not audited, even when named on the command line as a pre-commit hook names
+/// every staged `.bin`: it is listed as skipped with the entry's reason and place in every
+/// report that lists skipped files. Without the entry the same file fails as unreadable.
+#[test]
+fn a_file_declared_not_a_checkpoint_is_skipped_even_when_named() {
+    let dir = crate::common::TempDir::new("declared");
+    std::fs::create_dir_all(dir.0.join("tokenizer")).expect("tokenizer folder");
+    // A tokenizer's binary vocabulary: the `.bin` extension, no checkpoint inside.
+    std::fs::write(
+        dir.0.join("tokenizer/vocab.bin"),
+        b"\x0a\x05hello\x10\x01 not a checkpoint\n",
+    )
+    .expect("junk file");
+    let run = |args: &[&str]| -> (Option<i32>, String, String, serde_json::Value) {
+        let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+            .args(["audit", "--color", "never", "--json", "report.json"])
+            .args(["--junit", "report.xml", "--html", "report.html"])
+            .args(args)
+            .current_dir(&dir.0)
+            .env_remove("GITHUB_ACTIONS")
+            .env_remove("GITHUB_STEP_SUMMARY")
+            .output()
+            .expect("tensorplay runs");
+        let report = std::fs::read_to_string(dir.0.join("report.json")).expect("JSON report");
+        (
+            out.status.code(),
+            stdout(&out),
+            stderr(&out),
+            serde_json::from_str(&report).expect("JSON"),
+        )
+    };
+
+    let (code, log, _, report) = run(&["tokenizer/vocab.bin"]);
+    assert_eq!(code, Some(1), "{log}");
+    assert_eq!(report["files"][0]["path"], "tokenizer/vocab.bin");
+    assert_eq!(
+        report["files"][0]["findings"][0]["code"], "TP502",
+        "{report:#}"
+    );
+    assert_eq!(report["skipped"], serde_json::json!([]));
+
+    std::fs::write(
+        dir.0.join("tensorplay.toml"),
+        "# The tokenizer's files share the checkpoints' extension.\n\
+         [[ignore]]\npath = \"tokenizer/*.bin\"\nreason = \"not a checkpoint\"\n",
+    )
+    .expect("config");
+    let reason = "not a checkpoint (tensorplay.toml:3)";
+    // The only file named is declared: judged, not "nothing to audit".
+    let (code, log, warnings, report) = run(&["tokenizer/vocab.bin"]);
+    assert_eq!(code, Some(0), "{log}{warnings}");
+    assert_eq!(report["files"], serde_json::json!([]));
+    assert_eq!(
+        report["skipped"],
+        serde_json::json!([{"path": "tokenizer/vocab.bin", "reason": reason}])
+    );
+    assert_eq!(report["summary"]["passed"], true);
+    assert!(
+        log.contains(&format!("skipped tokenizer/vocab.bin: {reason}")),
+        "{log}"
+    );
+    assert!(!warnings.contains("matched no"), "{warnings}");
+    for other in ["report.xml", "report.html"] {
+        let text = std::fs::read_to_string(dir.0.join(other)).expect(other);
+        assert!(text.contains(reason), "{other}: {text}");
+    }
+
+    // Beside a checkpoint, which is audited as ever.
+    let overlapping = root().join("fixtures/pytorch/overlapping_params.pt");
+    let (code, log, _, report) = run(&[overlapping.to_str().unwrap(), "tokenizer/vocab.bin"]);
+    assert_eq!(code, Some(1), "{log}");
+    assert_eq!(report["files"].as_array().map(Vec::len), Some(1));
+    assert_eq!(report["skipped"][0]["reason"], reason);
+
+    // An entry that skips nothing in a run is said, as a file (not a checkpoint) it missed.
+    let (code, _, warnings, _) = run(&[overlapping.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        warnings.contains(
+            "warning: tensorplay.toml:3: [[ignore]] path = \"tokenizer/*.bin\" matched no file"
+        ),
+        "{warnings}"
+    );
+}

@@ -284,6 +284,68 @@ fn markdown_is_a_table_for_a_pull_request_comment() {
     );
 }
 
+/// A side copied out of git into a temporary file (the base branch's version, in CI) is named
+/// by its label in every format, never by the copy's path; an unreadable labelled side names
+/// both.
+#[test]
+fn labels_name_the_sides_in_every_format() {
+    let labels = [
+        "--old-label",
+        "main:checkpoints/model.pt",
+        "--new-label",
+        "checkpoints/model.pt",
+    ];
+    let mut args = vec!["diff", "--format", "markdown"];
+    args.extend(labels);
+    args.extend(["fixtures/diff/base.pt", "fixtures/diff/drifted.pt"]);
+    let out = tensorplay(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let md = stdout(&out);
+    assert!(
+        md.starts_with("### tensorplay diff: checkpoints/model.pt\n"),
+        "{md}"
+    );
+    assert!(
+        md.contains("main:checkpoints/model.pt (pytorch-zip) → checkpoints/model.pt (pytorch-zip)"),
+        "{md}"
+    );
+    assert!(!md.contains("fixtures/diff"), "{md}");
+
+    let mut args = vec!["diff"];
+    args.extend(labels);
+    args.extend(["fixtures/diff/base.pt", "fixtures/diff/drifted.pt"]);
+    let text = stdout(&tensorplay(&args));
+    assert!(
+        text.starts_with("old: main:checkpoints/model.pt ("),
+        "{text}"
+    );
+    assert!(text.contains("\nnew: checkpoints/model.pt ("), "{text}");
+
+    let (json, _) = diff_json(&[
+        labels[0],
+        labels[1],
+        "fixtures/diff/base.pt",
+        "fixtures/diff/drifted.pt",
+    ]);
+    assert_eq!(json["old"]["path"], "main:checkpoints/model.pt");
+    assert_eq!(json["new"]["path"], "fixtures/diff/drifted.pt");
+
+    let out = tensorplay(&[
+        "diff",
+        "--old-label",
+        "main:checkpoints/model.pt",
+        "fixtures/pytorch/bad/truncated.pt",
+        "fixtures/diff/base.pt",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let error = stderr(&out);
+    assert!(
+        error.contains("main:checkpoints/model.pt: cannot be read: ")
+            && error.contains("truncated.pt"),
+        "{error}"
+    );
+}
+
 #[test]
 fn an_unreadable_side_is_an_error_not_a_difference() {
     let out = tensorplay(&[

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use tensorplay_audit::config::Config;
 use tensorplay_audit::report::Skipped;
 use tensorplay_engine::load::{self, Probe, ShardIndex, Sniffed};
 
@@ -272,6 +273,34 @@ fn not_regular(meta: &std::fs::Metadata) -> String {
         let _ = meta;
         "not a regular file".to_owned()
     }
+}
+
+/// Moves the checkpoints `tensorplay.toml` declares are not checkpoints (`[[ignore]]` with a
+/// `reason` and no `rules`) to the skipped files, with the entry's reason; returns how many.
+/// Named files too: a pre-commit hook names every staged file its patterns match.
+pub fn skip_declared(found: &mut Discovered, config: &Config) -> usize {
+    // A file the walk already passed over (a `.txt` beside the checkpoints) keeps the walk's
+    // reason, which says what it is, but the entry that names it did match: no warning.
+    for file in &found.skipped {
+        let _ = config.skip_reason(&file.path);
+    }
+    let mut declared = 0;
+    let mut kept = Vec::with_capacity(found.checkpoints.len());
+    for target in std::mem::take(&mut found.checkpoints) {
+        // Matched as the audit reports the path, as rule ignores are.
+        match config.skip_reason(&target.path.display().to_string()) {
+            Some(reason) => {
+                declared += 1;
+                found.skipped.push(skipped(&target.path, reason));
+            }
+            None => kept.push(target),
+        }
+    }
+    found.checkpoints = kept;
+    if declared > 0 {
+        found.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+    declared
 }
 
 /// Shards of an index found in the walk are audited through the index, not twice.

@@ -25,15 +25,29 @@ use tensorplay_engine::alloc::AllocatorConfig;
 /// The file tensorplay looks for in the working directory.
 pub const FILE_NAME: &str = "tensorplay.toml";
 
-/// One `[[ignore]]` entry: its globs, its rules, and whether it matched any checkpoint.
+/// One `[[ignore]]` entry: its globs, its rules or the reason its files are skipped, and
+/// whether it matched any checkpoint.
 #[derive(Debug, Clone)]
 pub(crate) struct Ignore {
     pub globs: GlobSet,
     pub codes: Vec<Code>,
+    /// Set when the entry has no `rules`: its files are not checkpoints and are not audited.
+    pub skip: Option<String>,
     /// The `path` as written, and its line.
     pub pattern: String,
     pub line: usize,
     pub used: Arc<AtomicBool>,
+}
+
+/// An `[[ignore]]` entry that matched nothing in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnmatchedIgnore<'a> {
+    /// The line of its `path`.
+    pub line: usize,
+    /// The `path` as written.
+    pub pattern: &'a str,
+    /// Whether it declares files that are not checkpoints (no `rules`, a `reason`).
+    pub skips: bool,
 }
 
 /// A validated configuration.
@@ -41,6 +55,8 @@ pub(crate) struct Ignore {
 pub struct Config {
     levels: HashMap<Code, Level>,
     ignores: Vec<Ignore>,
+    /// The file it was read from, as given: skipped files name the entry that skipped them.
+    source: String,
     /// What the rules read.
     pub settings: RuleSettings,
     /// Caching-allocator settings for the simulated load (TP302, TP303).
@@ -62,8 +78,9 @@ impl Config {
     /// Parses then validates config text; `path` names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config> {
         let (parsed, mut problems) = parse::parse(text);
-        let config = validate::validate(parsed, &mut problems);
+        let mut config = validate::validate(parsed, &mut problems);
         if problems.is_empty() {
+            config.source = path.display().to_string();
             return Ok(config);
         }
         problems.sort();
@@ -85,7 +102,8 @@ impl Config {
     pub fn ignored(&self, path: &str, code: Code) -> bool {
         let path = comparable_path(path);
         let mut ignored = false;
-        for entry in &self.ignores {
+        // Entries that skip files unaudited ignore no rule: a file they match is never here.
+        for entry in self.ignores.iter().filter(|e| e.skip.is_none()) {
             if entry.globs.is_match(&path) {
                 entry.used.store(true, Ordering::Relaxed);
                 ignored |= entry.codes.contains(&code);
@@ -94,13 +112,34 @@ impl Config {
         ignored
     }
 
-    /// The `[[ignore]]` entries no checkpoint matched so far, as `(line, path)`: a pattern that
-    /// matches nothing is most likely misspelt.
-    pub fn unmatched_ignores(&self) -> Vec<(usize, &str)> {
+    /// Why the file at `path` is not to be audited, when an `[[ignore]]` entry without `rules`
+    /// matches it: the entry's reason and where it is written, `not a checkpoint
+    /// (tensorplay.toml:12)`. The first such entry in the file names it; every one that
+    /// matches counts as used.
+    pub fn skip_reason(&self, path: &str) -> Option<String> {
+        let path = comparable_path(path);
+        let mut first = None;
+        for entry in &self.ignores {
+            let Some(reason) = &entry.skip else { continue };
+            if entry.globs.is_match(&path) {
+                entry.used.store(true, Ordering::Relaxed);
+                first.get_or_insert_with(|| format!("{reason} ({}:{})", self.source, entry.line));
+            }
+        }
+        first
+    }
+
+    /// The `[[ignore]]` entries no checkpoint matched so far: a pattern that matches nothing
+    /// is most likely misspelt.
+    pub fn unmatched_ignores(&self) -> Vec<UnmatchedIgnore<'_>> {
         self.ignores
             .iter()
             .filter(|e| !e.used.load(Ordering::Relaxed))
-            .map(|e| (e.line, e.pattern.as_str()))
+            .map(|e| UnmatchedIgnore {
+                line: e.line,
+                pattern: e.pattern.as_str(),
+                skips: e.skip.is_some(),
+            })
             .collect()
     }
 }
@@ -249,6 +288,94 @@ conf = "max_split_size_mb:4"
             problems("[[ignore]]\nrules = [\"TP101\"]\n"),
             ["tensorplay.toml:1: [[ignore]] entry without `path`"]
         );
+    }
+
+    #[test]
+    fn an_ignore_without_rules_skips_its_files_with_its_reason() {
+        let c = parse(
+            r#"[[ignore]]
+path = "tokenizer/*.bin"
+reason = "not a checkpoint"
+
+[[ignore]]
+path = "legacy/**"
+rules = ["TP201"]
+reason = "moved off the GPU in the next release"
+
+[[ignore]]
+path = "tokenizer/vocab.bin"
+reason = "sentencepiece vocabulary"
+"#,
+        )
+        .unwrap();
+        let unmatched = |c: &Config| -> Vec<(usize, bool)> {
+            c.unmatched_ignores()
+                .iter()
+                .map(|u| (u.line, u.skips))
+                .collect()
+        };
+        assert_eq!(unmatched(&c), [(2, true), (6, false), (11, true)]);
+        assert_eq!(
+            c.skip_reason("tokenizer/merges.bin").as_deref(),
+            Some("not a checkpoint (tensorplay.toml:2)")
+        );
+        // However the path is spelled; the first entry that matches names the reason, and
+        // every one that matches counts as used.
+        assert_eq!(
+            c.skip_reason("./tokenizer//vocab.bin").as_deref(),
+            Some("not a checkpoint (tensorplay.toml:2)")
+        );
+        assert_eq!(unmatched(&c), [(6, false)]);
+        assert_eq!(c.skip_reason("other/merges.bin"), None);
+        assert_eq!(c.skip_reason("model.bin"), None);
+        // An entry with rules keeps its meaning whatever its reason: it skips nothing.
+        assert_eq!(c.skip_reason("legacy/a.pt"), None);
+        assert!(c.ignored("legacy/a.pt", device::MixedDevices::CODE));
+        // A skipping entry ignores no rule: the file it matches is never audited.
+        assert!(!c.ignored("tokenizer/merges.bin", view::ViewOverlap::CODE));
+        // The reason names the file it was read from.
+        let c = Config::parse(
+            Path::new("conf/audit.toml"),
+            "\n[[ignore]]\npath = \"*.bin\"\nreason = \"tokenizer\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.skip_reason("a.bin").as_deref(),
+            Some("tokenizer (conf/audit.toml:3)")
+        );
+    }
+
+    #[test]
+    fn an_ignore_needs_rules_or_a_reason_that_says_something() {
+        assert_eq!(
+            problems("\n[[ignore]]\npath = \"a.bin\"\n"),
+            ["tensorplay.toml:2: [[ignore]] entry needs `rules` (the rules to ignore on these paths) or `reason` (why these files are not checkpoints, to skip them unaudited)"]
+        );
+        assert_eq!(
+            problems("[[ignore]]\npath = \"a.bin\"\nreason = \"  \"\n"),
+            ["tensorplay.toml:3: `reason` is empty: say why these files are not audited (e.g. \"not a checkpoint\")"]
+        );
+        assert_eq!(
+            problems("[[ignore]]\npath = \"a.bin\"\nreason = 3\n"),
+            ["tensorplay.toml:3: `reason`: expected a string"]
+        );
+        assert_eq!(
+            problems("[[ignore]]\npath = \"a.bin\"\nrules = []\nreason = \"x\"\n"),
+            ["tensorplay.toml:3: `rules` is empty: name the rules to ignore, or leave `rules` out and give a `reason` to skip the files unaudited"]
+        );
+        let e = problems("[[ignore]]\npath = \"a.bin\"\nreason = \"x\"\nwhy = \"y\"\n");
+        assert_eq!(
+            e,
+            ["tensorplay.toml:4: unknown field `why`, expected one of `path`, `rules`, `reason`"]
+        );
+        // The caret sits under the empty reason.
+        let Err(e) = parse("[[ignore]]\npath = \"a.bin\"\nreason = \"\"\n") else {
+            panic!("an empty reason is a problem");
+        };
+        let text = e.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "  3 | reason = \"\"", "{text}");
+        assert_eq!(lines[2], "    |          ^^", "{text}");
     }
 
     #[test]

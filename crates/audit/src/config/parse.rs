@@ -21,6 +21,10 @@ pub(crate) struct At<T> {
 pub(crate) struct IgnoreEntry {
     pub path: Option<At<String>>,
     pub rules: Vec<At<String>>,
+    /// Whether `rules` was written at all: an entry without it skips its files unaudited.
+    pub has_rules: bool,
+    /// Why its files are not checkpoints (required when `rules` is absent).
+    pub reason: Option<At<String>>,
     pub spot: Spot,
 }
 
@@ -217,17 +221,55 @@ impl Reader<'_> {
                 spot: self.spot(item.span()),
                 ..IgnoreEntry::default()
             };
-            for (key, value) in self.entries(table, &["path", "rules"]) {
+            // A `reason` of the wrong type or empty is its own problem, not also a missing one.
+            let mut has_reason = false;
+            for (key, value) in self.entries(table, &["path", "rules", "reason"]) {
                 match key {
                     "path" => entry.path = self.string(key, value),
-                    _ => entry.rules = self.strings(key, value).unwrap_or_default(),
+                    "reason" => {
+                        has_reason = true;
+                        entry.reason = self.reason(value);
+                    }
+                    _ => {
+                        entry.has_rules = true;
+                        entry.rules = self.strings(key, value).unwrap_or_default();
+                        // `rules = []` ignores nothing and skips nothing: most likely a
+                        // half-edited entry, so it is said rather than guessed at.
+                        if value.get_ref().as_array().is_some_and(|a| a.is_empty()) {
+                            let spot = self.spot(value.span());
+                            self.problem(
+                                spot,
+                                "`rules` is empty: name the rules to ignore, or leave `rules` out and give a `reason` to skip the files unaudited",
+                            );
+                        }
+                    }
                 }
             }
             if entry.path.is_none() {
                 self.problem(entry.spot, "[[ignore]] entry without `path`");
             }
+            if !entry.has_rules && !has_reason {
+                self.problem(
+                    entry.spot,
+                    "[[ignore]] entry needs `rules` (the rules to ignore on these paths) or `reason` (why these files are not checkpoints, to skip them unaudited)",
+                );
+            }
             out.ignores.push(entry);
         }
+    }
+
+    /// An `[[ignore]]` entry's `reason`: shown beside every file it skips, so it must say
+    /// something.
+    fn reason(&mut self, value: &Value<'_>) -> Option<At<String>> {
+        let reason = self.string("reason", value)?;
+        if reason.value.trim().is_empty() {
+            self.problem(
+                reason.spot,
+                "`reason` is empty: say why these files are not audited (e.g. \"not a checkpoint\")",
+            );
+            return None;
+        }
+        Some(reason)
     }
 
     /// `[pickle]`: the globals TP501 accepts, as written (names are checked by validate).

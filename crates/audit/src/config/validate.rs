@@ -33,9 +33,15 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
                 value: normal_path(&path.value),
                 spot: path.spot,
             };
+            // Without `rules` the entry skips its files unaudited, with its reason.
+            let skip = match (entry.has_rules, &entry.reason) {
+                (false, Some(reason)) => Some(reason.value.clone()),
+                _ => None,
+            };
             ignores.push(Ignore {
                 globs: glob_set(std::slice::from_ref(&normal), problems),
                 codes,
+                skip,
                 pattern: path.value.clone(),
                 line: path.spot.line,
                 used: Default::default(),
@@ -72,6 +78,8 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
         },
         allocator,
         max_memory,
+        // Set by `Config::parse`, which knows the file's name.
+        source: String::new(),
     }
 }
 

@@ -51,7 +51,7 @@ pub struct Diff {
 /// One side of a comparison.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Side {
-    /// The path as given.
+    /// The path as given, or the label the caller gave it (`tensorplay diff --old-label`).
     pub path: String,
     /// Its container format.
     pub format: &'static str,

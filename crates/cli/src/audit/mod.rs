@@ -1,7 +1,7 @@
 //! `tensorplay audit`: the CI gate.
 
 use crate::color::ColorArg;
-use crate::discover::{discover, Target};
+use crate::discover::{discover, skip_declared, Target};
 use crate::exit::ExitStatus;
 use crate::progress::Progress;
 use crate::render;
@@ -144,8 +144,11 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     let gpu = gpu_target(args.load_to.as_deref())?;
     let gpu_lock = Mutex::new(());
     let mut found = discover(&args.paths)?;
-    if found.checkpoints.is_empty() && !args.allow_empty {
-        // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder).
+    let declared = skip_declared(&mut found, &config);
+    // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder); files
+    // the configuration declares are not checkpoints were judged, so they are not nothing (a
+    // pre-commit run whose only staged `.bin` is a tokenizer passes).
+    if found.checkpoints.is_empty() && declared == 0 && !args.allow_empty {
         let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
         anyhow::bail!(
             "nothing to audit: no checkpoint found in {} ({} skipped; --allow-empty accepts this)",
@@ -240,11 +243,17 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
             .config
             .as_deref()
             .unwrap_or(Path::new(config::FILE_NAME));
-        for (line, pattern) in config.unmatched_ignores() {
+        for unmatched in config.unmatched_ignores() {
             eprintln!(
-                "warning: {}:{line}: [[ignore]] path = \"{}\" matched no checkpoint",
+                "warning: {}:{}: [[ignore]] path = \"{}\" matched no {}",
                 printable(&file.display().to_string(), false),
-                printable(pattern, false)
+                unmatched.line,
+                printable(unmatched.pattern, false),
+                if unmatched.skips {
+                    "file"
+                } else {
+                    "checkpoint"
+                }
             );
         }
     }

@@ -7,7 +7,7 @@ mod text;
 use crate::exit::ExitStatus;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tensorplay_audit::diff::{diff, DiffOptions};
 use tensorplay_engine::load;
 
@@ -27,6 +27,13 @@ pub struct DiffArgs {
     /// Exit 1 when anything differs (default: exit 0 whenever both were read).
     #[arg(long)]
     fail_on_change: bool,
+    /// Name OLD by LABEL in every format (e.g. `main:checkpoints/model.pt` for a copy taken
+    /// from the base branch into a temporary file).
+    #[arg(long, value_name = "LABEL")]
+    old_label: Option<String>,
+    /// Name NEW by LABEL in every format.
+    #[arg(long, value_name = "LABEL")]
+    new_label: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -41,15 +48,29 @@ enum DiffFormat {
 
 pub fn run(args: &DiffArgs) -> anyhow::Result<ExitStatus> {
     // Each side through the normal readers: refused files are errors, never "no tensors".
-    let old = load::open(&args.old)?;
-    let new = load::open(&args.new)?;
-    let result = diff(
+    let open = |path: &PathBuf, label: &Option<String>| match label {
+        // The error names the file read; a label that differs says which side it stood for.
+        Some(label) if Path::new(label) != path => {
+            load::open(path).with_context(|| format!("{label}: cannot be read"))
+        }
+        _ => Ok(load::open(path)?),
+    };
+    let old = open(&args.old, &args.old_label)?;
+    let new = open(&args.new, &args.new_label)?;
+    let mut result = diff(
         &old,
         &new,
         DiffOptions {
             values: args.values,
         },
     );
+    // A side read from a temporary copy is named as the reader knows it, not by that copy.
+    if let Some(label) = &args.old_label {
+        result.old.path.clone_from(label);
+    }
+    if let Some(label) = &args.new_label {
+        result.new.path.clone_from(label);
+    }
     let rendered = match args.format {
         DiffFormat::Text => text::render(&result)?,
         DiffFormat::Markdown => markdown::render(&result)?,
