@@ -47,6 +47,27 @@ fn every_torch_readable_fixture_converts_as_the_safetensors_package_read_it() {
             );
             continue;
         }
+        // What holds no tensor in torch's reading is named as left out, never dropped silently.
+        let left_out: Vec<&str> = expected["left_out"]
+            .as_array()
+            .expect("left_out")
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        let said = stdout(&run);
+        let line = said.lines().find(|l| l.starts_with("left out "));
+        match line {
+            None => assert!(left_out.is_empty(), "{input}: {said}"),
+            Some(line) => {
+                let (count, names) = line
+                    .strip_prefix("left out ")
+                    .and_then(|l| l.split_once(" value"))
+                    .and_then(|(n, rest)| Some((n, rest.split_once("): ")?.1)))
+                    .expect("left out N values (…): names");
+                assert_eq!(count, left_out.len().to_string(), "{input}: {line}");
+                assert_eq!(names.split(", ").collect::<Vec<_>>(), left_out, "{input}");
+            }
+        }
         let read_from = match expected.get("shards").and_then(|s| s.as_object()) {
             None => out.clone(),
             Some(shards) => {
@@ -219,4 +240,34 @@ fn a_cast_that_overflows_is_refused_unless_non_finite_values_are_allowed() {
         "{}",
         stderr(&run)
     );
+}
+
+/// Converted files get the mode any new file gets (0666 less the umask), not the safetensors
+/// writer's private 0600.
+#[cfg(unix)]
+#[test]
+fn converted_files_follow_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let temp = TempDir::new("convert-mode");
+    let probe = temp.0.join("probe");
+    std::fs::write(&probe, b"").unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let out = temp.0.join("out.safetensors");
+    let run = tensorplay(&[
+        "convert",
+        "--max-shard-size",
+        "40B",
+        "fixtures/pytorch/state_dict.pt",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let written: Vec<_> = std::fs::read_dir(&temp.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p != &probe)
+        .collect();
+    assert!(written.len() > 2, "{written:?}");
+    for file in written {
+        assert_eq!(mode(&file), mode(&probe), "{file:?}");
+    }
 }

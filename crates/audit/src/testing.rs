@@ -64,6 +64,7 @@ pub fn checkpoint(tensors: Vec<Tensor>, storages: Vec<Arc<Storage>>) -> Checkpoi
         chunked: Vec::new(),
         weights_only: None,
         composites: Vec::new(),
+        left_out: Default::default(),
     }
 }
 

@@ -8,6 +8,9 @@ use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::convert::{to_safetensors, ConvertError, ConvertOptions};
 use tensorplay_engine::{load, DType};
 
+/// Names of left-out values the summary lists before counting the rest.
+const MAX_SHOWN: usize = 20;
+
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
     /// The checkpoint to convert (any format tensorplay reads).
@@ -107,12 +110,34 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<ExitStatus> {
                 .unwrap_or_default()
         ),
     };
-    crate::exit::print(&format!(
+    let mut text = format!(
         "wrote {}: {}, {}{notes}; every tensor verified against {}\n",
         printable(&target, false),
         plural(converted.written.len(), "tensor"),
         human_bytes(converted.bytes),
         printable(&args.input.display().to_string(), false),
-    ))?;
+    );
+    // Never silently: training state (epoch, optimizer settings) has no place in safetensors.
+    let left_out = &input.left_out;
+    if left_out.count > 0 {
+        let shown: Vec<String> = left_out
+            .names
+            .iter()
+            .take(MAX_SHOWN)
+            .map(|n| printable(n, false))
+            .collect();
+        let more = left_out.count.saturating_sub(shown.len());
+        text.push_str(&format!(
+            "left out {} holding no tensor (safetensors holds tensors only): {}{}\n",
+            plural(left_out.count, "value"),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    crate::exit::print(&text)?;
     Ok(ExitStatus::Success)
 }

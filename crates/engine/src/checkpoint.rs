@@ -96,6 +96,19 @@ pub struct Checkpoint {
     /// What `torch.load(path)` (weights-only by default) would do with the file; `None` where
     /// torch.load is not its loader (safetensors, DCP, `.pt2`).
     pub weights_only: Option<WeightsOnly>,
+    /// The saved object's values that hold no tensor (`epoch`, `optimizer.param_groups`),
+    /// which a conversion to safetensors leaves out.
+    pub left_out: LeftOut,
+}
+
+/// Values of a saved object that hold no tensor: the outermost ones by name, the first of
+/// them, and how many in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// The first names, in order.
+    pub names: Vec<String>,
+    /// How many in all.
+    pub count: usize,
 }
 
 /// A tensor of the state dict a distributed checkpoint saved in chunks: its whole shape,

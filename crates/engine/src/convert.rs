@@ -452,12 +452,23 @@ fn serialize<'a>(
     path: &Path,
     out: &Path,
 ) -> Result<(), ConvertError> {
+    let io = |source| ConvertError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    // The safetensors writer renames a private (0600) file into place; the output gets the
+    // mode any new file gets here (0666 less the umask), read off a file made first.
+    let mode = std::fs::File::create(path)
+        .and_then(|file| file.metadata())
+        .map_err(io)?
+        .permissions();
     safetensors::tensor::serialize_to_file(records, Some(metadata), path).map_err(|source| {
         ConvertError::Write {
             path: out.to_owned(),
             source,
         }
-    })
+    })?;
+    std::fs::set_permissions(path, mode).map_err(io)
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), ConvertError> {

@@ -32,7 +32,7 @@ pub mod unsafe_global;
 pub mod views;
 pub mod weights_only;
 
-pub use checkpoint::{Checkpoint, ChunkedTensor, Format, TensorChunk};
+pub use checkpoint::{Checkpoint, ChunkedTensor, Format, LeftOut, TensorChunk};
 pub use composite::{Component, CompositeTensor};
 pub use data_ptr::{DataPtr, Deferred, Owner};
 pub use device::Device;

@@ -3,6 +3,7 @@
 //! state (`_parameters`, `_buffers`, `_modules`) as `state_dict()` names it.
 
 use crate::pickle::{Budget, Heap, Id, Node};
+use crate::LeftOut;
 
 /// What a root tensor (`torch.save(tensor)`) is called.
 pub const ROOT_NAME: &str = "<root>";
@@ -26,7 +27,13 @@ pub(crate) struct Named {
     pub composites: Vec<(String, Id)>,
     /// Persistent ids the object itself holds (a storage saved as such), not through a tensor.
     pub storages: Vec<Id>,
+    /// What holds no tensor: the outermost such values by name (`epoch`,
+    /// `optimizer.param_groups`), the first [`MAX_LEFT_OUT`] of them, and how many in all.
+    pub left_out: LeftOut,
 }
+
+/// Names of values holding no tensor that a walk keeps.
+pub(crate) const MAX_LEFT_OUT: usize = 100;
 
 /// Every tensor reachable from `root`, with its name, depth first in insertion order. A tensor
 /// reached under two names is listed twice; cycles are followed once. `held` is what the read
@@ -93,8 +100,9 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// Visits `id` as `prefix.key`; a value that holds no tensor is only counted, so that
-    /// scalars cost no name.
+    /// Visits `id` as `prefix.key`. A value that holds no tensor is counted as left out, named
+    /// while fewer than [`MAX_LEFT_OUT`] are (so that most scalars cost no name); a container
+    /// found to hold none stands for everything under it.
     fn visit_child(
         &mut self,
         id: Id,
@@ -102,10 +110,36 @@ impl Walk<'_> {
         key: impl FnOnce() -> String,
     ) -> Result<(), Stop> {
         if holds_nothing(self.heap.get(id)) {
-            return self.count_visit();
+            self.count_visit()?;
+            self.out.left_out.count += 1;
+            if self.out.left_out.names.len() < MAX_LEFT_OUT {
+                let name = self.join(prefix, key())?;
+                self.charge(&name)?;
+                self.out.left_out.names.push(name);
+            }
+            return Ok(());
         }
         let name = self.join(prefix, key())?;
-        self.visit(id, name)
+        let (found, named, count) = (
+            self.found(),
+            self.out.left_out.names.len(),
+            self.out.left_out.count,
+        );
+        self.visit(id, name.clone())?;
+        if self.found() == found {
+            let left_out = &mut self.out.left_out;
+            left_out.names.truncate(named);
+            left_out.count = count + 1;
+            if named < MAX_LEFT_OUT {
+                left_out.names.push(name);
+            }
+        }
+        Ok(())
+    }
+
+    /// How many tensors, composites and storages were found so far.
+    fn found(&self) -> usize {
+        self.out.tensors.len() + self.out.composites.len() + self.out.storages.len()
     }
 
     /// `prefix.key`, counted as work.

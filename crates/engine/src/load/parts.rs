@@ -4,7 +4,7 @@ use super::limits::Meter;
 use super::torchscript::TorchScriptCode;
 use crate::pickle::weights_only::set_storage;
 use crate::pickle::{UnsafeGlobal, WeightsOnly};
-use crate::{Checkpoint, ChunkedTensor, CompositeTensor, Format, Storage, Tensor};
+use crate::{Checkpoint, ChunkedTensor, CompositeTensor, Format, LeftOut, Storage, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +21,8 @@ pub(crate) struct Parts {
     pub chunked: Vec<ChunkedTensor>,
     /// What `torch.load` would do with the files read so far.
     pub weights_only: Option<WeightsOnly>,
+    /// Values holding no tensor, by name.
+    pub left_out: LeftOut,
     /// The read's memory account.
     pub meter: Meter,
 }
@@ -63,6 +65,7 @@ impl Parts {
             composites: self.composites,
             // Only where torch.load is the file's loader.
             weights_only,
+            left_out: self.left_out,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What every PyTorch format shares once its pickle has run: persistent ids naming storages,
 //! rebuilt tensors viewing them, and the names a user would give them.
 
-use super::flatten::{named_tensors, Named, Stop};
+use super::flatten::{named_tensors, Named, Stop, MAX_LEFT_OUT};
 use super::Parts;
 use crate::error::{Error, Result};
 use crate::pickle::{allowlist, Budget, CompositeSpec, Heap, Id, Node, TensorSpec, Unpickled};
@@ -169,12 +169,22 @@ fn add_unpickled(
         tensors: mut names,
         mut composites,
         storages: saved_alone,
+        left_out,
     } = named;
     if !member.name_prefix.is_empty() {
         for (name, _) in names.iter_mut().chain(composites.iter_mut()) {
             name.insert_str(0, member.name_prefix);
         }
     }
+    let room = MAX_LEFT_OUT.saturating_sub(parts.left_out.names.len());
+    parts.left_out.count += left_out.count;
+    parts.left_out.names.extend(
+        left_out
+            .names
+            .into_iter()
+            .take(room)
+            .map(|name| format!("{}{name}", member.name_prefix)),
+    );
     // The names stay with the checkpoint: held for the rest of the read, so the next stream
     // or shard has that much less.
     let entry = std::mem::size_of::<(String, Id)>() as u64;

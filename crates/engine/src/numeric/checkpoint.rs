@@ -187,6 +187,7 @@ mod tests {
             chunked: Vec::new(),
             weights_only: None,
             composites: Vec::new(),
+            left_out: Default::default(),
         }
     }
 
