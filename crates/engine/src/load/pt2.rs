@@ -130,7 +130,11 @@ fn read_programs(archive: &mut Archive<'_>, parts: &mut Parts) -> Result<()> {
 fn globals_of_loadable_members(archive: &mut Archive<'_>) -> Vec<UnsafeGlobal> {
     let mut globals = Vec::new();
     for name in relative_names(archive) {
-        if !name.starts_with(DATA_DIR) {
+        // PyTorch's reader finds members ignoring ASCII case.
+        let in_data = name
+            .get(..DATA_DIR.len())
+            .is_some_and(|dir| dir.eq_ignore_ascii_case(DATA_DIR));
+        if !in_data {
             continue;
         }
         let Ok(Some(bytes)) = archive.read(&name) else {
