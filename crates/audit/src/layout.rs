@@ -17,7 +17,28 @@ pub fn layout(ckpt: &Checkpoint, sim: &LoadSimulation, threshold: f64) -> Layout
         fragmentation_score: fragmentation_score(&as_f64),
         fragmentation_threshold: threshold,
         segments: segments(sim),
+        storage_tensors: storage_tensors(ckpt),
     }
+}
+
+/// Per storage id, its first tensor's name and how many more view it.
+pub fn storage_tensors(ckpt: &Checkpoint) -> Vec<String> {
+    let mut seen: Vec<(Option<&str>, usize)> = vec![(None, 0); ckpt.storages.len()];
+    for t in &ckpt.tensors {
+        if let Some((first, more)) = seen.get_mut(t.tensor_impl().storage().id()) {
+            match first {
+                None => *first = Some(t.name()),
+                Some(_) => *more += 1,
+            }
+        }
+    }
+    seen.iter()
+        .map(|&(name, more)| match (name, more) {
+            (None, _) => String::new(),
+            (Some(name), 0) => crate::text::bounded_name(name).into_owned(),
+            (Some(name), n) => format!("{} and {n} more", crate::text::bounded_name(name)),
+        })
+        .collect()
 }
 
 /// Sizes counted per power of two; empty storages in a bin of their own.

@@ -162,6 +162,9 @@ pub struct LayoutFacts {
     pub fragmentation_threshold: f64,
     /// The simulated allocator's segments after the load, in address order.
     pub segments: Vec<SegmentMap>,
+    /// Per storage id, the tensors that view it (`lm_head.weight`, `a and 2 more`), so the
+    /// map can name what a block holds.
+    pub storage_tensors: Vec<String>,
 }
 
 /// Storages of `[2^log2, 2^(log2+1))` bytes; `log2` is `None` for empty storages.

@@ -33,6 +33,8 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:6px 0}
 .over{color:#b00020;font-weight:600}.under{color:#135c2a;font-weight:600}
 .note{color:#5a6275;font-size:12px}ul.holds{margin:2px 0 8px;padding-left:18px}
 svg{display:block;max-width:100%;height:auto;margin:6px 0}
+.pair{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:0 16px}
+.axistitle{font-size:11px;fill:#1d2330}
 .axis{stroke:#99a}.tick,.seglabel{font-size:11px;fill:#5a6275}
 .bar{fill:#4a78c2}.line{fill:none;stroke:#4a78c2;stroke-width:2}.point{fill:#4a78c2}
 .threshold{stroke:#b00020;stroke-dasharray:5 4}
@@ -55,16 +57,24 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
         escape(&report.tool.version)
     )?;
     verdict(report, &mut out)?;
+    // The design's report leads with how a run of checkpoints evolves.
+    time_series(report, &mut out)?;
     findings(report, &mut out)?;
     writeln!(out, "<section id=\"checkpoints\"><h2>Checkpoints</h2>")?;
-    for (i, file) in report.files.iter().enumerate() {
+    for (i, file) in natural_order(&report.files).into_iter().enumerate() {
         checkpoint(i, file, &mut out)?;
     }
     writeln!(out, "</section>")?;
-    time_series(report, &mut out)?;
     skipped(report, &mut out)?;
     writeln!(out, "</body></html>")?;
     Ok(out)
+}
+
+/// Files in natural order: `epoch_10` after `epoch_9`.
+fn natural_order(files: &[FileReport]) -> Vec<&FileReport> {
+    let mut files: Vec<&FileReport> = files.iter().collect();
+    files.sort_by_cached_key(|f| series::natural_key(&f.path));
+    files
 }
 
 fn verdict(report: &Report, out: &mut String) -> anyhow::Result<()> {
@@ -108,7 +118,7 @@ fn findings(report: &Report, out: &mut String) -> anyhow::Result<()> {
         "<table><thead><tr><th class=\"c-rule\">Rule</th><th class=\"c-sev\">Severity</th>\
          <th class=\"c-ten\">Tensors</th><th>Message</th><th class=\"c-fix\">Fix</th></tr></thead><tbody>"
     )?;
-    for file in &report.files {
+    for file in natural_order(&report.files) {
         if file.findings.is_empty() && file.suppressed.is_empty() {
             continue;
         }
@@ -213,7 +223,7 @@ fn checkpoint(i: usize, file: &FileReport, out: &mut String) -> anyhow::Result<(
         out,
         "<h4>Storage sizes</h4>{}<h4>Simulated segment map</h4>{}</section>",
         charts::histogram(&layout.size_bins),
-        segments::segment_map(&layout.segments)
+        segments::segment_map(&layout.segments, &layout.storage_tensors)
     )?;
     Ok(())
 }
@@ -231,6 +241,10 @@ fn time_series(report: &Report, out: &mut String) -> anyhow::Result<()> {
             .iter()
             .find_map(|f| f.layout.as_ref().map(|l| l.fragmentation_threshold));
         let scores: Vec<Option<f64>> = files.iter().map(score).collect();
+        let unallocated: Vec<Option<f64>> = files
+            .iter()
+            .map(|f| f.memory.as_ref().map(|m| m.fragmentation * 100.0))
+            .collect();
         let reserved: Vec<Option<f64>> = files
             .iter()
             .map(|f| f.memory.as_ref().map(|m| m.reserved_bytes as f64))
@@ -241,26 +255,32 @@ fn time_series(report: &Report, out: &mut String) -> anyhow::Result<()> {
             .collect();
         writeln!(
             out,
-            "<div class=\"run\"><h3>{}</h3><ol class=\"note\">",
-            escape(&pattern)
-        )?;
-        for label in &labels {
-            writeln!(out, "<li>{}</li>", escape(label))?;
-        }
-        writeln!(
-            out,
-            "</ol><h4>Fragmentation score</h4>{}<h4>Reserved bytes</h4>{}<h4>Findings</h4>{}</div>",
+            "<div class=\"run\"><h3>{}</h3><div class=\"pair\"><div><h4>Fragmentation score (TP301)</h4>{}</div>\
+             <div><h4>Reserved but unallocated</h4>{}</div></div><div class=\"pair\"><div><h4>Reserved bytes</h4>{}</div>\
+             <div><h4>Findings</h4>{}</div></div></div>",
+            escape(&pattern),
             charts::line_chart(
-                "fragmentation score",
+                "variance / mean²",
                 &labels,
                 &scores,
                 threshold,
+                None,
                 |v| format!("{v:.2}")
             ),
-            charts::line_chart("reserved bytes", &labels, &reserved, None, |v| human_bytes(
+            charts::line_chart(
+                "% of reserved",
+                &labels,
+                &unallocated,
+                None,
+                Some(100.0),
+                |v| format!("{v:.1}%")
+            ),
+            charts::line_chart("bytes", &labels, &reserved, None, None, |v| human_bytes(
                 v as u64
             )),
-            charts::line_chart("findings", &labels, &counts, None, |v| format!("{v:.0}")),
+            charts::line_chart("findings", &labels, &counts, None, None, |v| format!(
+                "{v:.0}"
+            )),
         )?;
     }
     writeln!(out, "</section>")?;

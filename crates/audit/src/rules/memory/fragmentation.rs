@@ -1,6 +1,6 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
-use crate::text::plural;
+use crate::text::{human_bytes, plural};
 
 declare_rule!(FragmentationScore {
     code: "TP301",
@@ -55,11 +55,39 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     if score <= threshold {
         return;
     }
+    // What drives the score: the largest storage against the mean, named by its tensors.
+    let mean = sizes.iter().sum::<f64>() / sizes.len() as f64;
+    let largest = ctx.ckpt.storages.iter().max_by_key(|s| s.nbytes());
+    let (tensors, largest_text) = match largest {
+        Some(s) => {
+            let names: Vec<String> = ctx
+                .ckpt
+                .tensors
+                .iter()
+                .filter(|t| t.tensor_impl().storage().id() == s.id())
+                .map(|t| t.name().to_owned())
+                .collect();
+            let text = format!(
+                "; the largest, storage {} ({}, {:.0}× the mean of {}), holds {}",
+                s.id(),
+                human_bytes(s.nbytes()),
+                s.nbytes() as f64 / mean,
+                human_bytes(mean as u64),
+                match names.as_slice() {
+                    [] => "no tensor".to_owned(),
+                    [one] => format!("'{one}'"),
+                    [one, rest @ ..] => format!("'{one}' and {} more", rest.len()),
+                }
+            );
+            (names, text)
+        }
+        None => (Vec::new(), String::new()),
+    };
     out.push(Draft {
-        tensors: Vec::new(),
-        storage: None,
+        tensors,
+        storage: largest.map(|s| s.id()),
         message: format!(
-            "storage sizes have a fragmentation score of {score:.2} (variance / mean² over {}; threshold {threshold})",
+            "storage sizes have a fragmentation score of {score:.2} (variance / mean² over {}; threshold {threshold}){largest_text}",
             plural(sizes.len(), "storage")
         ),
         fix: "pack small tensors into fewer storages, or load the largest tensors first".into(),

@@ -7,11 +7,15 @@ use tensorplay_audit::report::SizeBin;
 use tensorplay_audit::text::human_bytes;
 
 const WIDTH: f64 = 560.0;
-const HEIGHT: f64 = 150.0;
-/// Room for the axis labels.
-const LEFT: f64 = 48.0;
-const BOTTOM: f64 = 36.0;
+const HEIGHT: f64 = 170.0;
+/// Room for the axis title and labels (`1023.9 MiB` fits).
+const LEFT: f64 = 84.0;
+const BOTTOM: f64 = 56.0;
 const TOP: f64 = 12.0;
+/// Width of a character of the 11px tick font, for spacing labels (an upper bound).
+const CHAR: f64 = 6.6;
+/// Characters of a checkpoint's name under its point.
+const NAME: usize = 18;
 
 /// A bar per power of two from the smallest to the largest size present (empty bins drawn
 /// as gaps, so the axis stays log-scale), empty storages first.
@@ -34,9 +38,15 @@ pub fn histogram(bins: &[SizeBin]) -> String {
     let plot_h = HEIGHT - BOTTOM - TOP;
     let slot = (WIDTH - LEFT) / bars.len().max(1) as f64;
     let mut svg = open_svg("storage sizes, log2 bins");
-    axis(&mut svg, &max.to_string());
-    // Label every bar when they fit, else every few.
-    let every = (bars.len() / 12).max(1);
+    axis(&mut svg, &max.to_string(), "storages", "size (log2 bins)");
+    // Label every bar whose label fits its share of the axis, else every few.
+    let widest = bars
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .max()
+        .unwrap_or(1) as f64
+        * CHAR;
+    let every = ((widest + 4.0) / slot).ceil().max(1.0) as usize;
     for (i, (label, count)) in bars.iter().enumerate() {
         let h = plot_h * *count as f64 / max as f64;
         let x = LEFT + slot * i as f64;
@@ -64,12 +74,14 @@ pub fn histogram(bins: &[SizeBin]) -> String {
 }
 
 /// One value per checkpoint in path order (`None`: not measured, left as a gap), with an
-/// optional threshold drawn as a dashed line; `format` writes values for people.
+/// optional threshold drawn as a dashed line; `format` writes values for people. Each point
+/// is named by its checkpoint's file name (slanted when they would touch).
 pub fn line_chart(
     title: &str,
     labels: &[String],
     values: &[Option<f64>],
     threshold: Option<f64>,
+    ceiling: Option<f64>,
     format: fn(f64) -> String,
 ) -> String {
     let top = values
@@ -79,12 +91,24 @@ pub fn line_chart(
         .chain(threshold)
         .fold(0.0f64, f64::max);
     let top = if top > 0.0 { top * 1.1 } else { 1.0 };
+    // A share is drawn up to 100 %, not past it.
+    let top = ceiling.map_or(top, |c| top.min(c));
     let plot_h = HEIGHT - BOTTOM - TOP;
-    let step = (WIDTH - LEFT - 16.0) / (values.len().max(2) - 1) as f64;
+    let names: Vec<String> = labels.iter().map(|l| short_name(l)).collect();
+    let widest = names.iter().map(|n| n.chars().count()).max().unwrap_or(0) as f64 * CHAR;
+    let gaps = (values.len().max(2) - 1) as f64;
+    // Room on the right for half the last name, when names stand upright under their points.
+    let upright_step = (WIDTH - LEFT - 8.0 - widest / 2.0) / gaps;
+    let slant = widest + 4.0 > upright_step;
+    let step = if slant {
+        (WIDTH - LEFT - 16.0) / gaps
+    } else {
+        upright_step
+    };
     let x = |i: usize| LEFT + 8.0 + step * i as f64;
     let y = |v: f64| TOP + plot_h * (1.0 - v / top);
     let mut svg = open_svg(title);
-    axis(&mut svg, &format(top));
+    axis(&mut svg, &format(top), title, "checkpoint");
     if let Some(t) = threshold {
         let _ = write!(
             svg,
@@ -114,16 +138,36 @@ pub fn line_chart(
                 format(*v)
             );
         }
+        let (tx, ty) = (x(i), HEIGHT - BOTTOM + 13.0);
+        let (anchor, turn) = if slant {
+            (
+                "end",
+                format!(r#" transform="rotate(-30 {tx:.1} {ty:.1})""#),
+            )
+        } else {
+            ("middle", String::new())
+        };
         let _ = write!(
             svg,
-            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            x(i),
-            HEIGHT - BOTTOM + 14.0,
-            i + 1
+            r#"<text class="tick" x="{tx:.1}" y="{ty:.1}" text-anchor="{anchor}"{turn}><title>{}</title>{}</text>"#,
+            escape(label),
+            escape(&names[i])
         );
     }
     svg.push_str("</svg>");
     svg
+}
+
+/// A checkpoint's file name, its middle elided past [`NAME`] characters.
+fn short_name(path: &str) -> String {
+    let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
+    let chars: Vec<char> = name.chars().collect();
+    if chars.len() <= NAME {
+        return name.to_owned();
+    }
+    let head: String = chars[..NAME / 2].iter().collect();
+    let tail: String = chars[chars.len() - (NAME / 2 - 1)..].iter().collect();
+    format!("{head}…{tail}")
 }
 
 fn open_svg(label: &str) -> String {
@@ -133,8 +177,9 @@ fn open_svg(label: &str) -> String {
     )
 }
 
-/// The two axes and the top value's label.
-fn axis(svg: &mut String, top: &str) {
+/// The two axes, the top value's label and the axes' titles (the y title turned along
+/// its axis).
+fn axis(svg: &mut String, top: &str, y_title: &str, x_title: &str) {
     let base = HEIGHT - BOTTOM;
     let _ = write!(
         svg,
@@ -144,4 +189,27 @@ fn axis(svg: &mut String, top: &str) {
         escape(top),
         LEFT - 4.0
     );
+    let middle = TOP + (base - TOP) / 2.0;
+    let _ = write!(
+        svg,
+        r#"<text class="axistitle" x="12" y="{middle:.1}" text-anchor="middle" transform="rotate(-90 12 {middle:.1})">{}</text><text class="axistitle" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        escape(y_title),
+        LEFT + (WIDTH - LEFT) / 2.0,
+        HEIGHT - 4.0,
+        escape(x_title)
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_name;
+
+    #[test]
+    fn checkpoints_are_named_by_their_file_names() {
+        assert_eq!(short_name("runs/a/epoch_10.pt"), "epoch_10.pt");
+        assert_eq!(
+            short_name("x/model-checkpoint-000123.safetensors"),
+            "model-che…etensors"
+        );
+    }
 }

@@ -14,8 +14,14 @@ const WIDTH: f64 = 900.0;
 const ROW: f64 = 26.0;
 const LABEL: f64 = 150.0;
 
-/// The map, or a line saying there is none.
-pub fn segment_map(segments: &[SegmentMap]) -> String {
+/// The map, or a line saying there is none; `names[id]` names the tensors of storage `id`.
+pub fn segment_map(segments: &[SegmentMap], names: &[String]) -> String {
+    let named = |id: usize| {
+        names
+            .get(id)
+            .filter(|n| !n.is_empty())
+            .map_or_else(|| format!("storage {id}"), |n| format!("storage {id}: {n}"))
+    };
     if segments.is_empty() {
         return "<p class=\"note\">No segment reserved: no storage holds bytes.</p>".to_owned();
     }
@@ -50,7 +56,7 @@ pub fn segment_map(segments: &[SegmentMap]) -> String {
                 Some(id) => (
                     "block",
                     format!(r#" style="fill:hsl({},55%,50%)""#, (id * 47) % 360),
-                    format!("storage {id}"),
+                    named(id),
                     3.0,
                 ),
                 None => ("free", String::new(), "free".to_owned(), 1.0),
@@ -63,15 +69,31 @@ pub fn segment_map(segments: &[SegmentMap]) -> String {
                 human_bytes(block.size),
                 block.offset
             );
-            if w > 44.0 {
-                let label = block
-                    .storage
-                    .map_or("free".to_owned(), |id| format!("s{id}"));
+            // The tensor's name where it fits (about 6 px a character), cut at its start: a
+            // name's end says most (`….q_proj.weight`).
+            let room = ((w - 6.0) / 6.0).floor().max(0.0) as usize;
+            let label = match block.storage {
+                None => "free".to_owned(),
+                Some(id) => names
+                    .get(id)
+                    .and_then(|n| n.split(" and ").next())
+                    .filter(|n| !n.is_empty())
+                    .map_or_else(|| format!("storage {id}"), |n| n.to_owned()),
+            };
+            let count = label.chars().count();
+            if room >= 4 {
+                let shown = if count <= room {
+                    label
+                } else {
+                    let tail: String = label.chars().skip(count - (room - 1)).collect();
+                    format!("…{tail}")
+                };
                 let _ = write!(
                     out,
-                    r#"<text class="blocklabel" x="{:.1}" y="{:.1}">{label}</text>"#,
+                    r#"<text class="blocklabel" x="{:.1}" y="{:.1}">{}</text>"#,
                     x + 3.0,
-                    y + 14.0
+                    y + 14.0,
+                    escape(&shown)
                 );
             }
         }
@@ -79,7 +101,7 @@ pub fn segment_map(segments: &[SegmentMap]) -> String {
     }
     out.push_str("</svg><ul class=\"holds note\">");
     for (row, seg) in shown.iter().enumerate() {
-        holds(row, seg, &mut out);
+        holds(row, seg, names, &mut out);
     }
     out.push_str("</ul>");
     let hidden_segments = segments.len() - shown.len();
@@ -93,13 +115,16 @@ pub fn segment_map(segments: &[SegmentMap]) -> String {
 }
 
 /// Which storages a segment holds and how much of it is free, in words.
-fn holds(row: usize, seg: &SegmentMap, out: &mut String) {
+fn holds(row: usize, seg: &SegmentMap, names: &[String], out: &mut String) {
     let ids: Vec<String> = seg
         .blocks
         .iter()
         .filter_map(|b| b.storage)
         .take(MAX_BLOCKS)
-        .map(|id| id.to_string())
+        .map(|id| match names.get(id).filter(|n| !n.is_empty()) {
+            Some(n) => format!("{id} ({})", escape(n)),
+            None => id.to_string(),
+        })
         .collect();
     let held = seg.blocks.iter().filter(|b| b.storage.is_some()).count();
     let free: u64 = seg

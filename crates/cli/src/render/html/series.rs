@@ -20,6 +20,11 @@ pub fn runs(files: &[FileReport]) -> Vec<(String, Vec<&FileReport>)> {
         .collect()
 }
 
+/// A path's key for natural ordering: its pattern, then its numbers as numbers.
+pub fn natural_key(path: &str) -> (String, Vec<u128>) {
+    pattern(path)
+}
+
 /// The path with each run of digits replaced by `#`, and those numbers in order.
 fn pattern(path: &str) -> (String, Vec<u128>) {
     let mut key = String::with_capacity(path.len());
