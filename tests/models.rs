@@ -189,13 +189,30 @@ fn tp301_reports_ordinary_dispersion_at_info_with_its_score() {
     ] {
         let (code, report) = audit(&[path]);
         assert_eq!(code, Some(0));
+        // The finding names the tensors of the largest storage (the first of equals), as
+        // torch read the file.
+        let storages = truth()[path]["inspect"]["storages"]
+            .as_array()
+            .expect("storages")
+            .clone();
+        let largest = storages
+            .iter()
+            .rev()
+            .max_by_key(|s| s["nbytes"].as_u64())
+            .expect("a storage");
+        let tensors: Vec<String> = largest["tensors"]
+            .as_array()
+            .expect("tensors")
+            .iter()
+            .map(|t| t.as_str().expect("name").to_owned())
+            .collect();
         assert_eq!(
             findings(&report),
             [(
                 path.to_owned(),
                 "TP301".to_owned(),
                 "info".to_owned(),
-                Vec::new()
+                tensors
             )]
         );
         let message = message_of(&report, "TP301", None);

@@ -1,4 +1,7 @@
-//! Plain-text tables with columns padded to their widest cell.
+//! Plain-text tables with columns padded to their widest cell, measured in terminal columns
+//! (`unicode-width`: a CJK character takes two).
+
+use unicode_width::UnicodeWidthStr;
 
 /// A table of text cells under a header row.
 pub struct Table {
@@ -32,7 +35,7 @@ impl Table {
                 self.rows
                     .iter()
                     .filter_map(|r| r.get(c))
-                    .map(|cell| cell.chars().count())
+                    .map(|cell| cell.width())
                     .max()
                     .unwrap_or(0)
             })
@@ -42,11 +45,32 @@ impl Table {
             let mut line = String::from(indent);
             for (cell, width) in row.iter().zip(&widths) {
                 line.push_str(cell);
-                line.extend(std::iter::repeat_n(' ', width - cell.chars().count() + 2));
+                line.extend(std::iter::repeat_n(' ', width - cell.width() + 2));
             }
             out.push_str(line.trim_end());
             out.push('\n');
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Table;
+
+    #[test]
+    fn wide_characters_keep_columns_aligned() {
+        let mut table = Table::new(&["NAME", "DTYPE"]);
+        table.row(vec!["模型.权重".into(), "float16".into()]);
+        table.row(vec!["w".into(), "int8".into()]);
+        let text = table.render("");
+        let columns: Vec<usize> = text
+            .lines()
+            .map(|l| {
+                let at = l.find(['D', 'f', 'i']).expect("second column");
+                unicode_width::UnicodeWidthStr::width(&l[..at])
+            })
+            .collect();
+        assert_eq!(columns, [11, 11, 11], "{text}");
     }
 }

@@ -5,49 +5,26 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Now, or the epoch on a clock set before it.
 pub fn now_utc() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    format_utc(secs)
+    format_utc(SystemTime::now().max(UNIX_EPOCH))
 }
 
-/// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS`.
-pub fn format_utc(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rest = secs % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 to a proleptic Gregorian date.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+/// `time` as `YYYY-MM-DDTHH:MM:SS`: RFC 3339 in UTC without its `Z`.
+pub fn format_utc(time: SystemTime) -> String {
+    let text = humantime::format_rfc3339_seconds(time).to_string();
+    text.strip_suffix('Z').map(str::to_owned).unwrap_or(text)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::format_utc;
+    use super::*;
+    use std::time::Duration;
 
     #[test]
     fn known_instants() {
-        assert_eq!(format_utc(0), "1970-01-01T00:00:00");
-        assert_eq!(format_utc(951_782_400), "2000-02-29T00:00:00");
-        assert_eq!(format_utc(1_738_324_799), "2025-01-31T11:59:59");
-        assert_eq!(format_utc(4_102_444_800), "2100-01-01T00:00:00");
+        let at = |secs| format_utc(UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(0), "1970-01-01T00:00:00");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00");
+        assert_eq!(at(1_738_324_799), "2025-01-31T11:59:59");
+        assert_eq!(at(4_102_444_800), "2100-01-01T00:00:00");
     }
 }

@@ -57,7 +57,8 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     }
     // What drives the score: the largest storage against the mean, named by its tensors.
     let mean = sizes.iter().sum::<f64>() / sizes.len() as f64;
-    let largest = ctx.ckpt.storages.iter().max_by_key(|s| s.nbytes());
+    // The first of the largest: `max_by_key` keeps the last of equals.
+    let largest = ctx.ckpt.storages.iter().rev().max_by_key(|s| s.nbytes());
     let (tensors, largest_text) = match largest {
         Some(s) => {
             let names: Vec<String> = ctx
