@@ -28,8 +28,9 @@ const METADATA: &str = ".metadata";
 /// The extension of the files that hold the items.
 const EXTENSION: &str = "distcp";
 
-/// Pairs of chunks of one tensor compared for overlap, at most: beyond it the tensor is
-/// refused rather than checked for longer than a read should take.
+/// Pairs of chunks compared for overlap in one checkpoint, all its tensors together, at most:
+/// beyond it the checkpoint is refused rather than checked for longer than a read should take
+/// (a per-tensor cap let many tensors of many chunks each run for minutes).
 const MAX_CHUNK_PAIRS: u64 = 1 << 24;
 
 /// The files that make `dir` a torch.distributed.checkpoint directory, `.metadata` first and
@@ -90,8 +91,9 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
         files: HashMap::new(),
     };
     let with_globals = |e: Error| e.with_unsafe_globals(metadata.unsafe_globals.clone());
+    let mut pairs_left = MAX_CHUNK_PAIRS;
     for tensor in &metadata.tensors {
-        check_tiling(dir, tensor).map_err(with_globals)?;
+        check_tiling(dir, tensor, &mut pairs_left).map_err(with_globals)?;
     }
     let located = reading.locate(&metadata).map_err(with_globals)?;
     parts
@@ -156,10 +158,12 @@ impl<'a> Reading<'a> {
             }
         }
         no_shared_bytes(self.dir, &metadata.items)?;
-        let mut named = 0usize;
+        // Every key the state dict names, in one set: finding an item none names is one pass.
+        let mut named = std::collections::HashSet::with_capacity(located.len());
         for tensor in &metadata.tensors {
             for chunk in &tensor.chunks {
-                if !located.contains_key(&(tensor.fqn.as_str(), Some(chunk.offsets.as_slice()))) {
+                let key = (tensor.fqn.as_str(), Some(chunk.offsets.as_slice()));
+                if !located.contains_key(&key) {
                     return Err(mismatch(
                         self.dir,
                         format!(
@@ -168,27 +172,24 @@ impl<'a> Reading<'a> {
                         ),
                     ));
                 }
-                named += 1;
+                named.insert(key);
             }
         }
         for fqn in &metadata.bytes {
-            if !located.contains_key(&(fqn.as_str(), None)) {
+            let key = (fqn.as_str(), None);
+            if !located.contains_key(&key) {
                 return Err(mismatch(
                     self.dir,
                     format!("no storage_data item for '{fqn}'"),
                 ));
             }
-            named += 1;
+            named.insert(key);
         }
-        if named != located.len() {
-            let unnamed = metadata.items.iter().find(|item| {
-                let tensor = metadata.tensors.iter().find(|t| t.fqn == item.fqn);
-                match (&item.offset_key, tensor) {
-                    (Some(offsets), Some(t)) => !t.chunks.iter().any(|c| &c.offsets == offsets),
-                    (None, None) => !metadata.bytes.contains(&item.fqn),
-                    _ => true,
-                }
-            });
+        if named.len() != located.len() {
+            let unnamed = metadata
+                .items
+                .iter()
+                .find(|item| !named.contains(&(item.fqn.as_str(), item.offset_key.as_deref())));
             let what = unnamed.map_or_else(|| "an item".to_owned(), describe);
             return Err(mismatch(
                 self.dir,
@@ -461,8 +462,9 @@ fn no_shared_bytes(dir: &Path, items: &[StorageInfo]) -> Result<()> {
 }
 
 /// The chunks of `tensor` tile its size: each lies inside it, no two overlap, and together
-/// they hold as many elements as it does (so none is left uncovered).
-fn check_tiling(dir: &Path, tensor: &TensorMeta) -> Result<()> {
+/// they hold as many elements as it does (so none is left uncovered). Its pairs of chunks
+/// are taken from `pairs_left`, the checkpoint's budget of comparisons.
+fn check_tiling(dir: &Path, tensor: &TensorMeta, pairs_left: &mut u64) -> Result<()> {
     let fqn = &tensor.fqn;
     let volume = |sizes: &[u64]| {
         sizes
@@ -509,12 +511,13 @@ fn check_tiling(dir: &Path, tensor: &TensorMeta) -> Result<()> {
             })?;
     }
     let n = tensor.chunks.len() as u64;
-    if n.saturating_mul(n) / 2 > MAX_CHUNK_PAIRS {
-        return Err(Error::UnsupportedFormat {
+    let pairs = n.saturating_mul(n.saturating_sub(1)) / 2;
+    *pairs_left = pairs_left
+        .checked_sub(pairs)
+        .ok_or_else(|| Error::UnsupportedFormat {
             path: dir.to_owned(),
-            format: "torch.distributed.checkpoint tensor with too many chunks to check",
-        });
-    }
+            format: "torch.distributed.checkpoint with more pairs of chunks than 16777216 to check for overlap",
+        })?;
     for (i, a) in tensor.chunks.iter().enumerate() {
         for b in tensor.chunks.iter().skip(i + 1) {
             if overlap(a, b) {
@@ -708,8 +711,25 @@ mod tests {
         }
     }
 
+    /// The comparisons are the checkpoint's, not each tensor's: tensors each well under the
+    /// budget are refused together once they pass it.
+    #[test]
+    fn the_pairs_checked_are_counted_across_tensors() {
+        let halves: &[(&[u64], &[u64])] = &[(&[0], &[1]), (&[1], &[1]), (&[2], &[1])];
+        let three = tensor(&[3], halves); // three chunks: three pairs
+        let mut left = 7;
+        assert!(check_tiling(Path::new("d"), &three, &mut left).is_ok());
+        assert!(check_tiling(Path::new("d"), &three, &mut left).is_ok());
+        assert_eq!(left, 1);
+        let refused = check_tiling(Path::new("d"), &three, &mut left).unwrap_err();
+        assert!(refused.to_string().contains("pairs of chunks"), "{refused}");
+    }
+
     fn tiling(size: &[u64], chunks: &[(&[u64], &[u64])]) -> std::result::Result<(), String> {
-        check_tiling(Path::new("d"), &tensor(size, chunks)).map_err(|e| e.to_string())
+        check_tiling(Path::new("d"), &tensor(size, chunks), &mut {
+            MAX_CHUNK_PAIRS
+        })
+        .map_err(|e| e.to_string())
     }
 
     #[test]
