@@ -47,7 +47,11 @@ pub fn audit(
     options: &Options,
     device_load: Option<&DeviceLoad>,
 ) -> FileReport {
-    let limit = options.max_memory.unwrap_or(DEFAULT_MAX_MEMORY);
+    // The view analysis gets what the read left of the budget, not the budget again.
+    let limit = options
+        .max_memory
+        .unwrap_or(DEFAULT_MAX_MEMORY)
+        .saturating_sub(ckpt.held_bytes);
     if let Err(refused) = views::check_budget(ckpt, Path::new(path), limit) {
         // The memory-budget refusal is always claimed (TP502): the file fails unjudged.
         if let Some(report) = read_failure(path, &refused) {

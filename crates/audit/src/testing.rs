@@ -65,6 +65,7 @@ pub fn checkpoint(tensors: Vec<Tensor>, storages: Vec<Arc<Storage>>) -> Checkpoi
         weights_only: None,
         composites: Vec::new(),
         left_out: Default::default(),
+        held_bytes: 0,
     }
 }
 

@@ -99,6 +99,9 @@ pub struct Checkpoint {
     /// The saved object's values that hold no tensor (`epoch`, `optimizer.param_groups`),
     /// which a conversion to safetensors leaves out.
     pub left_out: LeftOut,
+    /// Bytes the read holds for the checkpoint (names, metadata, storages on the heap),
+    /// charged to its memory budget: what analyses of it may take is the rest.
+    pub held_bytes: u64,
 }
 
 /// Values of a saved object that hold no tensor: the outermost ones by name, the first of

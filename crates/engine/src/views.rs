@@ -69,12 +69,15 @@ pub struct SharedStorage<'a> {
     pub storage: &'a Arc<Storage>,
     /// Its views, in checkpoint order.
     pub views: Vec<View<'a>>,
-    /// Every pair `(i, j, relation)` with `i < j`, indices into `views`.
-    pub relations: Vec<(usize, usize, Relation)>,
+    /// Every pair `(i, j, relation)` with `i < j`, indices into `views` (32 bits: a pair
+    /// takes 12 bytes, and there are n²/2 of them).
+    pub relations: Vec<(u32, u32, Relation)>,
 }
 
 /// What relating two views takes: the relation in [`SharedStorage::relations`].
-const RELATION_BYTES: u64 = std::mem::size_of::<(usize, usize, Relation)>() as u64;
+/// Counted at twice its 12 bytes: what the pair costs beyond its relation (a line of the
+/// `views` listing naming both tensors, the rules' passes over it) grows with it too.
+const RELATION_BYTES: u64 = 2 * std::mem::size_of::<(u32, u32, Relation)>() as u64;
 
 /// What an audit's finding about two overlapping views may take beyond their names (TP101
 /// reports each partly overlapping pair).
@@ -216,9 +219,12 @@ pub fn shared_storages(ckpt: &Checkpoint) -> Vec<SharedStorage<'_>> {
             ))
         })
         .map(|(storage, views)| {
-            let mut relations = Vec::new();
-            for (i, a) in views.iter().enumerate() {
-                for (j, b) in views.iter().enumerate().skip(i + 1) {
+            // Sized once: growing by doubling would hold the old and the new buffer at once,
+            // half again what `check_budget` allowed.
+            let n = views.len();
+            let mut relations = Vec::with_capacity(n.saturating_mul(n.saturating_sub(1)) / 2);
+            for (i, a) in (0u32..).zip(&views) {
+                for (j, b) in (0u32..).zip(&views).skip(i as usize + 1) {
                     relations.push((i, j, Relation::of(a.bytes.as_ref(), b.bytes.as_ref())));
                 }
             }

@@ -69,8 +69,8 @@ pub fn render(ckpt: &Checkpoint, shared: &[SharedStorage<'_>]) -> anyhow::Result
                     .iter()
                     .filter_map(|&(i, j, rel)| {
                         Some(RelationJson {
-                            a: s.views.get(i)?.tensor.name(),
-                            b: s.views.get(j)?.tensor.name(),
+                            a: s.views.get(i as usize)?.tensor.name(),
+                            b: s.views.get(j as usize)?.tensor.name(),
                             relation: rel.name(),
                         })
                     })

@@ -42,7 +42,7 @@ pub fn render(ckpt: &Checkpoint, shared: &[SharedStorage<'_>]) -> anyhow::Result
         }
         out.push_str(&table.render("  "));
         for &(i, j, rel) in &s.relations {
-            if let (Some(a), Some(b)) = (s.views.get(i), s.views.get(j)) {
+            if let (Some(a), Some(b)) = (s.views.get(i as usize), s.views.get(j as usize)) {
                 writeln!(
                     out,
                     "  {} {} {}",

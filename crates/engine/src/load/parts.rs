@@ -66,6 +66,7 @@ impl Parts {
             // Only where torch.load is the file's loader.
             weights_only,
             left_out: self.left_out,
+            held_bytes: self.meter.held(),
         }
     }
 }

@@ -188,6 +188,7 @@ mod tests {
             weights_only: None,
             composites: Vec::new(),
             left_out: Default::default(),
+            held_bytes: 0,
         }
     }
 

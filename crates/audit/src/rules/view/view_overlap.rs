@@ -36,7 +36,8 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             if relation != Relation::PartialOverlap {
                 continue;
             }
-            let (Some(a), Some(b)) = (shared.views.get(i), shared.views.get(j)) else {
+            let (Some(a), Some(b)) = (shared.views.get(i as usize), shared.views.get(j as usize))
+            else {
                 continue;
             };
             let (Some(ra), Some(rb)) = (&a.bytes, &b.bytes) else {
