@@ -1,5 +1,5 @@
-//! One memory budget per file (`--max-memory`), against files that weigh little and would
-//! take much (`fixtures/hostile/budget/`, made by `fixtures/hostile/make_budget.py`). Each is
+//! One memory budget per run (`--max-memory`), shared by the files read side by side, against
+//! files that weigh little and would take much (`fixtures/hostile/budget/`, made by `fixtures/hostile/make_budget.py`). Each is
 //! refused TP502 naming the budget, at a small budget so no test allocates much, or read
 //! within it; the other files of the run go on; `--metadata-only` reads the bomb without
 //! inflating it; deflated storages are scanned as they stream, and a record that inflates
@@ -276,4 +276,49 @@ fn the_config_file_sets_the_budget_and_the_flag_overrides_it() {
         "{}",
         stderr(&out)
     );
+}
+
+/// The budget is the run's: four files that each need more than it, read side by side, get a
+/// share each and are then read again alone, so the process stays near one file's budget
+/// (four at once once peaked at 3.9 GiB under 1 GiB) and each verdict is the one the file
+/// gets alone.
+#[test]
+fn files_read_side_by_side_share_one_budget() {
+    let dir = TempDir::new("shared-budget");
+    let source = root().join(AMPLIFIER);
+    for k in 1..=4 {
+        std::fs::copy(&source, dir.0.join(format!("copy{k}.pkl"))).expect("copy");
+    }
+    let folder = dir.0.to_str().expect("utf-8");
+    let args = ["audit", "--ci-mode", "--verbose", "--max-memory", "128MiB"];
+    let together = tensorplay(&[&args[..], &["--jobs", "4", folder]].concat());
+    assert_eq!(together.status.code(), Some(1), "{}", stderr(&together));
+    // One file's budget and what a debug build carries besides, not four budgets.
+    let peak = peak_rss(&together);
+    assert!(peak < 448 << 20, "peak RSS {} MiB", peak >> 20);
+    let alone = tensorplay(&[&args[..], &[&format!("{folder}/copy1.pkl")]].concat());
+    let last_message = |out: &std::process::Output| -> Vec<String> {
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        report["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .map(|f| {
+                let message = f["findings"]
+                    .as_array()
+                    .and_then(|a| a.last())
+                    .expect("a finding")["message"]
+                    .as_str()
+                    .expect("message");
+                // The same words whichever copy: the path aside.
+                message
+                    .split_once(": ")
+                    .map_or(message, |(_, rest)| rest)
+                    .to_owned()
+            })
+            .collect()
+    };
+    let alone = last_message(&alone);
+    assert!(alone[0].contains("exceeds the memory budget (") && alone[0].contains(" > 134217728)"));
+    assert_eq!(last_message(&together), vec![alone[0].clone(); 4]);
 }

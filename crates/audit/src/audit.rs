@@ -39,6 +39,20 @@ pub fn enabled(
         .collect()
 }
 
+/// Refuses a checkpoint whose view analysis would not fit what the read left of the budget
+/// (the view analysis gets the rest of the budget, not the budget again).
+pub fn views_within_budget(
+    ckpt: &Checkpoint,
+    path: &str,
+    options: &Options,
+) -> Result<(), tensorplay_engine::Error> {
+    let limit = options
+        .max_memory
+        .unwrap_or(DEFAULT_MAX_MEMORY)
+        .saturating_sub(ckpt.held_bytes);
+    views::check_budget(ckpt, Path::new(path), limit)
+}
+
 /// Audits one checkpoint that was read; `device_load` is its real GPU load, when one ran.
 pub fn audit(
     ckpt: &Checkpoint,
@@ -47,12 +61,7 @@ pub fn audit(
     options: &Options,
     device_load: Option<&DeviceLoad>,
 ) -> FileReport {
-    // The view analysis gets what the read left of the budget, not the budget again.
-    let limit = options
-        .max_memory
-        .unwrap_or(DEFAULT_MAX_MEMORY)
-        .saturating_sub(ckpt.held_bytes);
-    if let Err(refused) = views::check_budget(ckpt, Path::new(path), limit) {
+    if let Err(refused) = views_within_budget(ckpt, path, options) {
         // The memory-budget refusal is always claimed (TP502): the file fails unjudged.
         if let Some(report) = read_failure(path, &refused) {
             return report;

@@ -57,6 +57,11 @@ impl Target {
         &self.path
     }
 
+    /// The same path probed afresh, to be read again.
+    pub fn again(path: PathBuf) -> Self {
+        Target::probe(path)
+    }
+
     /// What probing found, ready for `load::read`.
     pub fn into_probe(self) -> tensorplay_engine::Result<Probe> {
         self.probe

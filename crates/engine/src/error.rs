@@ -447,6 +447,16 @@ impl Error {
 }
 
 impl Error {
+    /// Whether the file was refused for the memory budget (and named globals, perhaps): with
+    /// more of the budget its reading could go further.
+    pub fn over_budget(&self) -> bool {
+        match self {
+            Error::MemoryBudget { .. } => true,
+            Error::RefusedWithUnsafeGlobals { source, .. } => source.over_budget(),
+            _ => false,
+        }
+    }
+
     /// The unsafe globals the refused file's pickles named before it was refused.
     pub fn unsafe_globals(&self) -> &[UnsafeGlobal] {
         match self {

@@ -167,30 +167,52 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     } else {
         Progress::start(&scanned, &found.checkpoints, args.ci_mode)
     };
-    let results: Vec<Result<_, String>> = found
+    // One memory budget for the run: files read side by side get an equal share of it each;
+    // a file its share cannot hold is read again afterwards, alone, with the whole budget, so
+    // that its verdict never depends on how many files ran beside it.
+    let workers = rayon::current_num_threads().max(1);
+    let shared = (workers > 1 && found.checkpoints.len() > 1).then(|| {
+        let mut share = options.clone();
+        share.max_memory = Some(options.read_limits(false).max_memory / workers as u64);
+        share
+    });
+    let audit_in = |target: Target, options: &Options, deferrable: bool| {
+        let shown = target.path().display().to_string();
+        // A panic is a bug in tensorplay, and this file's verdict: it fails, the others go on.
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            audit_one(target, &shown, &config, options, deferrable, gpu, &gpu_lock)
+        }))
+        .unwrap_or_else(|panic| {
+            let error = ReadError::Internal {
+                path: PathBuf::from(&shown),
+                detail: panic_message(panic.as_ref()),
+            };
+            read_failure(&shown, &error)
+                .map(|file| Audited::Judged(Box::new(file)))
+                .ok_or_else(|| error.to_string())
+        })
+    };
+    let mut results: Vec<Result<Audited, String>> = found
         .checkpoints
         .into_par_iter()
-        .map(|target| {
-            let shown = target.path().display().to_string();
-            // A panic is a bug in tensorplay, and this file's verdict: it fails, the others go on.
-            std::panic::catch_unwind(AssertUnwindSafe(|| {
-                audit_one(target, &shown, &config, &options, gpu, &gpu_lock)
-            }))
-            .unwrap_or_else(|panic| {
-                let error = ReadError::Internal {
-                    path: PathBuf::from(&shown),
-                    detail: panic_message(panic.as_ref()),
-                };
-                read_failure(&shown, &error).ok_or_else(|| error.to_string())
-            })
+        .map(|target| match &shared {
+            Some(share) => audit_in(target, share, true),
+            None => audit_in(target, &options, false),
         })
         .collect();
+    for result in &mut results {
+        if let Ok(Audited::Alone(path)) = result {
+            *result = audit_in(Target::again(path.clone()), &options, false);
+        }
+    }
     drop(progress);
     let mut files = Vec::with_capacity(results.len());
     let mut unreadable = Vec::new();
     for result in results {
         match result {
-            Ok(file) => files.push(file),
+            Ok(Audited::Judged(file)) => files.push(*file),
+            // Every deferred file was read again above.
+            Ok(Audited::Alone(_)) => {}
             Err(message) => unreadable.push(message),
         }
     }
@@ -283,19 +305,37 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
 }
 
 /// Reads one checkpoint and audits it, after loading it onto the GPU when asked.
+/// A file's audit, or, read with a share of the budget that could not hold it, its path to
+/// read again alone.
+enum Audited {
+    Judged(Box<FileReport>),
+    Alone(PathBuf),
+}
+
 fn audit_one(
     target: Target,
     shown: &str,
     config: &Config,
     options: &Options,
+    deferrable: bool,
     gpu: Option<usize>,
     gpu_lock: &Mutex<()>,
-) -> Result<FileReport, String> {
+) -> Result<Audited, String> {
     let limits = options.read_limits(gpu.is_some());
+    let path = target.path().to_owned();
+    let over_share = |over_budget: bool| deferrable && over_budget;
     let ckpt = match target.into_probe().and_then(|p| load::read_with(p, limits)) {
         Ok(ckpt) => ckpt,
-        Err(e) => return read_failure(shown, &e).ok_or_else(|| e.to_string()),
+        Err(e) if over_share(e.over_budget()) => return Ok(Audited::Alone(path)),
+        Err(e) => {
+            return read_failure(shown, &e)
+                .map(|file| Audited::Judged(Box::new(file)))
+                .ok_or_else(|| e.to_string())
+        }
     };
+    if over_share(tensorplay_audit::audit::views_within_budget(&ckpt, shown, options).is_err()) {
+        return Ok(Audited::Alone(path));
+    }
     let loaded = match gpu {
         Some(ordinal) => {
             // One device: loads take turns.
@@ -314,7 +354,7 @@ fn audit_one(
     let _ = std::thread::Builder::new()
         .name("drop-checkpoint".into())
         .spawn(move || drop(ckpt));
-    Ok(report)
+    Ok(Audited::Judged(Box::new(report)))
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
