@@ -132,3 +132,77 @@ fn the_github_log_runs_no_command_a_file_names() {
     );
     assert_clean("github log", &log);
 }
+
+/// A file named with every sink's special characters, holding crafted tensor names, reaches
+/// each report as plain data: JUnit (XML) and the HTML page parse, and give the name back;
+/// JSON and SARIF give it back exactly; the Markdown summary escapes each special character.
+#[test]
+fn every_sink_carries_a_crafted_name_as_data() {
+    let dir = crate::common::TempDir::new("sink-names");
+    let name = "a<b>&'q\"|*_[x](y)`#~!::%0A%.safetensors";
+    let source = crate::common::root()
+        .join(DIR)
+        .join("crafted_names.safetensors");
+    std::fs::copy(source, dir.0.join(name)).expect("copy");
+    let summary = dir.0.join("summary.md");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args([
+            "audit",
+            "--fail-on",
+            "never",
+            "--format",
+            "github",
+            "--json",
+            "r.json",
+            "--junit",
+            "j.xml",
+            "--sarif",
+            "s.sarif",
+            "--html",
+            "h.html",
+            name,
+        ])
+        .current_dir(&dir.0)
+        .env_remove("GITHUB_ACTIONS")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let read = |file: &str| std::fs::read_to_string(dir.0.join(file)).expect(file);
+
+    let json: serde_json::Value = serde_json::from_str(&read("r.json")).expect("JSON");
+    assert_eq!(json["files"][0]["path"], name);
+    let sarif: serde_json::Value = serde_json::from_str(&read("s.sarif")).expect("SARIF");
+    let uri = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
+        ["artifactLocation"]["uri"]
+        .as_str()
+        .expect("uri");
+    assert!(!uri.contains(['<', '"', ' ', '|']), "{uri}");
+
+    let junit = read("j.xml");
+    let doc = roxmltree::Document::parse(&junit).expect("well-formed JUnit");
+    let case = doc
+        .descendants()
+        .find(|n| n.has_tag_name("testcase"))
+        .expect("a case");
+    assert_eq!(case.attribute("file"), Some(name));
+
+    let html = read("h.html");
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let page = roxmltree::Document::parse_with_options(&html, options).expect("well-formed HTML");
+    assert!(
+        page.descendants()
+            .any(|n| n.has_tag_name("h3") && n.text() == Some(name)),
+        "the checkpoint's heading is its name, as text"
+    );
+    assert!(!page.descendants().any(|n| n.has_tag_name("b")));
+
+    // In the Markdown summary each of the name's Markdown characters is escaped.
+    let summary = std::fs::read_to_string(&summary).expect("summary");
+    assert!(summary.contains(r"a\<b\>\&'q"), "{summary}");
+    assert!(summary.contains(r"\|\*\_\[x\]\(y\)\`\#\~\!"), "{summary}");
+    assert_clean("summary", &summary);
+}
