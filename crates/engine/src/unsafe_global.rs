@@ -12,8 +12,8 @@ pub struct UnsafeGlobal {
     pub member: String,
     /// Byte position of the `GLOBAL`/`STACK_GLOBAL`/`INST` opcode.
     pub position: u64,
-    /// SHA-256 (hex) of what would run: the pickle stream that names it (the call's
-    /// arguments included), or the string torch would evaluate. A baseline that accepted
+    /// SHA-256 (hex) of what would run: the pickle stream that names it, as far as it was
+    /// read (the call's arguments included), or the string torch would evaluate. A baseline that accepted
     /// the finding stops accepting it when this changes.
     pub payload: String,
 }

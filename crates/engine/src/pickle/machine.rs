@@ -47,6 +47,7 @@ pub fn unpickle(
     let mut m = Machine::new(bytes, path, member, base, loader, budget, Reading::Buffered);
     // A pickle refused part-way has still named its globals: a loader that got that far ran them.
     let read = m.run().and_then(|root| m.no_repeated_keys().map(|()| root));
+    m.hash_payloads();
     let root = match read {
         Ok(root) => root,
         Err(e) => {
@@ -64,10 +65,19 @@ pub fn unpickle(
                     Reading::Sequential,
                 );
                 let read = other.run();
-                globals.append(&mut other.unsafe_globals);
+                other.hash_payloads();
+                let mut more = std::mem::take(&mut other.unsafe_globals);
                 if let Err(e) = read {
-                    globals.extend(e.unsafe_globals().iter().cloned());
+                    more.extend(e.unsafe_globals().iter().cloned());
                 }
+                // A global both readings name at one place is named once.
+                more.retain(|g| {
+                    !globals.iter().any(|h| {
+                        (&h.module, &h.name, &h.member, h.position)
+                            == (&g.module, &g.name, &g.member, g.position)
+                    })
+                });
+                globals.append(&mut more);
             }
             return Err(e.with_unsafe_globals(globals));
         }
@@ -130,8 +140,6 @@ pub(super) struct Machine<'a> {
     reading: Reading,
     /// The end of the C unpickler's buffer while it holds a FRAME's bytes ([`Reading::Buffered`]).
     buffer_end: Option<usize>,
-    /// The stream's hash, once a global outside the table needs it.
-    payload: Option<String>,
 }
 
 impl<'a> Machine<'a> {
@@ -170,7 +178,19 @@ impl<'a> Machine<'a> {
             framing_anomaly: false,
             reading,
             buffer_end: None,
-            payload: None,
+        }
+    }
+
+    /// Gives the globals recorded their payload: the hash of the stream as read, up to where
+    /// reading stopped (the call's arguments with it; not the bytes after the stream).
+    fn hash_payloads(&mut self) {
+        if self.unsafe_globals.is_empty() {
+            return;
+        }
+        let read = self.bytes.get(..self.pos).unwrap_or(self.bytes);
+        let payload = crate::unsafe_global::sha256_hex(read);
+        for global in &mut self.unsafe_globals {
+            global.payload.clone_from(&payload);
         }
     }
 
@@ -796,16 +816,13 @@ impl<'a> Machine<'a> {
                 .saturating_add(self.member.len() as u64)
                 .saturating_add(std::mem::size_of::<UnsafeGlobal>() as u64);
             self.charge(record)?;
-            let payload = self
-                .payload
-                .get_or_insert_with(|| crate::unsafe_global::sha256_hex(self.bytes))
-                .clone();
             self.unsafe_globals.push(UnsafeGlobal {
                 module: module.to_owned(),
                 name: name.to_owned(),
                 member: self.member.to_owned(),
                 position: self.position(),
-                payload,
+                // Set once the stream has been read.
+                payload: String::new(),
             });
         }
         let global = Global::new(module, name);
