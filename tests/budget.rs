@@ -322,3 +322,31 @@ fn files_read_side_by_side_share_one_budget() {
     assert!(alone[0].contains("exceeds the memory budget (") && alone[0].contains(" > 134217728)"));
     assert_eq!(last_message(&together), vec![alone[0].clone(); 4]);
 }
+
+/// A file not judged within `--timeout-per-file` fails TP502 unjudged, at once, and the other
+/// files of the run are judged as ever: a slow file never hangs the gate.
+#[test]
+fn a_file_past_the_time_limit_fails_and_the_others_go_on() {
+    let start = std::time::Instant::now();
+    let (code, errors) = audit(&["--timeout-per-file", "1", AMPLIFIER, SHORT]);
+    assert!(start.elapsed().as_secs() < 8, "{:?}", start.elapsed());
+    assert_eq!(code, Some(1));
+    let timed_out = (
+        "TP502".to_owned(),
+        format!("{AMPLIFIER}: not judged within 1 s (--timeout-per-file): refused"),
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|file| file == std::slice::from_ref(&timed_out)),
+        "{errors:?}"
+    );
+    // The other file's own verdict.
+    assert!(
+        errors
+            .iter()
+            .flatten()
+            .any(|(_, m)| m.starts_with(SHORT) && m.contains("inflates to")),
+        "{errors:?}"
+    );
+}

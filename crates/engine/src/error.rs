@@ -43,6 +43,15 @@ pub enum Error {
         format: &'static str,
     },
 
+    /// The file was not judged within the run's time limit for one file: refused unjudged.
+    #[error("{}: not judged within {seconds} s (--timeout-per-file): refused", .path.display())]
+    TimeLimit {
+        /// The file.
+        path: PathBuf,
+        /// The limit.
+        seconds: u64,
+    },
+
     /// tensorplay itself failed on this file (a bug): reported, never a pass.
     #[error("{}: internal error: {detail}", .path.display())]
     Internal {
@@ -415,6 +424,7 @@ impl Error {
             | Error::UnknownFormat { .. }
             | Error::UnsupportedFormat { .. }
             | Error::Internal { .. }
+            | Error::TimeLimit { .. }
             | Error::HeaderTooSmall { .. }
             | Error::HeaderTooLarge { .. }
             | Error::HeaderBeyondFile { .. }

@@ -7,11 +7,11 @@ use crate::progress::Progress;
 use crate::render;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use rayon::prelude::*;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tensorplay_audit::audit::{audit, read_failure};
 use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
@@ -92,6 +92,9 @@ pub struct AuditArgs {
     /// Worker threads [default: one per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
+    /// Seconds one file may take before it fails TP502 unjudged, never a hang.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    timeout_per_file: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -122,7 +125,7 @@ fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
-    let config = load_config(args.config.as_deref())?;
+    let config = Arc::new(load_config(args.config.as_deref())?);
     let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
     options.gpu_budget = args.gpu_budget;
     options.layout_facts = args.files.draws_layout();
@@ -142,7 +145,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     }
 
     let gpu = gpu_target(args.load_to.as_deref())?;
-    let gpu_lock = Mutex::new(());
+    let gpu_lock = Arc::new(Mutex::new(()));
     let mut found = discover(&args.paths)?;
     let declared = skip_declared(&mut found, &config);
     // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder); files
@@ -176,30 +179,74 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         share.max_memory = Some(options.read_limits(false).max_memory / workers as u64);
         share
     });
+    let limit = Duration::from_secs(args.timeout_per_file);
     let audit_in = |target: Target, options: &Options, deferrable: bool| {
         let shown = target.path().display().to_string();
-        // A panic is a bug in tensorplay, and this file's verdict: it fails, the others go on.
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            audit_one(target, &shown, &config, options, deferrable, gpu, &gpu_lock)
-        }))
-        .unwrap_or_else(|panic| {
-            let error = ReadError::Internal {
-                path: PathBuf::from(&shown),
-                detail: panic_message(panic.as_ref()),
-            };
+        let failed = |error: ReadError| {
             read_failure(&shown, &error)
                 .map(|file| Audited::Judged(Box::new(file)))
                 .ok_or_else(|| error.to_string())
-        })
+        };
+        let (config, options, gpu_lock) =
+            (Arc::clone(&config), options.clone(), Arc::clone(&gpu_lock));
+        let work = {
+            let shown = shown.clone();
+            move || {
+                // A panic is a bug in tensorplay, and this file's verdict: it fails, the
+                // others go on.
+                std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    audit_one(
+                        target, &shown, &config, &options, deferrable, gpu, &gpu_lock,
+                    )
+                }))
+                .map_err(|panic| panic_message(panic.as_ref()))
+            }
+        };
+        match within(limit, work).and_then(|done| done.transpose()) {
+            Ok(Some(audited)) => audited,
+            Err(detail) => failed(ReadError::Internal {
+                path: PathBuf::from(&shown),
+                detail,
+            }),
+            Ok(None) => failed(ReadError::TimeLimit {
+                path: PathBuf::from(&shown),
+                seconds: limit.as_secs(),
+            }),
+        }
     };
-    let mut results: Vec<Result<Audited, String>> = found
-        .checkpoints
-        .into_par_iter()
-        .map(|target| match &shared {
-            Some(share) => audit_in(target, share, true),
-            None => audit_in(target, &options, false),
-        })
-        .collect();
+    // Files are handed out to `workers` threads of their own, which wait for each file's
+    // audit with its time limit: the audit itself uses rayon's pool, which a worker waiting on
+    // it must not occupy.
+    let queue = Mutex::new(found.checkpoints.into_iter().enumerate());
+    let finished: Option<Vec<(usize, Result<Audited, String>)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                        let Some((i, target)) = next else { break };
+                        let result = match &shared {
+                            Some(share) => audit_in(target, share, true),
+                            None => audit_in(target, &options, false),
+                        };
+                        done.push((i, result));
+                    }
+                    done
+                })
+            })
+            .collect();
+        // A worker that panicked lost the files it had: the run has no verdict.
+        handles
+            .into_iter()
+            .map(|h| h.join().ok())
+            .collect::<Option<Vec<_>>>()
+            .map(|parts| parts.into_iter().flatten().collect())
+    });
+    let mut results = finished.context("a worker thread failed: the run has no verdict")?;
+    results.sort_by_key(|(i, _)| *i);
+    let mut results: Vec<Result<Audited, String>> =
+        results.into_iter().map(|(_, result)| result).collect();
     for result in &mut results {
         if let Ok(Audited::Alone(path)) = result {
             *result = audit_in(Target::again(path.clone()), &options, false);
@@ -355,6 +402,28 @@ fn audit_one(
         .name("drop-checkpoint".into())
         .spawn(move || drop(ckpt));
     Ok(Audited::Judged(Box::new(report)))
+}
+
+/// `work`'s result, or `Ok(None)` when it takes longer than `limit`: it runs on a thread of its
+/// own, left behind (and ended with the process) if it overruns, so one file never hangs the
+/// run. `Err` says why it could not run.
+fn within<T: Send + 'static>(
+    limit: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<Option<T>, String> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("audit-file".into())
+        .spawn(move || {
+            let _ = done.send(work());
+        })
+        .map_err(|e| format!("cannot start a thread to audit it: {e}"))?;
+    match result.recv_timeout(limit) {
+        Ok(value) => Ok(Some(value)),
+        Err(RecvTimeoutError::Timeout) => Ok(None),
+        Err(RecvTimeoutError::Disconnected) => Err("its audit ended without a result".into()),
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
