@@ -217,9 +217,10 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     // Files are handed out to `workers` threads of their own, which wait for each file's
     // audit with its time limit: the audit itself uses rayon's pool, which a worker waiting on
     // it must not occupy.
+    let threads = workers.min(found.checkpoints.len()).max(1);
     let queue = Mutex::new(found.checkpoints.into_iter().enumerate());
     let finished: Option<Vec<(usize, Result<Audited, String>)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
+        let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     let mut done = Vec::new();
