@@ -509,8 +509,10 @@ impl Error {
             }
             error => Box::new(error),
         };
+        // Repeats found by hash, not by copies of the (possibly long) names.
+        let hasher = std::collections::hash_map::RandomState::new();
         let mut seen = std::collections::HashSet::new();
-        globals.retain(|g| seen.insert(g.clone()));
+        globals.retain(|g| seen.insert(std::hash::BuildHasher::hash_one(&hasher, g)));
         Error::RefusedWithUnsafeGlobals { source, globals }
     }
 }

@@ -30,8 +30,8 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     let path = buffer.source();
     let mut pos = 0u64;
     let mut index = 0usize;
-    // Globals of the streams read so far: named in any refusal that follows.
-    let mut seen = Vec::new();
+    // The globals of the streams read so far are in `parts`: any refusal that follows names
+    // them (taken from there, never copied: a pickle can name thousands of long globals).
     // torch.load reads a file that is neither zip nor tar as a legacy stream, whose first
     // pickle must be the magic number: it refuses every plain pickle, the question is why.
     let reason = replay(buffer.bytes(), Persistent::Refused)
@@ -48,13 +48,13 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             Err(e) => {
                 // Refused though CPython runs it to its STOP (its frames, say): the streams
                 // after it are still there for a caller that loads again.
+                let mut named = std::mem::take(&mut parts.unsafe_globals);
                 if let Some(end) = pickle_start::stream_end(rest) {
-                    seen.extend(globals_after(buffer, pos + end as u64, &budget));
+                    named.extend(globals_after(buffer, pos + end as u64, &budget));
                 }
-                return Err(e.with_unsafe_globals(seen));
+                return Err(e.with_unsafe_globals(named));
             }
         };
-        seen.extend(unpickled.unsafe_globals.iter().cloned());
         if !unpickled.persistent.is_empty() {
             let refused = Error::Pickle {
                 path: path.to_owned(),
@@ -66,8 +66,11 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
                     unpickled.persistent.len()
                 ),
             };
-            seen.extend(globals_after(buffer, pos + unpickled.len.max(1), &budget));
-            return Err(refused.with_unsafe_globals(seen));
+            let after = globals_after(buffer, pos + unpickled.len.max(1), &budget);
+            let mut named = std::mem::take(&mut parts.unsafe_globals);
+            named.extend(unpickled.unsafe_globals);
+            named.extend(after);
+            return Err(refused.with_unsafe_globals(named));
         }
         // A pickle ends with its STOP, inside `rest`: the next one starts within the file.
         let len = unpickled.len.max(1);
@@ -83,8 +86,10 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             name_prefix: &name_prefix,
         };
         if let Err(e) = add_member(member, &mut NoStorages { path }, &budget, parts) {
-            seen.extend(globals_after(buffer, pos + len, &budget));
-            return Err(e.with_unsafe_globals(seen));
+            let mut named = std::mem::take(&mut parts.unsafe_globals);
+            named.extend(globals_after(buffer, pos + len, &budget));
+            // The refused stream's own globals are the error's, named after these.
+            return Err(e.with_unsafe_globals(named));
         }
         pos += len;
         index += 1;

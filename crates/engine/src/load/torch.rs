@@ -137,14 +137,21 @@ pub(crate) fn storage_record(
 
 /// Adds the member's storages (in the order the stream loads them) and its named tensors.
 pub(crate) fn add_member(
-    member: Member<'_>,
+    mut member: Member<'_>,
     source: &mut dyn StorageSource,
     budget: &Budget,
     parts: &mut Parts,
 ) -> Result<()> {
-    // A member refused after its pickle ran still names what the pickle references.
-    let globals = member.unpickled.unsafe_globals.clone();
-    add_unpickled(member, source, budget, parts).map_err(|e| e.with_unsafe_globals(globals))
+    // A member refused after its pickle ran still names what the pickle references. Taken,
+    // not copied: a pickle can name thousands of long globals.
+    let globals = std::mem::take(&mut member.unpickled.unsafe_globals);
+    match add_unpickled(member, source, budget, parts) {
+        Ok(()) => {
+            parts.unsafe_globals.extend(globals);
+            Ok(())
+        }
+        Err(e) => Err(e.with_unsafe_globals(globals)),
+    }
 }
 
 fn add_unpickled(
@@ -211,7 +218,6 @@ fn add_unpickled(
     let first_tensor = parts.tensors.len();
     add_tensors(&member, specs, &storages, parts)?;
     add_composites(&member, composites, first_tensor, parts)?;
-    parts.unsafe_globals.extend(member.unpickled.unsafe_globals);
     Ok(())
 }
 
