@@ -937,6 +937,9 @@ impl<'a> Machine<'a> {
                     Some(limit) if !in_buffer => limit,
                     _ => pos,
                 };
+                // Read from elsewhere than where the frame begins: the other reading differs,
+                // even if this one fails here.
+                self.framing_anomaly |= start != pos;
                 let end = usize::try_from(len)
                     .ok()
                     .and_then(|len| start.checked_add(len))

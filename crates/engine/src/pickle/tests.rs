@@ -612,6 +612,17 @@ fn a_frame_past_its_enclosing_frame_is_read_from_that_frames_end() {
     assert_eq!(named_by_refusal(&stream), ["posix.system", "os.system"]);
 }
 
+/// A frame inside a frame that runs past the stream, read buffered from the outer frame's
+/// end: C from `io.BytesIO` fails there ("pickle data was truncated"), from a file it reads
+/// on to `os.system`. The refusal names it.
+#[test]
+fn a_frame_only_the_buffered_reading_cannot_read_names_what_the_other_reads() {
+    let mut stream = b"\x80\x04\x95\x14\x00\x00\x00\x00\x00\x00\x00".to_vec();
+    stream.extend_from_slice(b"\x95\x16\x00\x00\x00\x00\x00\x00\x00");
+    stream.extend_from_slice(b"\x8c\x02os\x8c\x06system\x93\x8c\x04true\x85R.");
+    assert_eq!(named_by_refusal(&stream), ["os.system"]);
+}
+
 /// An operand that runs past its frame's end: buffered, the C unpickler reads it afresh from
 /// the frame's end (here not UTF-8, so that reading fails); from a file it reads `os.system`.
 /// The refusal names what the file reading resolves.

@@ -687,6 +687,10 @@ fn build(inst: &V, state: &V) -> Result<(), String> {
     );
     match t {
         Type::Tensor | Type::Parameter if matches!(state, V::Tuple(_)) => Ok(()),
+        // A tensor's BUILD is `set_(*state)`: a list unpacks like a tuple, and any empty
+        // iterable is no arguments (`set_()` empties the tensor).
+        Type::Tensor if matches!(state, V::List(_)) => Ok(()),
+        Type::Tensor if matches!(state, V::Dict(_) | V::Str(_)) && falsy(state) => Ok(()),
         // `__dict__.update(state)` for an OrderedDict; for the other Python classes only a
         // truthy state updates it.
         Type::OrderedDict if mapping => Ok(()),

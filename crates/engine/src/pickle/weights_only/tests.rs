@@ -143,3 +143,16 @@ fn a_storage_takes_a_state_through_its_dict() {
     stream.extend_from_slice(b"}bNb.");
     assert_eq!(replay(&stream, Persistent::Zip), Ok(()));
 }
+
+/// A tensor's BUILD is `set_(*state)`: torch 2.9.1 loads `slice_alone.pt` with `BUILD {}` on
+/// its tensor (no arguments: `set_()`), as the differential harness found.
+#[test]
+fn an_empty_state_builds_a_tensor() {
+    let stream = hex(concat!(
+        "800263746f7263682e5f7574696c730a5f72656275696c645f74656e736f725f76320a7100282858070000",
+        "0073746f72616765710163746f7263680a466c6f617453746f726167650a71025801000000307103580300",
+        "000063707571044de803747105514b004b0a8571064b018571078963636f6c6c656374696f6e730a4f7264",
+        "65726564446963740a71082952710974710a52710b7d622e"
+    ));
+    assert_eq!(replay(&stream, Persistent::Zip), Ok(()));
+}
