@@ -484,7 +484,7 @@ impl Error {
                 mut globals,
             } => {
                 for global in &mut globals {
-                    global.member = format!("{member}/{}", global.member);
+                    global.nest_under(member);
                 }
                 Error::RefusedWithUnsafeGlobals { source, globals }
             }

@@ -18,6 +18,13 @@ pub struct UnsafeGlobal {
     pub payload: String,
 }
 
+impl UnsafeGlobal {
+    /// Seen from the archive that holds its member's archive as `member`: `<member>/<its member>`.
+    pub(crate) fn nest_under(&mut self, member: &str) {
+        self.member = format!("{member}/{}", self.member);
+    }
+}
+
 /// Hex SHA-256 of `bytes`.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};

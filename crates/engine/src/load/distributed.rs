@@ -329,11 +329,9 @@ impl<'a> Reading<'a> {
                 format!("{} is not a torch.save record", describe(item)),
             ));
         }
+        let record = format!("{}[{}..{end}]", item.relative_path, item.offset);
         for global in parts.unsafe_globals.iter_mut().skip(globals) {
-            global.member = format!(
-                "{}[{}..{end}]/{}",
-                item.relative_path, item.offset, global.member
-            );
+            global.nest_under(&record);
         }
         Ok(first)
     }

@@ -160,7 +160,7 @@ fn globals_of_loadable_members(archive: &mut Archive<'_>) -> Vec<UnsafeGlobal> {
             named.extend(e.unsafe_globals().iter().cloned());
         }
         globals.extend(named.into_iter().map(|mut global| {
-            global.member = format!("{full}/{}", global.member);
+            global.nest_under(&full);
             global
         }));
     }
@@ -537,7 +537,7 @@ impl ModelReader<'_, '_> {
         self.archive.meter = std::mem::take(&mut scratch.meter);
         let mut globals = scratch.unsafe_globals;
         for global in &mut globals {
-            global.member = format!("{full}/{}", global.member);
+            global.nest_under(&full);
         }
         match read {
             Ok(_) => Ok(globals),
@@ -585,7 +585,7 @@ impl ModelReader<'_, '_> {
         // A global's member names the nested archive too: `<member>/<its pickle>`, whether
         // the reading went through or was refused.
         for global in self.parts.unsafe_globals.iter_mut().skip(first_global) {
-            global.member = format!("{full}/{}", global.member);
+            global.nest_under(&full);
         }
         let format = read.map_err(|e| e.nested_in(&full))?;
         if !matches!(format, Format::PytorchZip | Format::PytorchLegacy) {
