@@ -154,7 +154,7 @@ fn a_view_past_its_storage_reads_as_torch_rebuilds_it_and_inspect_refuses_it() {
                 "shape": imp.layout().sizes(),
                 "strides": imp.layout().strides(),
                 "storage_offset": imp.layout().storage_offset(),
-                "storage": imp.storage().id(),
+                "storage": imp.storage().id().index(),
             })
         })
         .collect();

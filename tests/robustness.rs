@@ -58,7 +58,11 @@ fn assert_consistent(ckpt: &tensorplay_engine::Checkpoint) {
             assert_eq!(imp.view_bytes().is_some(), has_bytes, "{}", t.name());
         }
     }
-    assert!(ckpt.storages.iter().enumerate().all(|(i, s)| s.id() == i));
+    assert!(ckpt
+        .storages
+        .iter()
+        .enumerate()
+        .all(|(i, s)| s.id().index() == i));
 }
 
 proptest! {

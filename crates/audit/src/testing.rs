@@ -4,8 +4,6 @@ use crate::audit::audit;
 use crate::config::Config;
 use crate::finding::Finding;
 use crate::options::Options;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use tensorplay_engine::{
     Checkpoint, DType, DataPtr, Device, Format, Layout, Storage, Tensor, TensorImpl,
@@ -20,7 +18,7 @@ pub fn storage(id: usize, elements: u64, location: &str) -> Arc<Storage> {
 pub fn storage_of(id: usize, bytes: Vec<u8>, location: &str) -> Arc<Storage> {
     let nbytes = bytes.len() as u64;
     let ptr = DataPtr::heap("hand-made", bytes);
-    Arc::new(Storage::new(
+    Arc::new(tensorplay_engine::testing::storage(
         id,
         id.to_string(),
         DType::Float32,
@@ -53,20 +51,7 @@ pub fn tensor(
 
 /// A checkpoint of these tensors and storages.
 pub fn checkpoint(tensors: Vec<Tensor>, storages: Vec<Arc<Storage>>) -> Checkpoint {
-    Checkpoint {
-        path: PathBuf::from("hand-made.pt"),
-        format: Format::PytorchZip,
-        tensors,
-        storages,
-        metadata: BTreeMap::new(),
-        unsafe_globals: Vec::new(),
-        torchscript: None,
-        chunked: Vec::new(),
-        weights_only: None,
-        composites: Vec::new(),
-        left_out: Default::default(),
-        held_bytes: 0,
-    }
+    tensorplay_engine::testing::checkpoint("hand-made.pt", Format::PytorchZip, tensors, storages)
 }
 
 /// Codes of what the default configuration finds.

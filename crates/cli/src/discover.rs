@@ -52,6 +52,15 @@ impl Target {
         Target { path, probe }
     }
 
+    /// The files it is made of (an index and its shards, a directory's files), as probing
+    /// found them; the path alone when it could not be probed.
+    pub fn files(&self) -> Vec<PathBuf> {
+        match &self.probe {
+            Ok(probe) => probe.files(),
+            Err(_) => vec![self.path.clone()],
+        }
+    }
+
     /// The path as given or found.
     pub fn path(&self) -> &Path {
         &self.path
@@ -142,18 +151,22 @@ impl Walk {
             }
         }
         paths.sort();
-        // A torch.distributed.checkpoint is audited as one checkpoint; its files are its parts.
-        let parts = load::distributed::parts(dir).unwrap_or_default();
-        if !parts.is_empty() {
-            self.found.checkpoints.push(Target::probe(dir.to_owned()));
+        // A checkpoint directory (torch.distributed.checkpoint) is audited as one checkpoint;
+        // its files are its parts.
+        let mut parts = Vec::new();
+        let mut kind = "";
+        if let Some(probe) = load::probe_directory(dir) {
+            parts = probe.files();
+            kind = probe.directory().unwrap_or_default();
+            self.found.checkpoints.push(Target {
+                path: dir.to_owned(),
+                probe: Ok(probe),
+            });
         }
         ancestors.push(real);
         for path in paths {
             if parts.contains(&path) {
-                let reason = format!(
-                    "part of the torch.distributed.checkpoint directory {}",
-                    dir.display()
-                );
+                let reason = format!("part of the {kind} {}", dir.display());
                 self.skip(&path, reason);
                 continue;
             }

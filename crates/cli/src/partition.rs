@@ -13,7 +13,6 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 use tensorplay_audit::report::{PartInput, Partition, Report};
-use tensorplay_engine::load::{self, ShardIndex};
 
 /// `K/N`: part K (1-based) of N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,25 +145,14 @@ pub fn digest(inputs: &[PartInput]) -> String {
     hex(&hash.finalize())
 }
 
-/// Bytes an input stands for; 0 when they cannot be read (the audit then reports why).
+/// Bytes an input stands for: its files' (an index and its shards, a directory's files); 0
+/// for those that cannot be read (the audit then reports why).
 fn weight(target: &Target) -> u64 {
-    let path = target.path();
-    if let Some(index) = target.index() {
-        let shards: u64 = index
-            .shards()
-            .into_iter()
-            .map(|shard| file_size(&ShardIndex::shard_path(path, shard)))
-            .fold(0, u64::saturating_add);
-        return file_size(path).saturating_add(shards);
-    }
-    if path.is_dir() {
-        return load::distributed::parts(path)
-            .unwrap_or_default()
-            .iter()
-            .map(|p| file_size(p))
-            .fold(0, u64::saturating_add);
-    }
-    file_size(path)
+    target
+        .files()
+        .iter()
+        .map(|p| file_size(p))
+        .fold(0, u64::saturating_add)
 }
 
 fn file_size(path: &Path) -> u64 {

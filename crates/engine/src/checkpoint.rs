@@ -71,8 +71,10 @@ impl fmt::Display for Format {
     }
 }
 
-/// What a reader rebuilt from a file: the four layers and the file's own metadata.
+/// What a reader rebuilt from a file: the four layers and the file's own metadata. Readers
+/// make it through their sink; tests through [`testing::checkpoint`](crate::testing::checkpoint).
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Checkpoint {
     /// The path as given.
     pub path: PathBuf,
@@ -82,7 +84,7 @@ pub struct Checkpoint {
     pub tensors: Vec<Tensor>,
     /// Sparse, nested and wrapper-subclass tensors; their components are in `tensors`.
     pub composites: Vec<CompositeTensor>,
-    /// Storages; `storages[i].id() == i`.
+    /// Storages; `storages[i].id().index() == i`.
     pub storages: Vec<Arc<Storage>>,
     /// Free-form string metadata the file carries (safetensors `__metadata__`).
     pub metadata: BTreeMap<String, String>,
@@ -150,7 +152,7 @@ impl Checkpoint {
     pub fn tensors_by_storage(&self) -> Vec<Vec<&str>> {
         let mut out = vec![Vec::new(); self.storages.len()];
         for t in &self.tensors {
-            if let Some(names) = out.get_mut(t.tensor_impl().storage().id()) {
+            if let Some(names) = out.get_mut(t.tensor_impl().storage().id().index()) {
                 names.push(t.name());
             }
         }

@@ -498,7 +498,7 @@ fn records<'a>(
         let imp = t.tensor_impl();
         let l = imp.layout();
         ties.entry((
-            imp.storage().id(),
+            imp.storage().id().index(),
             l.storage_offset(),
             l.sizes(),
             l.strides(),

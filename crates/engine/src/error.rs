@@ -286,12 +286,14 @@ pub enum Error {
         detail: String,
     },
 
-    /// One `.distcp` file of a `torch.distributed.checkpoint`: items saved one after another,
-    /// which only the directory's `.metadata` locates.
-    #[error("{}: a .distcp file of a torch.distributed.checkpoint: not a checkpoint on its own (audit its directory)", .path.display())]
-    DistributedCheckpointPart {
+    /// One file of a checkpoint directory (a `.distcp` file: items saved one after another,
+    /// which only the directory's `.metadata` locates).
+    #[error("{}: {part}: not a checkpoint on its own (audit its directory)", .path.display())]
+    DirectoryPart {
         /// The file.
         path: PathBuf,
+        /// What the file is (`a .distcp file of a torch.distributed.checkpoint`).
+        part: &'static str,
     },
 
     /// A symbolic link that cannot be followed: its target is missing, or links loop.
@@ -439,7 +441,7 @@ impl Error {
             | Error::RepeatedKey { .. }
             | Error::Archive { .. }
             | Error::LfsPointer { .. }
-            | Error::DistributedCheckpointPart { .. }
+            | Error::DirectoryPart { .. }
             // A link in a checkpoint tree that leads nowhere is a finding about the tree (a
             // loader following it gets nothing), not a mistyped path.
             | Error::BrokenLink { .. }
@@ -677,7 +679,10 @@ mod tests {
             in_shard(in_shard(syntax())),
             Error::Overflow { what: "size" },
             Error::LfsPointer { path: path() },
-            Error::DistributedCheckpointPart { path: path() },
+            Error::DirectoryPart {
+                path: path(),
+                part: "a .distcp file",
+            },
             Error::RepeatedKey {
                 path: path(),
                 member: ".metadata".into(),

@@ -27,6 +27,8 @@ pub mod pickle;
 pub mod storage;
 pub mod tensor;
 pub mod tensor_impl;
+#[doc(hidden)]
+pub mod testing;
 pub mod torchscript_code;
 pub mod unsafe_global;
 pub mod views;
@@ -40,7 +42,7 @@ pub use dtype::{DType, DTypeKind};
 pub use error::{Error, ErrorKind, Result};
 pub use layout::Layout;
 pub use memory::{HostBackend, HostBuffer};
-pub use storage::Storage;
+pub use storage::{Storage, StorageId};
 pub use tensor::Tensor;
 pub use tensor_impl::TensorImpl;
 pub use weights_only::WeightsOnly;

@@ -5,10 +5,31 @@ use crate::device::Device;
 use crate::dtype::DType;
 use std::sync::Arc;
 
+/// A storage's position in its checkpoint's storage list, chosen by the reader's sink alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StorageId(usize);
+
+impl StorageId {
+    pub(crate) fn new(index: usize) -> Self {
+        StorageId(index)
+    }
+
+    /// The position in [`Checkpoint::storages`](crate::Checkpoint::storages).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl std::fmt::Display for StorageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// One storage of a checkpoint. Shared by its tensors through `Arc`; never cloned.
 #[derive(Debug)]
 pub struct Storage {
-    id: usize,
+    id: StorageId,
     // Shared, not copied: a safetensors storage's key is its tensor's name.
     key: Arc<str>,
     dtype: DType,
@@ -24,8 +45,8 @@ pub struct Storage {
 
 impl Storage {
     /// A storage numbered `id` in its checkpoint, with its key and location as the file records them.
-    pub fn new(
-        id: usize,
+    pub(crate) fn new(
+        id: StorageId,
         key: impl Into<Arc<str>>,
         dtype: DType,
         nbytes: u64,
@@ -64,7 +85,7 @@ impl Storage {
     }
 
     /// Position in the checkpoint's storage list.
-    pub fn id(&self) -> usize {
+    pub fn id(&self) -> StorageId {
         self.id
     }
 

@@ -184,7 +184,7 @@ pub(crate) mod tests {
     /// A storage of `dtype` holding `bytes` on the heap (shared by the engine's tests).
     pub(crate) fn storage_of(dtype: DType, bytes: Vec<u8>) -> Arc<Storage> {
         let n = bytes.len() as u64;
-        Arc::new(Storage::new(
+        Arc::new(crate::testing::storage(
             0,
             "0",
             dtype,
@@ -255,7 +255,14 @@ pub(crate) mod tests {
     fn a_storage_must_own_the_bytes_it_records() {
         let buffer = HostBuffer::from_vec("mem", vec![0; 8]);
         let ptr = DataPtr::host(buffer, 0..8).unwrap();
-        let s = Arc::new(Storage::new(0, "0", DType::Float32, 16, "cpu", ptr));
+        let s = Arc::new(crate::testing::storage(
+            0,
+            "0",
+            DType::Float32,
+            16,
+            "cpu",
+            ptr,
+        ));
         let err = view(&s, &[2], &[1], 0)
             .verify_data_ptr_consistency("t")
             .unwrap_err();
@@ -285,7 +292,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_storage_without_bytes_keeps_its_recorded_size() {
-        let s = Arc::new(Storage::new(
+        let s = Arc::new(crate::testing::storage(
             0,
             "0",
             DType::Float32,

@@ -100,13 +100,13 @@ pub fn check_budget(ckpt: &Checkpoint, path: &Path, limit: u64) -> Result<()> {
         .iter()
         .filter(|t| {
             views_of
-                .get(t.tensor_impl().storage().id())
+                .get(t.tensor_impl().storage().id().index())
                 .is_some_and(|&n| n >= 2)
         })
         .map(|t| {
             let imp = t.tensor_impl();
             let range = imp.byte_range().ok().flatten();
-            (imp.storage().id(), range, t.name().len() as u64)
+            (imp.storage().id().index(), range, t.name().len() as u64)
         })
         .collect();
     views.sort_unstable_by_key(|(id, range, _)| (*id, range.as_ref().map(|r| (r.start, r.end))));
@@ -182,7 +182,7 @@ fn storage_cost(views: &[(usize, Option<Range<u64>>, u64)]) -> u64 {
 fn views_per_storage(ckpt: &Checkpoint) -> Vec<u32> {
     let mut counts = vec![0u32; ckpt.storages.len()];
     for tensor in &ckpt.tensors {
-        if let Some(n) = counts.get_mut(tensor.tensor_impl().storage().id()) {
+        if let Some(n) = counts.get_mut(tensor.tensor_impl().storage().id().index()) {
             *n = n.saturating_add(1);
         }
     }
@@ -198,14 +198,14 @@ pub fn shared_storages(ckpt: &Checkpoint) -> Vec<SharedStorage<'_>> {
     let mut shared: Vec<(usize, View<'_>)> = ckpt
         .tensors
         .iter()
-        .filter(|t| counts.get(t.tensor_impl().storage().id()) >= Some(&2))
+        .filter(|t| counts.get(t.tensor_impl().storage().id().index()) >= Some(&2))
         .map(|tensor| {
             let imp = tensor.tensor_impl();
             let view = View {
                 tensor,
                 bytes: imp.byte_range().ok().flatten(),
             };
-            (imp.storage().id(), view)
+            (imp.storage().id().index(), view)
         })
         .collect();
     shared.sort_by_key(|(id, _)| *id);

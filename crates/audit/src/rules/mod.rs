@@ -15,7 +15,7 @@ pub(crate) fn names_in_storage(ctx: &Context<'_>, id: usize) -> Vec<String> {
     ctx.ckpt
         .tensors
         .iter()
-        .filter(|t| t.tensor_impl().storage().id() == id)
+        .filter(|t| t.tensor_impl().storage().id().index() == id)
         .map(|t| t.name().to_owned())
         .collect()
 }

@@ -144,7 +144,12 @@ pub fn render(
     let storages = snapshot
         .storages
         .iter()
-        .map(|s| storage_json(s, by_storage.get(s.id()).cloned().unwrap_or_default()))
+        .map(|s| {
+            storage_json(
+                s,
+                by_storage.get(s.id().index()).cloned().unwrap_or_default(),
+            )
+        })
         .collect();
     let doc = Document {
         path: ckpt.path.display().to_string(),
@@ -214,7 +219,7 @@ fn chunked_json<'a>(ckpt: &'a Checkpoint, tensor: &'a ChunkedTensor) -> ChunkedJ
                 offsets: &chunk.offsets,
                 sizes: &chunk.sizes,
                 tensor: own.map_or("", |t| t.name()),
-                storage: own.map_or(0, |t| t.tensor_impl().storage().id()),
+                storage: own.map_or(0, |t| t.tensor_impl().storage().id().index()),
             }
         })
         .collect();
@@ -235,7 +240,7 @@ fn tensor_json(tensor: &Tensor) -> anyhow::Result<TensorJson<'_>> {
         shape: layout.sizes(),
         strides: layout.strides(),
         storage_offset: layout.storage_offset(),
-        storage: imp.storage().id(),
+        storage: imp.storage().id().index(),
         device: imp.device().to_string(),
         requires_grad: imp.requires_grad(),
         contiguous: layout.is_contiguous(),
@@ -269,7 +274,7 @@ fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<
         },
     };
     StorageJson {
-        id: storage.id(),
+        id: storage.id().index(),
         key: storage.key(),
         device: storage.location(),
         dtype: storage.dtype().name(),

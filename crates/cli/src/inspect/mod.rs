@@ -90,8 +90,8 @@ impl<'a> Snapshot<'a> {
             Some(_) => {
                 let mut shown: Vec<&Arc<Storage>> =
                     tensors.iter().map(|t| t.tensor_impl().storage()).collect();
-                shown.sort_by_key(|s| s.id());
-                shown.dedup_by_key(|s| s.id());
+                shown.sort_by_key(|s| s.id().index());
+                shown.dedup_by_key(|s| s.id().index());
                 shown
             }
         };

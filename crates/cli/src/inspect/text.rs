@@ -80,7 +80,7 @@ pub fn render(snapshot: &Snapshot<'_>, addresses: bool) -> anyhow::Result<String
             format!("{:?}", layout.sizes()),
             format!("{:?}", layout.strides()),
             layout.storage_offset().to_string(),
-            imp.storage().id().to_string(),
+            imp.storage().id().index().to_string(),
             imp.device().to_string(),
             yes_no(imp.requires_grad()).to_owned(),
             yes_no(imp.is_parameter()).to_owned(),
@@ -159,14 +159,14 @@ pub fn render(snapshot: &Snapshot<'_>, addresses: bool) -> anyhow::Result<String
             ),
         };
         storages.row(vec![
-            s.id().to_string(),
+            s.id().index().to_string(),
             s.key().to_owned(),
             s.dtype().to_string(),
             s.location().to_owned(),
             s.nbytes().to_string(),
             where_,
             by_storage
-                .get(s.id())
+                .get(s.id().index())
                 .map(|n| n.join(", "))
                 .unwrap_or_default(),
         ]);

@@ -45,7 +45,7 @@ pub fn render(ckpt: &Checkpoint, shared: &[SharedStorage<'_>]) -> anyhow::Result
         shared_storages: shared
             .iter()
             .map(|s| SharedJson {
-                storage: s.storage.id(),
+                storage: s.storage.id().index(),
                 key: s.storage.key(),
                 dtype: s.storage.dtype().name(),
                 device: s.storage.location(),

@@ -21,7 +21,7 @@ pub fn render(ckpt: &Checkpoint, shared: &[SharedStorage<'_>]) -> anyhow::Result
         writeln!(
             out,
             "\nstorage {} (key '{}', {}, {}, {})",
-            st.id(),
+            st.id().index(),
             printable(st.key(), false),
             st.dtype(),
             printable(st.location(), false),

@@ -168,7 +168,7 @@ pub fn load_to_device(
         if nbytes == 0 {
             continue;
         }
-        let id = storage.id();
+        let id = storage.id().index();
         // `copied <= bytes.len()`, a usize.
         let copied = nbytes.min(bytes.len() as u64);
         let bytes = &bytes[..copied as usize];
@@ -232,8 +232,8 @@ mod tests {
     use super::*;
     use crate::alloc::cuda::driver_present;
     use crate::alloc::Simulated;
-    use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor, TensorImpl};
-    use std::collections::BTreeMap;
+    use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Tensor, TensorImpl};
+
     use std::path::PathBuf;
     use std::sync::Arc;
 
@@ -248,7 +248,14 @@ mod tests {
                 .collect();
             let buffer = HostBuffer::from_vec(format!("tiny-{i}"), bytes);
             let ptr = DataPtr::host(buffer, 0..n).unwrap();
-            let storage = Arc::new(Storage::new(i, i.to_string(), DType::UInt8, n, "cpu", ptr));
+            let storage = Arc::new(crate::testing::storage(
+                i,
+                i.to_string(),
+                DType::UInt8,
+                n,
+                "cpu",
+                ptr,
+            ));
             let imp = TensorImpl::new(
                 Layout::contiguous(vec![n]).unwrap(),
                 DType::UInt8,
@@ -261,7 +268,7 @@ mod tests {
             storages.push(storage);
         }
         let id = storages.len();
-        storages.push(Arc::new(Storage::new(
+        storages.push(Arc::new(crate::testing::storage(
             id,
             "meta",
             DType::UInt8,
@@ -269,20 +276,12 @@ mod tests {
             "meta",
             DataPtr::none(Device::Meta),
         )));
-        Checkpoint {
-            path: PathBuf::from("tiny.pt"),
-            format: Format::PytorchZip,
+        crate::testing::checkpoint(
+            PathBuf::from("tiny.pt"),
+            Format::PytorchZip,
             tensors,
             storages,
-            metadata: BTreeMap::new(),
-            unsafe_globals: Vec::new(),
-            torchscript: None,
-            chunked: Vec::new(),
-            weights_only: None,
-            composites: Vec::new(),
-            left_out: Default::default(),
-            held_bytes: 0,
-        }
+        )
     }
 
     #[test]

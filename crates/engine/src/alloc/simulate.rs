@@ -67,10 +67,10 @@ pub fn simulate_load(
         }
         // The simulated backend cannot fail otherwise: an error is out-of-memory.
         match allocator.malloc(storage.nbytes()) {
-            Ok(block) if with_map => placements.push((storage.id(), block)),
+            Ok(block) if with_map => placements.push((storage.id().index(), block)),
             Ok(_) => {}
             Err(e) => {
-                oom = Some((storage.id(), e.to_string()));
+                oom = Some((storage.id().index(), e.to_string()));
                 break;
             }
         }

@@ -13,11 +13,9 @@
 //! `torch.save` file: their globals are judged, their tensors named under the fqn.
 
 use super::dcp_metadata::{self, ChunkMeta, Metadata, StorageInfo, TensorMeta};
-use super::flatten::ROOT_NAME;
-use super::limits::{Meter, ReadLimits};
-use super::{torch_zip, Parts};
+use super::{torch_zip, Scope, Sink};
 use crate::error::{Error, ErrorKind, Result};
-use crate::{Checkpoint, ChunkedTensor, Format, HostBuffer, Tensor, TensorChunk};
+use crate::{ChunkedTensor, Format, HostBuffer, Tensor, TensorChunk};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,7 +33,7 @@ const MAX_CHUNK_PAIRS: u64 = 1 << 24;
 
 /// The files that make `dir` a torch.distributed.checkpoint directory, `.metadata` first and
 /// then every `.distcp` file in name order; `None` when it is not one or cannot be listed.
-pub fn parts(dir: &Path) -> Option<Vec<PathBuf>> {
+pub(super) fn parts(dir: &Path) -> Option<Vec<PathBuf>> {
     let metadata = dir.join(METADATA);
     if !metadata.is_file() {
         return None;
@@ -54,35 +52,21 @@ pub fn parts(dir: &Path) -> Option<Vec<PathBuf>> {
 }
 
 /// Whether `path` names a `.distcp` file, which is never a checkpoint on its own.
-pub fn is_part(path: &Path) -> bool {
+pub(super) fn is_part(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == EXTENSION)
 }
 
-/// Whether `path` is a directory to read as one distributed checkpoint.
-pub(super) fn is_checkpoint(path: &Path) -> bool {
-    path.is_dir() && parts(path).is_some()
-}
-
-/// Why `path` is not read: one `.distcp` file of a directory.
-pub(super) fn refusal(path: &Path) -> Option<Error> {
-    is_part(path).then(|| Error::DistributedCheckpointPart {
-        path: path.to_owned(),
-    })
-}
-
-/// Reads the directory `dir` into one checkpoint.
-pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
-    let mut parts = Parts {
-        meter: Meter::new(limits),
-        ..Parts::default()
-    };
+/// Reads the directory `dir` as one checkpoint through `sink`.
+pub(super) fn read_into(dir: &Path, sink: &mut Sink<'_>) -> Result<Format> {
     let metadata_path = dcp_metadata::path_in(dir);
     let buffer = HostBuffer::map_file(&metadata_path)?;
-    let metadata =
-        dcp_metadata::parse(buffer.bytes(), &metadata_path, &parts.meter.pickle_budget())?;
+    let metadata = dcp_metadata::parse(
+        buffer.bytes(),
+        &metadata_path,
+        &sink.meter().pickle_budget(),
+    )?;
     // What the metadata holds is kept for the whole read: charged like any metadata.
-    parts
-        .meter
+    sink.meter()
         .hold(&metadata_path, metadata.held_bytes(), || {
             "the distributed checkpoint's metadata".to_owned()
         })?;
@@ -96,29 +80,29 @@ pub(super) fn read(dir: &Path, limits: ReadLimits) -> Result<Checkpoint> {
         check_tiling(dir, tensor, &mut pairs_left).map_err(with_globals)?;
     }
     let located = reading.locate(&metadata).map_err(with_globals)?;
-    parts
-        .unsafe_globals
-        .extend(metadata.unsafe_globals.iter().cloned());
+    sink.add_unsafe_globals(metadata.unsafe_globals.iter().cloned());
+    // A refusal from here on names every global read so far.
+    let refused = |sink: &Sink<'_>, e: Error| e.with_unsafe_globals(sink.unsafe_globals().to_vec());
     for tensor in &metadata.tensors {
-        let chunked = reading
-            .read_tensor(tensor, &located, &mut parts)
-            .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
-        parts.chunked.push(chunked);
+        match reading.read_tensor(tensor, &located, sink) {
+            Ok(chunked) => sink.add_chunked(chunked),
+            Err(e) => return Err(refused(sink, e)),
+        }
     }
     for fqn in &metadata.bytes {
         let item = located.get(&(fqn.as_str(), None)).copied();
         let item =
             item.ok_or_else(|| mismatch(dir, format!("no storage_data item for '{fqn}'")))?;
-        let composites = parts.composites.len();
-        reading
-            .read_item(item, &mut parts)
-            .map(|first| rename_from(&mut parts, (first, composites), |name| under(fqn, name)))
-            .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
+        // A tensor found in a bytes item is named under the item's fqn.
+        let mut named = sink.nested(Scope::default().under(fqn.as_str()));
+        if let Err(e) = reading.read_item(item, &mut named) {
+            return Err(refused(sink, e));
+        }
     }
-    unique_names(dir, &parts.tensors)
+    unique_names(dir, sink.tensors_since(0))
         .and_then(|()| every_byte_in_an_item(dir, &metadata.items, &reading.files))
-        .map_err(|e| e.with_unsafe_globals(parts.unsafe_globals.clone()))?;
-    Ok(parts.finish(dir, Format::Distributed))
+        .map_err(|e| refused(sink, e))?;
+    Ok(Format::Distributed)
 }
 
 /// No two tensors share a name: a bytes item's tensors are named under its fqn, which a
@@ -203,7 +187,7 @@ impl<'a> Reading<'a> {
         &mut self,
         tensor: &TensorMeta,
         located: &Located<'_>,
-        parts: &mut Parts,
+        sink: &mut Sink<'_>,
     ) -> Result<ChunkedTensor> {
         let whole = tensor.chunks.len() == 1;
         let mut chunks = Vec::with_capacity(tensor.chunks.len());
@@ -212,14 +196,17 @@ impl<'a> Reading<'a> {
             let Some(item) = located.get(&key).copied() else {
                 return Err(mismatch(self.dir, format!("no item for '{}'", tensor.fqn)));
             };
-            let composites = parts.composites.len();
-            let first = self.read_item(item, parts)?;
-            let index = self.check_chunk(tensor, chunk, item, parts, first)?;
             let name = match whole {
                 true => tensor.fqn.clone(),
                 false => format!("{}@{:?}", tensor.fqn, chunk.offsets),
             };
-            rename_from(parts, (index, composites), |_| name.clone());
+            let first = sink.tensor_mark();
+            self.read_item(
+                item,
+                &mut sink.nested(Scope::default().under(name.as_str())),
+            )?;
+            let index = self.check_chunk(tensor, chunk, item, sink.tensors_since(first), &name)?;
+            let index = first + index;
             chunks.push(TensorChunk {
                 offsets: chunk.offsets.clone(),
                 sizes: chunk.sizes.clone(),
@@ -234,17 +221,17 @@ impl<'a> Reading<'a> {
         })
     }
 
-    /// The chunk's record holds one tensor, the chunk's sizes and the metadata's dtype;
-    /// returns its index.
+    /// The chunk's record (`saved`, its tensors named under `name`) holds one tensor, the
+    /// tensor saved itself, of the chunk's sizes and the metadata's dtype; returns its index
+    /// in `saved`.
     fn check_chunk(
         &self,
         tensor: &TensorMeta,
         chunk: &ChunkMeta,
         item: &StorageInfo,
-        parts: &Parts,
-        first: usize,
+        saved: &[Tensor],
+        name: &str,
     ) -> Result<usize> {
-        let saved = parts.tensors.get(first..).unwrap_or_default();
         let [one] = saved else {
             return Err(mismatch(
                 self.dir,
@@ -257,13 +244,17 @@ impl<'a> Reading<'a> {
         };
         let imp = one.tensor_impl();
         let sizes = imp.layout().sizes();
-        if one.name() != ROOT_NAME {
+        if one.name() != name {
+            let saved_as = one
+                .name()
+                .strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .unwrap_or(one.name());
             return Err(mismatch(
                 self.dir,
                 format!(
-                    "{} is not a saved tensor but holds one as '{}'",
+                    "{} is not a saved tensor but holds one as '{saved_as}'",
                     describe(item),
-                    one.name()
                 ),
             ));
         }
@@ -288,12 +279,12 @@ impl<'a> Reading<'a> {
                 ),
             ));
         }
-        Ok(first)
+        Ok(0)
     }
 
-    /// Reads one item's `torch.save` record into `parts`; returns the index of its first
-    /// tensor. Its globals are reported under the file and range they were read from.
-    fn read_item(&mut self, item: &StorageInfo, parts: &mut Parts) -> Result<usize> {
+    /// Reads one item's `torch.save` record through `sink`. Its globals are reported under
+    /// the file and range they were read from.
+    fn read_item(&mut self, item: &StorageInfo, sink: &mut Sink<'_>) -> Result<()> {
         if item.transforms {
             return Err(Error::UnsupportedFormat {
                 path: self.dir.to_owned(),
@@ -317,9 +308,9 @@ impl<'a> Reading<'a> {
                 ),
             )
         })?;
-        let first = parts.tensors.len();
-        let globals = parts.unsafe_globals.len();
-        let format = torch_zip::read_into(&window, parts).map_err(|source| Error::Shard {
+        let record = format!("{}[{}..{end}]", item.relative_path, item.offset);
+        let mut sink = sink.nested(Scope::default().member(record));
+        let format = torch_zip::read_into(&window, &mut sink).map_err(|source| Error::Shard {
             path: self.dir.to_owned(),
             source: Box::new(source),
         })?;
@@ -329,11 +320,7 @@ impl<'a> Reading<'a> {
                 format!("{} is not a torch.save record", describe(item)),
             ));
         }
-        let record = format!("{}[{}..{end}]", item.relative_path, item.offset);
-        for global in parts.unsafe_globals.iter_mut().skip(globals) {
-            global.nest_under(&record);
-        }
-        Ok(first)
+        Ok(())
     }
 
     /// The `.distcp` file `name` (a plain file name beside `.metadata`), mapped once.
@@ -554,34 +541,6 @@ fn overlap(a: &ChunkMeta, b: &ChunkMeta) -> bool {
     })
 }
 
-/// Gives the tensors from `first` on the names `name` makes of their saved names, keeping
-/// their TensorImpls, and the composites made of them (sparse, nested, DTensor) the same
-/// names for themselves and their components.
-fn rename_from(
-    parts: &mut Parts,
-    (first, first_composite): (usize, usize),
-    name: impl Fn(&str) -> String,
-) {
-    for tensor in parts.tensors.iter_mut().skip(first) {
-        let renamed = name(tensor.name());
-        *tensor = Tensor::new(renamed, Arc::clone(tensor.tensor_impl()));
-    }
-    for composite in parts.composites.iter_mut().skip(first_composite) {
-        composite.name = name(&composite.name);
-        for component in &mut composite.components {
-            component.tensor = name(&component.tensor);
-        }
-    }
-}
-
-/// A tensor found in a bytes item, named under the item's fqn.
-fn under(fqn: &str, name: &str) -> String {
-    match name {
-        ROOT_NAME => fqn.to_owned(),
-        _ => format!("{fqn}.{name}"),
-    }
-}
-
 fn describe(item: &StorageInfo) -> String {
     let what = match &item.offset_key {
         Some(offsets) => format!("chunk {offsets:?} of '{}'", item.fqn),
@@ -605,94 +564,7 @@ fn mismatch(dir: &Path, detail: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Component, CompositeTensor, DType, DataPtr, Layout, Storage, TensorImpl};
-
-    /// A bytes item holding a sparse tensor: its components and the composite itself are
-    /// named under the item's fqn; what an earlier item added keeps its names.
-    #[test]
-    fn renaming_an_item_renames_its_composites_and_their_components() {
-        let storage = Arc::new(Storage::new(
-            0,
-            "0",
-            DType::Float32,
-            8,
-            "cpu",
-            DataPtr::heap("t", vec![0; 8]),
-        ));
-        let tensor = |name: &str| {
-            let layout = Layout::new([2], [1], 0).expect("layout");
-            let imp = TensorImpl::new(
-                layout,
-                DType::Float32,
-                crate::Device::Cpu,
-                false,
-                false,
-                Arc::clone(&storage),
-            );
-            Tensor::new(name, Arc::new(imp))
-        };
-        let composite = |name: &str, parts: [&str; 2]| CompositeTensor {
-            name: name.into(),
-            layout: "sparse_coo",
-            shape: Some(vec![2, 2]),
-            dtype: DType::Float32,
-            subclass: None,
-            requires_grad: false,
-            is_parameter: false,
-            components: ["indices", "values"]
-                .iter()
-                .zip(parts)
-                .map(|(role, t)| Component {
-                    role: (*role).into(),
-                    tensor: t.into(),
-                })
-                .collect(),
-            placements: None,
-        };
-        let mut parts = Parts {
-            tensors: vec![
-                tensor("a.indices"),
-                tensor("a.values"),
-                tensor("<root>.indices"),
-                tensor("<root>.values"),
-            ],
-            composites: vec![
-                composite("a", ["a.indices", "a.values"]),
-                composite("<root>", ["<root>.indices", "<root>.values"]),
-            ],
-            ..Parts::default()
-        };
-        rename_from(&mut parts, (2, 1), |name| {
-            name.replacen("<root>", "extra.sp", 1)
-        });
-        let names: Vec<&str> = parts.tensors.iter().map(Tensor::name).collect();
-        assert_eq!(
-            names,
-            [
-                "a.indices",
-                "a.values",
-                "extra.sp.indices",
-                "extra.sp.values"
-            ]
-        );
-        let composites: Vec<(&str, Vec<&str>)> = parts
-            .composites
-            .iter()
-            .map(|c| {
-                (
-                    c.name.as_str(),
-                    c.components.iter().map(|p| p.tensor.as_str()).collect(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            composites,
-            [
-                ("a", vec!["a.indices", "a.values"]),
-                ("extra.sp", vec!["extra.sp.indices", "extra.sp.values"])
-            ]
-        );
-    }
+    use crate::DType;
 
     fn tensor(size: &[u64], chunks: &[(&[u64], &[u64])]) -> TensorMeta {
         TensorMeta {
@@ -806,9 +678,9 @@ mod tests {
     }
 
     #[test]
-    fn a_distcp_file_alone_is_refused_and_a_plain_directory_is_no_checkpoint() {
-        assert!(refusal(Path::new("x/__0_0.distcp")).is_some());
-        assert!(refusal(Path::new("x/model.pt")).is_none());
-        assert!(!is_checkpoint(Path::new("/")));
+    fn a_distcp_file_is_a_part_and_a_plain_directory_is_no_checkpoint() {
+        assert!(is_part(Path::new("x/__0_0.distcp")));
+        assert!(!is_part(Path::new("x/model.pt")));
+        assert!(parts(Path::new("/")).is_none());
     }
 }

@@ -10,12 +10,11 @@
 //! Zip archives all begin alike: their row's reader, `zip_kind`, picks by their records.
 
 mod dcp_metadata;
-pub mod distributed;
+mod distributed;
 mod flatten;
 mod index;
 mod json;
 mod limits;
-mod parts;
 pub mod pickle_file;
 mod pickle_start;
 mod polyglot;
@@ -25,6 +24,7 @@ mod pt2_expr;
 mod pt2_flat;
 pub mod safetensors;
 mod sharded;
+mod sink;
 pub mod sniff;
 mod torch;
 pub mod torch_legacy;
@@ -35,23 +35,22 @@ mod zip;
 mod zip_kind;
 
 pub use flatten::ROOT_NAME;
-pub(crate) use parts::Parts;
+pub(crate) use sink::{NewStorage, Scope, Sink};
 
 pub use index::ShardIndex;
 pub use limits::{ReadLimits, DEFAULT_MAX_MEMORY};
-pub use probe::{probe, Probe};
+pub use probe::{probe, probe_directory, Probe};
 pub use sniff::{sniff, Sniffed};
 
 use crate::error::{Error, Result};
 use crate::{Checkpoint, Format, HostBuffer};
-use limits::Meter;
 use probe::Found;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A reader: appends one file's tensors and storages (and its metadata) to `parts` and says
-/// which format the file is.
-pub(crate) type ReadFn = fn(&Arc<HostBuffer>, &mut Parts) -> Result<Format>;
+/// A reader: writes one file's tensors and storages (and its metadata) through `sink` and
+/// says which format the file is.
+pub(crate) type ReadFn = fn(&Arc<HostBuffer>, &mut Sink<'_>) -> Result<Format>;
 
 /// One row of the reader table.
 #[derive(Debug, Clone, Copy)]
@@ -80,6 +79,29 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
     }
 }
 
+/// One row of the directory table: a checkpoint made of a directory of files.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirReader {
+    /// The files that make `dir` one, in reading order; `None` when it is not one.
+    pub files: fn(&Path) -> Option<Vec<PathBuf>>,
+    /// Whether a file is one part of such a directory, never a checkpoint alone.
+    pub is_part: fn(&Path) -> bool,
+    pub read: fn(&Path, &mut Sink<'_>) -> Result<Format>,
+    /// What such a directory is, in messages.
+    pub what: &'static str,
+    /// What one of its files is, in messages.
+    pub part: &'static str,
+}
+
+/// The directory table: checkpoints that are directories, probed by their files.
+#[rustfmt::skip]
+pub(crate) fn directory_readers() -> [DirReader; 1] {
+    [
+        DirReader { files: distributed::parts, is_part: distributed::is_part, read: distributed::read_into,
+                    what: "torch.distributed.checkpoint directory", part: "a .distcp file of a torch.distributed.checkpoint" },
+    ]
+}
+
 /// Reads any supported checkpoint, picking the reader from the file's first bytes.
 pub fn open(path: &Path) -> Result<Checkpoint> {
     read(probe(path)?)
@@ -90,15 +112,17 @@ pub fn read(probe: Probe) -> Result<Checkpoint> {
     read_with(probe, ReadLimits::default())
 }
 
-/// Reads what [`probe`] found: a single file with its reader, or an index with its shards
-/// (one budget for the whole set).
+/// Reads what [`probe`] found: a single file with its reader, an index with its shards, a
+/// directory with its row (one budget for the whole set).
 pub fn read_with(probe: Probe, limits: ReadLimits) -> Result<Checkpoint> {
     match probe.found {
         Found::File(reader) => {
             read_file_with(reader.read, &HostBuffer::map_file(&probe.path)?, limits)
         }
         Found::Index(index) => sharded::read(&probe.path, &index, limits),
-        Found::Distributed => distributed::read(&probe.path, limits),
+        Found::Directory(row, _) => {
+            sink::gather(&probe.path, limits, |sink| (row.read)(&probe.path, sink))
+        }
         Found::Refused(error) => Err(error),
     }
 }
@@ -139,12 +163,7 @@ fn read_file_with(
     buffer: &Arc<HostBuffer>,
     limits: ReadLimits,
 ) -> Result<Checkpoint> {
-    let mut parts = Parts {
-        meter: Meter::new(limits),
-        ..Parts::default()
-    };
-    let format = read(buffer, &mut parts)?;
-    Ok(parts.finish(buffer.source(), format))
+    sink::gather(buffer.source(), limits, |sink| read(buffer, sink))
 }
 
 /// The reader for a file that must be a single checkpoint (not an index), from its first bytes

@@ -11,7 +11,7 @@
 //! of numpy arrays or Python values lists none, and its globals are what the audit judges.
 
 use super::torch::{add_member, Member, StorageRecord, StorageSource};
-use super::{pickle_start, Parts};
+use super::{pickle_start, Scope, Sink};
 use crate::error::{Error, Result};
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal, WeightsOnly};
@@ -22,22 +22,22 @@ use std::sync::Arc;
 /// The member name plain pickles report positions under; positions are file offsets.
 pub const MEMBER: &str = "<pickle>";
 
-/// Reads every stream of one plain pickle file into `parts`. `pickle.load` stops at the first
+/// Reads every stream of one plain pickle file through `sink`. `pickle.load` stops at the first
 /// STOP, but a caller that loads again runs the next stream, so all are read; bytes after a
 /// STOP that do not form a pickle are an error, not ignored.
-pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let budget = parts.meter.pickle_budget();
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
+    let budget = sink.meter().pickle_budget();
     let path = buffer.source();
     let mut pos = 0u64;
     let mut index = 0usize;
-    // The globals of the streams read so far are in `parts`: any refusal that follows names
-    // them (taken from there, never copied: a pickle can name thousands of long globals).
+    // The globals read so far are in the sink: any refusal that follows names them (taken
+    // from there, never copied: a pickle can name thousands of long globals).
     // torch.load reads a file that is neither zip nor tar as a legacy stream, whose first
     // pickle must be the magic number: it refuses every plain pickle, the question is why.
     let reason = replay(buffer.bytes(), Persistent::Refused)
         .err()
         .unwrap_or_else(|| "Invalid magic number; corrupt file?".into());
-    parts.weights_only(WeightsOnly::refuses(MEMBER, reason));
+    sink.weights_only(WeightsOnly::refuses(MEMBER, reason));
     while pos < buffer.len() {
         let rest = usize::try_from(pos)
             .ok()
@@ -48,7 +48,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             Err(e) => {
                 // Refused though CPython runs it to its STOP (its frames, say): the streams
                 // after it are still there for a caller that loads again.
-                let mut named = std::mem::take(&mut parts.unsafe_globals);
+                let mut named = sink.take_unsafe_globals(0);
                 if let Some(end) = pickle_start::stream_end(rest) {
                     named.extend(globals_after(buffer, pos + end as u64, &budget));
                 }
@@ -67,7 +67,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
                 ),
             };
             let after = globals_after(buffer, pos + unpickled.len.max(1), &budget);
-            let mut named = std::mem::take(&mut parts.unsafe_globals);
+            let mut named = sink.take_unsafe_globals(0);
             named.extend(unpickled.unsafe_globals);
             named.extend(after);
             return Err(refused.with_unsafe_globals(named));
@@ -82,11 +82,10 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
             path,
             name: MEMBER,
             unpickled,
-            key_prefix: "",
-            name_prefix: &name_prefix,
         };
-        if let Err(e) = add_member(member, &mut NoStorages { path }, &budget, parts) {
-            let mut named = std::mem::take(&mut parts.unsafe_globals);
+        let mut stream = sink.nested(Scope::default().name_prefix(name_prefix));
+        if let Err(e) = add_member(member, &mut NoStorages { path }, &budget, &mut stream) {
+            let mut named = sink.take_unsafe_globals(0);
             named.extend(globals_after(buffer, pos + len, &budget));
             // The refused stream's own globals are the error's, named after these.
             return Err(e.with_unsafe_globals(named));

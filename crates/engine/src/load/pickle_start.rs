@@ -10,6 +10,8 @@
 //! then fails (an unknown opcode or memo key, STOP on an empty stack, text after the call) has
 //! already imported and called it, so it begins a pickle as much as a whole one does.
 
+use crate::pickle::opcodes as ops;
+
 /// Highest protocol CPython (3.8 and later) reads.
 const HIGHEST_PROTOCOL: u64 = 5;
 
@@ -62,7 +64,10 @@ fn walk(bytes: &[u8]) -> Walked {
         match walk.step() {
             Ok(()) => {
                 whole += 1;
-                named_global |= matches!(bytes.get(at), Some(b'c' | b'i' | 0x93));
+                named_global |= matches!(
+                    bytes.get(at),
+                    Some(&(ops::GLOBAL | ops::INST | ops::STACK_GLOBAL))
+                );
             }
             Err(End::Stop) => return Walked::Pickle,
             Err(End::OutOfPrefix) if whole > 0 => return Walked::Pickle,
@@ -182,7 +187,7 @@ impl<'a> Walk<'a> {
         let op = self.uint(1)? as u8;
         // Values each opcode pops (above the innermost mark) and pushes.
         let (pops, pushes) = match op {
-            b'(' => {
+            ops::MARK => {
                 if self.marks.len() >= MAX_TRACKED {
                     return Err(End::TooLarge);
                 }
@@ -190,93 +195,106 @@ impl<'a> Walk<'a> {
                 self.depth = 0;
                 (0, 0)
             }
-            b'.' => {
+            ops::STOP => {
                 self.pop(1)?;
                 return Err(End::Stop);
             }
             // POP: a value, or the innermost mark when none is above it.
-            b'0' if self.depth == 0 => {
+            ops::POP if self.depth == 0 => {
                 self.pop_mark()?;
                 (0, 0)
             }
-            b'0' => (1, 0),
-            b'1' => {
+            ops::POP => (1, 0),
+            ops::POP_MARK => {
                 self.pop_mark()?;
                 (0, 0)
             }
-            b'2' => (1, 2),
-            b'F' => text(float_text(self.line()?))?,
-            b'I' => text(int_text(self.line()?, false))?,
-            b'L' => text(int_text(self.line()?, true))?,
-            b'S' => text(quoted(self.line()?))?,
+            ops::DUP => (1, 2),
+            ops::FLOAT => text(float_text(self.line()?))?,
+            ops::INT => text(int_text(self.line()?, false))?,
+            ops::LONG => text(int_text(self.line()?, true))?,
+            ops::STRING => text(quoted(self.line()?))?,
             // UNICODE is raw-unicode-escape (any bytes); protocol 0 persistent ids are ASCII.
-            b'V' => self.line().map(|_| (0, 1))?,
-            b'P' => text(self.line()?.is_ascii())?,
-            b'g' | b'h' | b'j' => {
+            ops::UNICODE => self.line().map(|_| (0, 1))?,
+            ops::PERSID => text(self.line()?.is_ascii())?,
+            ops::GET | ops::BINGET | ops::LONG_BINGET => {
                 let key = self.memo_key(op)?;
                 if !self.memo.contains(&key) {
                     return Err(End::Invalid);
                 }
                 (0, 1)
             }
-            b'p' | b'q' | b'r' | 0x94 => {
+            ops::PUT | ops::BINPUT | ops::LONG_BINPUT | ops::MEMOIZE => {
                 let key = self.memo_key(op)?;
                 self.put(key)?;
                 (0, 0)
             }
-            b'J' => self.take(4).map(|_| (0, 1))?,
-            b'K' => self.take(1).map(|_| (0, 1))?,
-            b'M' => self.take(2).map(|_| (0, 1))?,
-            b'G' => self.take(8).map(|_| (0, 1))?,
+            ops::BININT => self.take(4).map(|_| (0, 1))?,
+            ops::BININT1 => self.take(1).map(|_| (0, 1))?,
+            ops::BININT2 => self.take(2).map(|_| (0, 1))?,
+            ops::BINFLOAT => self.take(8).map(|_| (0, 1))?,
             // Counted operands: LONG1, SHORT_BINSTRING, SHORT_BINBYTES, SHORT_BINUNICODE…
-            0x8a | b'U' | b'C' | 0x8c => self.counted(1)?,
-            b'X' | b'B' => self.counted(4)?,
-            0x8d | 0x8e | 0x96 => self.counted(8)?,
-            0x8b | b'T' => {
+            ops::LONG1 | ops::SHORT_BINSTRING | ops::SHORT_BINBYTES | ops::SHORT_BINUNICODE => {
+                self.counted(1)?
+            }
+            ops::BINUNICODE | ops::BINBYTES => self.counted(4)?,
+            ops::BINUNICODE8 | ops::BINBYTES8 | ops::BYTEARRAY8 => self.counted(8)?,
+            ops::LONG4 | ops::BINSTRING => {
                 let n = self.signed_len()?;
                 self.take(n).map(|_| (0, 1))?
             }
-            b'N' | 0x88 | 0x89 | b']' | b')' | b'}' | 0x8f => (0, 1),
-            b'c' | b'i' => {
+            ops::NONE
+            | ops::NEWTRUE
+            | ops::NEWFALSE
+            | ops::EMPTY_LIST
+            | ops::EMPTY_TUPLE
+            | ops::EMPTY_DICT
+            | ops::EMPTY_SET => (0, 1),
+            ops::GLOBAL | ops::INST => {
                 let module = self.line()?;
                 let name = self.line()?;
                 if !(dotted_name(module) && dotted_name(name)) {
                     return Err(End::Invalid);
                 }
-                if op == b'i' {
+                if op == ops::INST {
                     self.pop_mark()?;
                 }
                 (0, 1)
             }
             // BINPERSID, TUPLE1, READONLY_BUFFER
-            b'Q' | 0x85 | 0x98 => (1, 1),
+            ops::BINPERSID | ops::TUPLE1 | ops::READONLY_BUFFER => (1, 1),
             // APPEND, BUILD, STACK_GLOBAL, REDUCE, NEWOBJ, TUPLE2
-            b'a' | b'b' | 0x93 | b'R' | 0x81 | 0x86 => (2, 1),
+            ops::APPEND
+            | ops::BUILD
+            | ops::STACK_GLOBAL
+            | ops::REDUCE
+            | ops::NEWOBJ
+            | ops::TUPLE2 => (2, 1),
             // SETITEM, NEWOBJ_EX, TUPLE3
-            b's' | 0x92 | 0x87 => (3, 1),
+            ops::SETITEM | ops::NEWOBJ_EX | ops::TUPLE3 => (3, 1),
             // OBJ: the class and its arguments above a mark.
-            b'o' => match self.pop_mark()? {
+            ops::OBJ => match self.pop_mark()? {
                 0 => return Err(End::Invalid),
                 _ => (0, 1),
             },
-            b'l' | b't' | 0x91 => {
+            ops::LIST | ops::TUPLE | ops::FROZENSET => {
                 self.pop_mark()?;
                 (0, 1)
             }
-            b'd' => match self.pop_mark()? % 2 {
+            ops::DICT => match self.pop_mark()? % 2 {
                 0 => (0, 1),
                 _ => return Err(End::Invalid),
             },
             // APPENDS, SETITEMS, ADDITEMS: into the container below the mark.
-            b'e' | b'u' | 0x90 => {
+            ops::APPENDS | ops::SETITEMS | ops::ADDITEMS => {
                 let items = self.pop_mark()?;
-                if op == b'u' && items % 2 != 0 {
+                if op == ops::SETITEMS && items % 2 != 0 {
                     return Err(End::Invalid);
                 }
                 (1, 1)
             }
-            0x95 => self.take(8).map(|_| (0, 0))?,
-            0x80 if self.uint(1)? <= HIGHEST_PROTOCOL => (0, 0),
+            ops::FRAME => self.take(8).map(|_| (0, 0))?,
+            ops::PROTO if self.uint(1)? <= HIGHEST_PROTOCOL => (0, 0),
             // Unknown opcodes; PROTO above 5; EXT1/2/4, whose registry is empty unless a
             // program fills it; NEXT_BUFFER, which `pickle.load` has no buffers for.
             _ => return Err(End::Invalid),
@@ -290,9 +308,9 @@ impl<'a> Walk<'a> {
     /// number of keys so far.
     fn memo_key(&mut self, op: u8) -> Step<u64> {
         match op {
-            b'g' | b'p' => decimal(self.line()?),
-            b'h' | b'q' => self.uint(1),
-            b'j' | b'r' => self.uint(4),
+            ops::GET | ops::PUT => decimal(self.line()?),
+            ops::BINGET | ops::BINPUT => self.uint(1),
+            ops::LONG_BINGET | ops::LONG_BINPUT => self.uint(4),
             _ => Ok(self.memo.len() as u64),
         }
     }

@@ -7,7 +7,7 @@
 //! pickle reading are named: a file made to be both is made to run them somewhere.
 
 use super::Sniffed;
-use super::{pickle_file, pickle_start, safetensors, Parts};
+use super::{pickle_file, pickle_start, safetensors, sink, Scope, Sink};
 use crate::error::{Error, Result};
 use crate::{Format, HostBuffer};
 use std::path::Path;
@@ -42,39 +42,35 @@ fn named(path: &Path, names: &[&str]) -> bool {
     names.iter().any(|n| n.eq_ignore_ascii_case(ext))
 }
 
-pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     match settle(buffer.source(), buffer.bytes()) {
-        Sniffed::Safetensors => safetensors::read_into(buffer, parts),
-        Sniffed::Pickle => pickle_file::read_into(buffer, parts),
+        Sniffed::Safetensors => safetensors::read_into(buffer, sink),
+        Sniffed::Pickle => pickle_file::read_into(buffer, sink),
         _ if named(buffer.source(), &SAFETENSORS_NAMES) => {
-            let globals = pickle_globals(buffer, parts);
-            match safetensors::read_into(buffer, parts) {
+            let globals = pickle_globals(buffer, sink);
+            match safetensors::read_into(buffer, sink) {
                 Ok(format) => {
-                    parts.unsafe_globals.extend(globals);
+                    sink.add_unsafe_globals(globals);
                     Ok(format)
                 }
                 Err(e) => Err(e.with_unsafe_globals(globals)),
             }
         }
         _ => {
-            let globals = pickle_globals(buffer, parts);
+            let globals = pickle_globals(buffer, sink);
             Err(refusal(buffer).with_unsafe_globals(globals))
         }
     }
 }
 
 /// The globals of the pickle reading, read aside: its tensors are no part of the file's.
-fn pickle_globals(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Vec<crate::pickle::UnsafeGlobal> {
-    let mut scratch = Parts {
-        meter: std::mem::take(&mut parts.meter),
-        ..Parts::default()
-    };
-    let globals = match pickle_file::read_into(buffer, &mut scratch) {
-        Err(e) => e.unsafe_globals().to_vec(),
-        Ok(_) => std::mem::take(&mut scratch.unsafe_globals),
-    };
-    parts.meter = scratch.meter;
-    globals
+fn pickle_globals(buffer: &Arc<HostBuffer>, sink: &Sink<'_>) -> Vec<crate::pickle::UnsafeGlobal> {
+    match sink::apart(sink.meter(), Scope::default(), |pickle| {
+        pickle_file::read_into(buffer, pickle)
+    }) {
+        (Err(e), _) => e.unsafe_globals().to_vec(),
+        (Ok(_), globals) => globals,
+    }
 }
 
 /// The refusal of a file no name settles.

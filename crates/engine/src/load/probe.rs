@@ -1,7 +1,9 @@
 //! Looking at a path once: what its first bytes say it is and, for an index, the index itself,
 //! so that whoever decides what to read (discovery, `open`) and the reading share one look.
 
-use super::{distributed, reader, sniff_nonempty, unknown, Reader, ShardIndex, Sniffed};
+use super::{
+    directory_readers, reader, sniff_nonempty, unknown, DirReader, Reader, ShardIndex, Sniffed,
+};
 use crate::error::{Error, Result};
 use crate::HostBuffer;
 use std::io::Read;
@@ -21,16 +23,17 @@ pub(super) enum Found {
     File(Reader),
     /// A sharded index, parsed.
     Index(ShardIndex),
-    /// A torch.distributed.checkpoint directory.
-    Distributed,
+    /// A checkpoint directory, its row of the directory table and the files it is made of.
+    Directory(DirReader, Vec<PathBuf>),
     /// Content nothing reads, or JSON that is no valid index: reading it reports this.
     Refused(Error),
 }
 
 /// Reads the first bytes of `path` and, when they are JSON, parses the file as an index.
 /// Fails only when the file cannot be read or is empty; content no reader takes is reported
-/// by [`read`](super::read), and so is a `.distcp` file alone. A torch.distributed.checkpoint
-/// directory is read as a whole (its `sniffed` is `Unknown`: it has no first bytes).
+/// by [`read`](super::read), and so is a file that is only part of a checkpoint directory
+/// (a `.distcp` file alone). A checkpoint directory is read as a whole (its `sniffed` is
+/// `Unknown`: it has no first bytes).
 pub fn probe(path: &Path) -> Result<Probe> {
     let whole = |found| {
         Ok(Probe {
@@ -39,11 +42,16 @@ pub fn probe(path: &Path) -> Result<Probe> {
             found,
         })
     };
-    if let Some(error) = distributed::refusal(path) {
-        return whole(Found::Refused(error));
+    for row in directory_readers() {
+        if (row.is_part)(path) {
+            return whole(Found::Refused(Error::DirectoryPart {
+                path: path.to_owned(),
+                part: row.part,
+            }));
+        }
     }
-    if distributed::is_checkpoint(path) {
-        return whole(Found::Distributed);
+    if let Some(probe) = probe_directory(path) {
+        return Ok(probe);
     }
     let prefix = read_prefix(path)?;
     let sniffed = sniff_nonempty(path, &prefix, || HostBuffer::map_file(path))?;
@@ -58,6 +66,22 @@ pub fn probe(path: &Path) -> Result<Probe> {
         path: path.to_owned(),
         sniffed,
         found,
+    })
+}
+
+/// The directory-table row that reads `dir` as one checkpoint, probed; `None` when no row
+/// takes it (a plain folder, a file).
+pub fn probe_directory(dir: &Path) -> Option<Probe> {
+    if !dir.is_dir() {
+        return None;
+    }
+    directory_readers().into_iter().find_map(|row| {
+        let files = (row.files)(dir)?;
+        Some(Probe {
+            path: dir.to_owned(),
+            sniffed: Sniffed::Unknown,
+            found: Found::Directory(row, files),
+        })
     })
 }
 
@@ -76,7 +100,33 @@ impl Probe {
     pub fn index(&self) -> Option<&ShardIndex> {
         match &self.found {
             Found::Index(index) => Some(index),
-            Found::File(_) | Found::Refused(_) | Found::Distributed => None,
+            Found::File(_) | Found::Refused(_) | Found::Directory(..) => None,
+        }
+    }
+
+    /// What kind of checkpoint directory it is, when it is one.
+    pub fn directory(&self) -> Option<&'static str> {
+        match &self.found {
+            Found::Directory(row, _) => Some(row.what),
+            _ => None,
+        }
+    }
+
+    /// The files the input is made of, in reading order: the file itself; an index and its
+    /// shards; a directory's files. What discovery passes over as parts and `--partition`
+    /// weighs.
+    pub fn files(&self) -> Vec<PathBuf> {
+        match &self.found {
+            Found::Index(index) => std::iter::once(self.path.clone())
+                .chain(
+                    index
+                        .shards()
+                        .into_iter()
+                        .map(|shard| ShardIndex::shard_path(&self.path, shard)),
+                )
+                .collect(),
+            Found::Directory(_, files) => files.clone(),
+            Found::File(_) | Found::Refused(_) => vec![self.path.clone()],
         }
     }
 }

@@ -26,10 +26,10 @@
 //! pickle protocol it starts with.
 
 use super::torch_zip::{self, Archive};
-use super::{json::Entries, pt2_expr, torch_legacy, torch_tar, Parts};
+use super::{json::Entries, pt2_expr, sink, torch_legacy, torch_tar, NewStorage, Scope, Sink};
 use crate::error::{Error, Result};
 use crate::pickle::{unpickle, Loader, UnsafeGlobal};
-use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor, TensorImpl};
+use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, TensorImpl};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -65,25 +65,22 @@ pub(crate) fn is_pt2(archive: &Archive<'_>) -> Result<bool> {
     Ok(true)
 }
 
-/// Reads a `torch.export` archive (its meter taken from `parts`) into `parts`. A refusal names
-/// what `torch.export.load` would have run: the globals named before it, and those of every
-/// member under `data/` the reading did not reach that `torch.load` would unpickle.
-pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Result<Format> {
-    let first_global = parts.unsafe_globals.len();
-    match read_programs(&mut archive, parts) {
-        Ok(()) => {
-            parts.meter = archive.meter;
-            Ok(Format::Pt2)
-        }
+/// Reads a `torch.export` archive through `sink`. A refusal names what `torch.export.load`
+/// would have run: the globals named before it, and those of every member under `data/` the
+/// reading did not reach that `torch.load` would unpickle.
+pub(crate) fn read_archive(mut archive: Archive<'_>, sink: &mut Sink<'_>) -> Result<Format> {
+    let first_global = sink.global_mark();
+    match read_programs(&mut archive, sink) {
+        Ok(()) => Ok(Format::Pt2),
         Err(e) => {
-            let mut globals = parts.unsafe_globals.split_off(first_global);
+            let mut globals = sink.take_unsafe_globals(first_global);
             globals.extend(globals_of_loadable_members(&mut archive));
             Err(e.with_unsafe_globals(globals))
         }
     }
 }
 
-fn read_programs(archive: &mut Archive<'_>, parts: &mut Parts) -> Result<()> {
+fn read_programs(archive: &mut Archive<'_>, sink: &mut Sink<'_>) -> Result<()> {
     archive.read(ARCHIVE_FORMAT)?;
     let version_name = archive.full_name(ARCHIVE_VERSION);
     match archive.read(ARCHIVE_VERSION)?.as_deref() {
@@ -113,14 +110,14 @@ fn read_programs(archive: &mut Archive<'_>, parts: &mut Parts) -> Result<()> {
     for model in &models {
         let mut reader = ModelReader {
             archive: &mut *archive,
-            parts: &mut *parts,
+            sink: &mut *sink,
             model,
             seen: &mut seen,
         };
         reader.read()?;
     }
     // Any other pickle in the archive (extra files) is audited as torch.load's would be.
-    torch_zip::audit_other_pickles(archive, Loader::Python, parts)
+    torch_zip::audit_other_pickles(archive, Loader::Python, sink)
 }
 
 /// The globals of every member under `data/` that `torch.load` would unpickle (a zip, a tar, a
@@ -149,20 +146,12 @@ fn globals_of_loadable_members(archive: &mut Archive<'_>) -> Vec<UnsafeGlobal> {
         }
         let full = archive.full_name(&name);
         let buffer = HostBuffer::from_vec(archive.path().join(&full), bytes.into_owned());
-        let mut scratch = Parts {
-            meter: std::mem::take(&mut archive.meter),
-            ..Parts::default()
-        };
-        let read = torch_load(&buffer, &mut scratch);
-        archive.meter = std::mem::take(&mut scratch.meter);
-        let mut named = scratch.unsafe_globals;
+        let scope = Scope::default().member(full.clone());
+        let (read, named) = sink::apart(archive.meter, scope, |s| torch_load(&buffer, s));
+        globals.extend(named);
         if let Err(e) = read {
-            named.extend(e.unsafe_globals().iter().cloned());
+            globals.extend(e.nested_in(&full).unsafe_globals().iter().cloned());
         }
-        globals.extend(named.into_iter().map(|mut global| {
-            global.nest_under(&full);
-            global
-        }));
     }
     globals
 }
@@ -198,9 +187,9 @@ fn model_names(archive: &Archive<'_>, names: &[String]) -> Result<Vec<String>> {
 }
 
 /// One program's weights, constants and example inputs.
-pub(crate) struct ModelReader<'r, 'a> {
+pub(crate) struct ModelReader<'r, 'a, 's> {
     pub archive: &'r mut Archive<'a>,
-    pub parts: &'r mut Parts,
+    pub sink: &'r mut Sink<'s>,
     pub model: &'r str,
     /// Tensor names given so far, across programs.
     pub seen: &'r mut HashSet<String>,
@@ -229,11 +218,11 @@ impl Payload {
     }
 }
 
-impl ModelReader<'_, '_> {
+impl ModelReader<'_, '_, '_> {
     fn read(&mut self) -> Result<()> {
         let program = format!("{MODELS_DIR}{}.json", self.model);
         let signature = self.signature(&program)?;
-        let first = self.parts.tensors.len();
+        let first = self.sink.tensor_mark();
         self.payload(Payload::Weights)?;
         self.payload(Payload::Constants)?;
         self.check_signature(first, &signature, &program)?;
@@ -261,10 +250,8 @@ impl ModelReader<'_, '_> {
         program: &str,
     ) -> Result<()> {
         let named: HashSet<&str> = self
-            .parts
-            .tensors
-            .get(first..)
-            .unwrap_or_default()
+            .sink
+            .tensors_since(first)
             .iter()
             .map(|t| t.name())
             .collect();
@@ -316,7 +303,7 @@ impl ModelReader<'_, '_> {
         let full = self.archive.full_name(program);
         let text = self.archive.read(program)?.unwrap_or_default();
         for refused in pt2_expr::refused(&value, &text) {
-            self.parts.unsafe_globals.push(UnsafeGlobal {
+            self.sink.add_unsafe_globals([UnsafeGlobal {
                 module: "sympy".into(),
                 name: "sympify".into(),
                 member: format!(
@@ -325,7 +312,7 @@ impl ModelReader<'_, '_> {
                 ),
                 position: refused.position.unwrap_or(0),
                 payload: refused.sha256,
-            });
+            }]);
         }
         drop(text);
         let parsed = Program::deserialize(&value).map_err(|e| {
@@ -460,7 +447,7 @@ impl ModelReader<'_, '_> {
                 is_param,
                 storage,
             );
-            self.parts.tensors.push(Tensor::new(name, Arc::new(imp)));
+            self.sink.add_tensor(name, Arc::new(imp));
         }
         Ok(())
     }
@@ -507,16 +494,14 @@ impl ModelReader<'_, '_> {
             })?;
             DataPtr::heap(self.archive.path(), bytes)
         };
-        let storage = Arc::new(Storage::new(
-            self.parts.storages.len(),
-            member,
-            spec.dtype,
-            size,
-            spec.device.to_string(),
+        Ok(self.sink.add_storage(NewStorage {
+            key: member.into(),
+            dtype: spec.dtype,
+            nbytes: size,
+            location: spec.device.to_string(),
             data_ptr,
-        ));
-        self.parts.storages.push(Arc::clone(&storage));
-        Ok(storage)
+            saved_alone: false,
+        }))
     }
 
     /// A member `torch.export.load` hands to `torch.load(weights_only=False)` that no tensor is
@@ -528,17 +513,9 @@ impl ModelReader<'_, '_> {
             .read(member)?
             .ok_or_else(|| self.archive.err(&full, "pickled payload member is missing"))?
             .into_owned();
-        let mut scratch = Parts {
-            meter: std::mem::take(&mut self.archive.meter),
-            ..Parts::default()
-        };
         let buffer = HostBuffer::from_vec(self.archive.path().join(&full), bytes);
-        let read = torch_load(&buffer, &mut scratch);
-        self.archive.meter = std::mem::take(&mut scratch.meter);
-        let mut globals = scratch.unsafe_globals;
-        for global in &mut globals {
-            global.nest_under(&full);
-        }
+        let scope = Scope::default().member(full.clone());
+        let (read, globals) = sink::apart(self.archive.meter, scope, |s| torch_load(&buffer, s));
         match read {
             Ok(_) => Ok(globals),
             Err(e) => Err(e.nested_in(&full).with_unsafe_globals(globals)),
@@ -557,36 +534,26 @@ impl ModelReader<'_, '_> {
             })?;
         // Errors inside name the file and the member as one path.
         let buffer = HostBuffer::from_vec(self.archive.path().join(&full), bytes);
-        let first = self.parts.tensors.len();
-        let first_storage = self.parts.storages.len();
-        let first_global = self.parts.unsafe_globals.len();
+        let first = self.sink.tensor_mark();
+        // Storage keys are prefixed with the member: the weights' and the constants' archives
+        // both number theirs from 0, and a key names one storage of the checkpoint. A global's
+        // member names the nested archive too (`<member>/<its pickle>`), whether the reading
+        // went through or was refused.
+        let scope = Scope::default()
+            .keys(format!("{member}/"))
+            .member(full.clone());
         let read = if keep {
-            self.parts.meter = std::mem::take(&mut self.archive.meter);
-            let format = torch_load(&buffer, self.parts);
-            self.archive.meter = std::mem::take(&mut self.parts.meter);
-            format
+            torch_load(&buffer, &mut self.sink.nested(scope))
         } else {
-            let mut scratch = Parts {
-                meter: std::mem::take(&mut self.archive.meter),
-                ..Parts::default()
-            };
-            let format = torch_load(&buffer, &mut scratch);
-            self.archive.meter = std::mem::take(&mut scratch.meter);
-            match format {
-                Ok(format) => {
-                    self.parts
-                        .unsafe_globals
-                        .append(&mut scratch.unsafe_globals);
+            let meter = self.archive.meter;
+            match sink::apart(meter, Scope::default(), |s| torch_load(&buffer, s)) {
+                (Ok(format), globals) => {
+                    self.sink.nested(scope).add_unsafe_globals(globals);
                     Ok(format)
                 }
-                Err(e) => Err(e.with_unsafe_globals(scratch.unsafe_globals)),
+                (Err(e), globals) => Err(e.with_unsafe_globals(globals)),
             }
         };
-        // A global's member names the nested archive too: `<member>/<its pickle>`, whether
-        // the reading went through or was refused.
-        for global in self.parts.unsafe_globals.iter_mut().skip(first_global) {
-            global.nest_under(&full);
-        }
         let format = read.map_err(|e| e.nested_in(&full))?;
         if !matches!(format, Format::PytorchZip | Format::PytorchLegacy) {
             return Err(self.archive.err(
@@ -600,12 +567,9 @@ impl ModelReader<'_, '_> {
                 "a nested payload for a program other than \"model\" is not supported",
             ));
         }
-        rekey(self.parts, first_storage, first, member);
         let names: Vec<String> = self
-            .parts
-            .tensors
-            .get(first..)
-            .unwrap_or_default()
+            .sink
+            .tensors_since(first)
             .iter()
             .map(|t| t.name().to_owned())
             .collect();
@@ -632,21 +596,21 @@ impl ModelReader<'_, '_> {
             Loader::TorchScript,
             &budget,
         )?;
-        self.parts.unsafe_globals.extend(unpickled.unsafe_globals);
+        self.sink.add_unsafe_globals(unpickled.unsafe_globals);
         Ok(())
     }
 }
 
 /// What `torch.load` makes of bytes: a zip archive (`_is_zipfile`), else an old tar archive,
 /// else a legacy stream, whose pickles it unpickles whatever their protocol.
-fn torch_load(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
+fn torch_load(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let bytes = buffer.bytes();
     if bytes.starts_with(b"PK\x03\x04") {
-        torch_zip::read_into(buffer, parts)
+        torch_zip::read_into(buffer, sink)
     } else if torch_tar::opens(bytes.get(..super::sniff::SNIFF_LEN).unwrap_or(bytes)) {
-        torch_tar::read_into(buffer, parts)
+        torch_tar::read_into(buffer, sink)
     } else {
-        torch_legacy::read_into(buffer, parts)
+        torch_legacy::read_into(buffer, sink)
     }
 }
 
@@ -657,53 +621,6 @@ fn joined(dir: &str, name: &str) -> String {
         return name.to_owned();
     }
     format!("{dir}{name}")
-}
-
-/// Prefixes the keys of the storages a nested archive added with its member name: the weights'
-/// and the constants' archives both number theirs from 0, and a key names one storage of the
-/// checkpoint. Tensors are rebuilt over the renamed storages, names sharing one view still
-/// sharing it.
-fn rekey(parts: &mut Parts, first_storage: usize, first_tensor: usize, member: &str) {
-    let mut renamed: HashMap<usize, Arc<Storage>> = HashMap::new();
-    for slot in parts.storages.iter_mut().skip(first_storage) {
-        let old = Arc::clone(slot);
-        let mut new = Storage::new(
-            old.id(),
-            format!("{member}/{}", old.key()),
-            old.dtype(),
-            old.nbytes(),
-            old.location(),
-            old.data_ptr().clone(),
-        );
-        // Everything the reading set, the key aside.
-        if old.is_saved_alone() {
-            new = new.saved_alone();
-        }
-        let new = Arc::new(new);
-        renamed.insert(old.id(), Arc::clone(&new));
-        *slot = new;
-    }
-    let mut views: HashMap<*const TensorImpl, Arc<TensorImpl>> = HashMap::new();
-    for tensor in parts.tensors.iter_mut().skip(first_tensor) {
-        let old = tensor.tensor_impl();
-        let Some(storage) = renamed.get(&old.storage().id()) else {
-            continue;
-        };
-        let imp = views.entry(Arc::as_ptr(old)).or_insert_with(|| {
-            Arc::new(
-                TensorImpl::new(
-                    old.layout().clone(),
-                    old.dtype(),
-                    old.device().clone(),
-                    old.requires_grad(),
-                    old.is_parameter(),
-                    Arc::clone(storage),
-                )
-                .with_conj_neg(old.is_conj(), old.is_neg()),
-            )
-        });
-        *tensor = Tensor::new(tensor.name(), Arc::clone(imp));
-    }
 }
 
 /// A tensor's description in a config, checked.
@@ -859,50 +776,6 @@ struct ConstantSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A nested archive's storages get their member in their key and nothing else changes:
-    /// a storage saved alone stays so, a view keeps its conj/neg bits and its sharing.
-    #[test]
-    fn rekeying_keeps_everything_but_the_key() {
-        use crate::{DataPtr, Layout};
-        let storage = Storage::new(
-            0,
-            "0",
-            DType::Complex64,
-            16,
-            "cpu",
-            DataPtr::heap("t", vec![0; 16]),
-        )
-        .saved_alone();
-        let storage = Arc::new(storage);
-        let imp = Arc::new(
-            TensorImpl::new(
-                Layout::new([2], [1], 0).expect("layout"),
-                DType::Complex64,
-                crate::Device::Cpu,
-                false,
-                false,
-                Arc::clone(&storage),
-            )
-            .with_conj_neg(true, false),
-        );
-        let mut parts = Parts {
-            storages: vec![storage],
-            tensors: vec![Tensor::new("c", Arc::clone(&imp)), Tensor::new("tied", imp)],
-            ..Parts::default()
-        };
-        rekey(&mut parts, 0, 0, "data/weights/w.pt");
-        let storage = &parts.storages[0];
-        assert_eq!(storage.key(), "data/weights/w.pt/0");
-        assert!(storage.is_saved_alone());
-        let (a, b) = (
-            parts.tensors[0].tensor_impl(),
-            parts.tensors[1].tensor_impl(),
-        );
-        assert!(Arc::ptr_eq(a, b), "the two names still share one view");
-        assert!(a.is_conj() && !a.is_neg());
-        assert!(Arc::ptr_eq(a.storage(), storage));
-    }
 
     fn meta(json: &str) -> TensorMeta {
         serde_json::from_str(json).expect("tensor meta")

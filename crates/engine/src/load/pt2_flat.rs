@@ -6,8 +6,7 @@
 
 use super::pt2::ModelReader;
 use super::torch_zip::{self, Archive};
-use super::zip::Zip;
-use super::Parts;
+use super::Sink;
 use crate::error::Result;
 use crate::pickle::Loader;
 use crate::Format;
@@ -24,11 +23,13 @@ const SCHEMA_MAJOR: &str = "8";
 
 /// Whether `zip` is such an archive: its first entry outside any folder (PyTorch's reader
 /// refuses it) and a `version` record at its root (torch's zipfile fallback needs one).
-pub(crate) fn is_flat_export(zip: &Zip<'_>) -> bool {
-    zip.entries()
+pub(crate) fn is_flat_export(archive: &Archive<'_>) -> Result<bool> {
+    let zip = &archive.zip;
+    Ok(zip
+        .entries()
         .first()
         .is_some_and(|first| !first.name.contains('/'))
-        && zip.entries().iter().any(|e| e.name == VERSION)
+        && zip.entries().iter().any(|e| e.name == VERSION))
 }
 
 /// The entry Python's zipfile finds for `name`: the one named exactly so.
@@ -46,8 +47,8 @@ fn last_of(archive: &Archive<'_>, names: [&'static str; 2]) -> Option<&'static s
         .map(|(_, n)| n)
 }
 
-/// Reads the archive (its meter taken from `parts`) into `parts`.
-pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Result<Format> {
+/// Reads the archive through `sink`.
+pub(crate) fn read_archive(mut archive: Archive<'_>, sink: &mut Sink<'_>) -> Result<Format> {
     let version = archive.read(VERSION)?.unwrap_or_default().into_owned();
     let fields: Vec<&[u8]> = version.split(|&b| b == b'.').collect();
     if fields.len() != 2 || fields.first() != Some(&SCHEMA_MAJOR.as_bytes()) {
@@ -72,25 +73,24 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
     let mut seen = HashSet::new();
     let mut reader = ModelReader {
         archive: &mut archive,
-        parts,
+        sink,
         model: "model",
         seen: &mut seen,
     };
     let signature = reader.signature(PROGRAM)?;
-    let first = reader.parts.tensors.len();
+    let first = reader.sink.tensor_mark();
     for member in [state_dict, constants].into_iter().flatten() {
         payload(&mut reader, member, true)?;
     }
     reader.check_signature(first, &signature, PROGRAM)?;
     payload(&mut reader, EXAMPLE_INPUTS, false)?;
     // Any other pickle in the archive is audited as torch.load's would be.
-    torch_zip::audit_other_pickles(&archive, Loader::Python, parts)?;
-    parts.meter = archive.meter;
+    torch_zip::audit_other_pickles(reader.archive, Loader::Python, reader.sink)?;
     Ok(Format::Pt2)
 }
 
 /// One nested `torch.save` payload; torch takes an empty one for an empty dict.
-fn payload(reader: &mut ModelReader<'_, '_>, member: &str, keep: bool) -> Result<()> {
+fn payload(reader: &mut ModelReader<'_, '_, '_>, member: &str, keep: bool) -> Result<()> {
     let bytes = reader
         .archive
         .read(member)?

@@ -17,11 +17,11 @@
 //! with the same limits.
 
 use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
-use super::Parts;
+use super::{NewStorage, Sink};
 use crate::error::{Error, Result};
 use crate::layout::Dims;
 use crate::TensorImpl;
-use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, Tensor};
+use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Tensor};
 use rayon::prelude::*;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -70,19 +70,20 @@ const CRATE_BATCH: usize = 4096;
 /// The phases are ordered so their transient memory never adds up: the header's entries
 /// as slices of it, then tensorplay's entries, then the crate's reading of them batch by
 /// batch, and only then the four layers. Each is charged to the meter before it is taken.
-pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let path = buffer.source();
     let bytes = buffer.bytes();
+    let meter = sink.meter();
     let (header, data_start) = split_header(path, bytes)?;
-    let raw = split_entries(path, header, &parts.meter)?;
-    let (metadata, entries) = parse_entries(path, raw, &parts.meter)?;
+    let raw = split_entries(path, header, meter)?;
+    let (metadata, entries) = parse_entries(path, raw, meter)?;
     check_data_len(buffer, data_start, &entries)?;
-    cross_check_with_crate(path, &entries, &parts.meter)?;
+    cross_check_with_crate(path, &entries, meter)?;
     // Read through: its pages (87 MB for a million entries) need not stay resident beside the
     // layers built next; a later read faults them back in from the file.
     buffer.release(0..data_start);
-    build_into(buffer, data_start, entries, parts)?;
-    parts.metadata = metadata;
+    build_into(buffer, data_start, entries, sink)?;
+    sink.set_metadata(metadata);
     Ok(Format::Safetensors)
 }
 
@@ -102,69 +103,40 @@ fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry<'_>]) -
     Ok(())
 }
 
-/// The four layers of validated entries, appended to `parts`: one storage per tensor,
+/// The four layers of validated entries, written through `sink`: one storage per tensor,
 /// built in parallel (each tensor's layers stand alone).
 fn build_into(
     buffer: &Arc<HostBuffer>,
     data_start: u64,
     entries: Vec<Entry<'_>>,
-    parts: &mut Parts,
+    sink: &mut Sink<'_>,
 ) -> Result<()> {
-    let first_id = parts.storages.len();
-    // Indexed maps, written in place; a failure (none is expected after validation) is kept
-    // aside and reported after.
-    let failure = std::sync::Mutex::new(None);
-    let fail = |e: Error| {
-        failure
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get_or_insert(e);
-    };
-    let storages: Vec<Option<Arc<Storage>>> = entries
-        .par_iter()
-        .enumerate()
-        .map(|(i, entry)| {
-            // Tiling and the data length put every offset inside the file: no sum overflows.
-            let range = (data_start + entry.start)..(data_start + entry.end);
-            let data_ptr = DataPtr::host(Arc::clone(buffer), range)
-                .map_err(fail)
-                .ok()?;
-            Some(Arc::new(Storage::new(
-                first_id + i,
-                Arc::clone(&entry.name),
-                entry.dtype,
-                entry.end - entry.start,
-                "cpu",
-                data_ptr,
-            )))
+    let storages = sink.add_storages(&entries, |entry| {
+        // Tiling and the data length put every offset inside the file: no sum overflows.
+        let range = (data_start + entry.start)..(data_start + entry.end);
+        Ok(NewStorage {
+            key: Arc::clone(&entry.name),
+            dtype: entry.dtype,
+            nbytes: entry.end - entry.start,
+            location: "cpu".into(),
+            data_ptr: DataPtr::host(Arc::clone(buffer), range)?,
+            saved_alone: false,
         })
-        .collect();
-    let tensors: Vec<Option<Tensor>> = entries
+    })?;
+    let tensors: Vec<Tensor> = entries
         .into_par_iter()
-        .zip(&storages)
+        .zip(storages)
         .map(|(entry, storage)| {
-            let layout = Layout::contiguous(&entry.shape)
-                .map_err(|e| {
-                    fail(Error::InvalidTensor {
-                        path: buffer.source().to_owned(),
-                        tensor: entry.name.to_string(),
-                        detail: e.to_string(),
-                    })
-                })
-                .ok()?;
-            let storage = Arc::clone(storage.as_ref()?);
+            let layout = Layout::contiguous(&entry.shape).map_err(|e| Error::InvalidTensor {
+                path: buffer.source().to_owned(),
+                tensor: entry.name.to_string(),
+                detail: e.to_string(),
+            })?;
             let imp = TensorImpl::new(layout, entry.dtype, Device::Cpu, false, false, storage);
-            Some(Tensor::new(entry.name, Arc::new(imp)))
+            Ok(Tensor::new(entry.name, Arc::new(imp)))
         })
-        .collect();
-    if let Some(e) = failure
-        .into_inner()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-    {
-        return Err(e);
-    }
-    append(&mut parts.storages, somes(storages));
-    append(&mut parts.tensors, somes(tensors));
+        .collect::<Result<_>>()?;
+    sink.add_tensors(tensors);
     Ok(())
 }
 
@@ -174,15 +146,6 @@ fn build_into(
 #[allow(clippy::filter_map_identity)]
 fn somes<T>(list: Vec<Option<T>>) -> Vec<T> {
     list.into_iter().filter_map(|v| v).collect()
-}
-
-/// `to` followed by `more`, without a copy when `to` is empty.
-fn append<T>(to: &mut Vec<T>, mut more: Vec<T>) {
-    if to.is_empty() {
-        *to = more;
-    } else {
-        to.append(&mut more);
-    }
 }
 
 /// The header text and the file offset where tensor data begins.

@@ -1,9 +1,9 @@
 //! A sharded set read through its index: each shard by its own row of the reader table, then
 //! the index checked against what the shards hold.
 
-use super::limits::{Meter, ReadLimits};
+use super::limits::ReadLimits;
 use super::probe::read_prefix;
-use super::{single_file, Parts, Reader, ShardIndex};
+use super::{single_file, sink, Reader, ShardIndex, Sink};
 use crate::error::{Error, Result};
 use crate::{Checkpoint, Format, HostBuffer};
 use std::path::Path;
@@ -18,28 +18,31 @@ pub(super) fn read(path: &Path, index: &ShardIndex, limits: ReadLimits) -> Resul
         .ok_or_else(|| Error::IndexEmpty {
             path: path.to_owned(),
         })?;
-    let mut parts = Parts {
-        meter: Meter::new(limits),
-        ..Parts::default()
-    };
-    let mut bounds = Vec::with_capacity(shards.len());
-    for (shard, reader) in &shards {
-        let first = parts.tensors.len();
-        read_shard(path, shard, reader, &mut parts).map_err(in_shard(path))?;
-        bounds.push(first..parts.tensors.len());
-    }
-    let held: Vec<(&str, Vec<&str>)> = shards
-        .iter()
-        .zip(bounds)
-        .map(|((shard, _), range)| {
-            let names = parts.tensors.get(range).unwrap_or_default();
-            (*shard, names.iter().map(|t| t.name()).collect())
-        })
-        .collect();
-    index.check_against(path, &held)?;
-    // A shard's `__metadata__` describes that file, not the set; it is not merged.
-    parts.metadata.clear();
-    Ok(parts.finish(path, format))
+    sink::gather(path, limits, |sink| {
+        let mut bounds = Vec::with_capacity(shards.len());
+        for (shard, reader) in &shards {
+            let first = sink.tensor_mark();
+            read_shard(path, shard, reader, sink).map_err(in_shard(path))?;
+            bounds.push(first);
+        }
+        let held: Vec<(&str, Vec<&str>)> = shards
+            .iter()
+            .enumerate()
+            .map(|(i, (shard, _))| {
+                let first = bounds.get(i).copied().unwrap_or_default();
+                let end = bounds.get(i + 1).copied().unwrap_or(sink.tensor_mark());
+                let names = sink
+                    .tensors_since(first)
+                    .get(..end.saturating_sub(first))
+                    .unwrap_or_default();
+                (*shard, names.iter().map(|t| t.name()).collect())
+            })
+            .collect();
+        index.check_against(path, &held)?;
+        // A shard's `__metadata__` describes that file, not the set; it is not merged.
+        sink.clear_metadata();
+        Ok(format)
+    })
 }
 
 /// Every shard's reader, from its first bytes, before any shard is read. All must form one
@@ -69,10 +72,10 @@ fn shard_readers<'a>(path: &Path, index: &'a ShardIndex) -> Result<Vec<(&'a str,
     Ok(readers)
 }
 
-fn read_shard(path: &Path, shard: &str, reader: &Reader, parts: &mut Parts) -> Result<()> {
+fn read_shard(path: &Path, shard: &str, reader: &Reader, sink: &mut Sink<'_>) -> Result<()> {
     let buffer = HostBuffer::map_file(&ShardIndex::shard_path(path, shard))?;
     // The first bytes say zip; only the archive itself says TorchScript, which is never a shard.
-    if (reader.read)(&buffer, parts)? == Format::Torchscript {
+    if (reader.read)(&buffer, sink)? == Format::Torchscript {
         return Err(Error::UnsupportedFormat {
             path: buffer.source().to_owned(),
             format: "TorchScript archive as a shard",

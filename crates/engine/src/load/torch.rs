@@ -1,13 +1,11 @@
 //! What every PyTorch format shares once its pickle has run: persistent ids naming storages,
 //! rebuilt tensors viewing them, and the names a user would give them.
 
-use super::flatten::{named_tensors, Named, Stop, MAX_LEFT_OUT};
-use super::Parts;
+use super::flatten::{named_tensors, Named, Stop};
+use super::{NewStorage, Sink};
 use crate::error::{Error, Result};
 use crate::pickle::{allowlist, Budget, CompositeSpec, Heap, Id, Node, TensorSpec, Unpickled};
-use crate::{
-    Component, CompositeTensor, DType, DataPtr, Device, Layout, Storage, Tensor, TensorImpl,
-};
+use crate::{Component, CompositeTensor, DType, DataPtr, Device, Layout, Storage, TensorImpl};
 use hashbrown::HashTable;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -54,11 +52,6 @@ pub(crate) struct Member<'a> {
     pub path: &'a Path,
     pub name: &'a str,
     pub unpickled: Unpickled,
-    /// Prepended to keys so two pickles of one archive (TorchScript's `data.pkl` and
-    /// `constants.pkl`) cannot collide.
-    pub key_prefix: &'a str,
-    /// Prepended to tensor names.
-    pub name_prefix: &'a str,
 }
 
 impl Member<'_> {
@@ -76,7 +69,6 @@ impl Member<'_> {
 pub(crate) fn storage_record(
     heap: &Heap,
     pid: Id,
-    key_prefix: &str,
 ) -> std::result::Result<Option<StorageRecord>, String> {
     let Some(items) = heap.seq(pid) else {
         return Err("persistent id is not a tuple".into());
@@ -115,8 +107,8 @@ pub(crate) fn storage_record(
         _ => return Err("storage type is not a class name".into()),
     };
     let key = match heap.get(key) {
-        Node::Str(s) => [key_prefix, s].concat(),
-        Node::Int(v) => format!("{key_prefix}{v}"),
+        Node::Str(s) => s.to_string(),
+        Node::Int(v) => v.to_string(),
         _ => return Err("storage key is not a string".into()),
     };
     let location = heap
@@ -140,14 +132,14 @@ pub(crate) fn add_member(
     mut member: Member<'_>,
     source: &mut dyn StorageSource,
     budget: &Budget,
-    parts: &mut Parts,
+    sink: &mut Sink<'_>,
 ) -> Result<()> {
     // A member refused after its pickle ran still names what the pickle references. Taken,
     // not copied: a pickle can name thousands of long globals.
     let globals = std::mem::take(&mut member.unpickled.unsafe_globals);
-    match add_unpickled(member, source, budget, parts) {
+    match add_unpickled(member, source, budget, sink) {
         Ok(()) => {
-            parts.unsafe_globals.extend(globals);
+            sink.add_unsafe_globals(globals);
             Ok(())
         }
         Err(e) => Err(e.with_unsafe_globals(globals)),
@@ -158,7 +150,7 @@ fn add_unpickled(
     mut member: Member<'_>,
     source: &mut dyn StorageSource,
     budget: &Budget,
-    parts: &mut Parts,
+    sink: &mut Sink<'_>,
 ) -> Result<()> {
     let heap = &member.unpickled.heap;
     let held = budget.memory_held.saturating_add(member.unpickled.bytes);
@@ -173,25 +165,12 @@ fn add_unpickled(
             },
         })?;
     let Named {
-        tensors: mut names,
-        mut composites,
+        tensors: names,
+        composites,
         storages: saved_alone,
         left_out,
     } = named;
-    if !member.name_prefix.is_empty() {
-        for (name, _) in names.iter_mut().chain(composites.iter_mut()) {
-            name.insert_str(0, member.name_prefix);
-        }
-    }
-    let room = MAX_LEFT_OUT.saturating_sub(parts.left_out.names.len());
-    parts.left_out.count += left_out.count;
-    parts.left_out.names.extend(
-        left_out
-            .names
-            .into_iter()
-            .take(room)
-            .map(|name| format!("{}{name}", member.name_prefix)),
-    );
+    sink.add_left_out(left_out.count, left_out.names);
     // The names stay with the checkpoint: held for the rest of the read, so the next stream
     // or shard has that much less.
     let entry = std::mem::size_of::<(String, Id)>() as u64;
@@ -201,7 +180,7 @@ fn add_unpickled(
         .fold(0u64, |acc, (name, _)| {
             acc.saturating_add(name.len() as u64).saturating_add(entry)
         });
-    parts.meter.hold(member.path, kept, || {
+    sink.meter().hold(member.path, kept, || {
         format!("the tensor names of {}", member.name)
     })?;
     let mut records = StorageRecords::collect(&member)?;
@@ -213,11 +192,10 @@ fn add_unpickled(
     records.learn_dtypes(&specs);
     let composites = composite_specs(heap, composites);
     drop(std::mem::take(heap));
-    let storages = records.storages(&member, source, parts)?;
+    let storages = records.storages(&member, source, sink)?;
     drop(records);
-    let first_tensor = parts.tensors.len();
-    add_tensors(&member, specs, &storages, parts)?;
-    add_composites(&member, composites, first_tensor, parts)?;
+    let dtypes = add_tensors(&member, specs, &storages, !composites.is_empty(), sink)?;
+    add_composites(&member, composites, dtypes, sink)?;
     Ok(())
 }
 
@@ -254,8 +232,7 @@ impl StorageRecords {
             let Node::Persistent(pid) = heap.get(node) else {
                 continue;
             };
-            let record =
-                storage_record(heap, *pid, member.key_prefix).map_err(|e| member.err(None, e))?;
+            let record = storage_record(heap, *pid).map_err(|e| member.err(None, e))?;
             let Some(record) = record else { continue };
             let hash = keys.hash_one(record.key.as_str());
             let same_key = |&i: &u32| {
@@ -317,12 +294,12 @@ impl StorageRecords {
         }
     }
 
-    /// One storage per record, its bytes from `source`, added to `parts` in record order.
+    /// One storage per record, its bytes from `source`, added through `sink` in record order.
     fn storages(
         &self,
         member: &Member<'_>,
         source: &mut dyn StorageSource,
-        parts: &mut Parts,
+        sink: &mut Sink<'_>,
     ) -> Result<Vec<Arc<Storage>>> {
         let mut storages = Vec::with_capacity(self.records.len());
         for ((record, dtype), &alone) in self.records.iter().zip(&self.saved_alone) {
@@ -344,20 +321,14 @@ impl StorageRecords {
                 Some(ptr) => ptr,
                 None => DataPtr::none(Device::parse(&record.location)),
             };
-            let mut storage = Storage::new(
-                parts.storages.len(),
-                record.key.as_str(),
+            storages.push(sink.add_storage(NewStorage {
+                key: record.key.as_str().into(),
                 dtype,
                 nbytes,
-                &record.location,
+                location: record.location.clone(),
                 data_ptr,
-            );
-            if alone {
-                storage = storage.saved_alone();
-            }
-            let storage = Arc::new(storage);
-            parts.storages.push(Arc::clone(&storage));
-            storages.push(storage);
+                saved_alone: alone,
+            }));
         }
         Ok(storages)
     }
@@ -423,22 +394,27 @@ impl Specs {
 }
 
 /// Adds a tensor per name; one TensorImpl per rebuilt tensor object, shared by every name
-/// that reaches it.
+/// that reaches it. With `dtypes`, returns each name's dtype, by its name in the stream.
 fn add_tensors(
     member: &Member<'_>,
     specs: Specs,
     storages: &[Arc<Storage>],
-    parts: &mut Parts,
-) -> Result<()> {
+    dtypes: bool,
+    sink: &mut Sink<'_>,
+) -> Result<HashMap<String, DType>> {
     let Specs { names, mut slots } = specs;
-    parts.tensors.reserve(names.len());
+    sink.reserve_tensors(names.len());
+    let mut by_name = HashMap::new();
     for (name, index) in names {
         let Some(slot) = slots.get_mut(index as usize) else {
             continue;
         };
         let (spec, storage) = match slot {
             Slot::Built(imp) => {
-                parts.tensors.push(Tensor::new(name, Arc::clone(imp)));
+                if dtypes {
+                    by_name.insert(name.clone(), imp.dtype());
+                }
+                sink.add_tensor(name, Arc::clone(imp));
                 continue;
             }
             Slot::Spec(spec, storage) => (spec, *storage),
@@ -456,7 +432,7 @@ fn add_tensors(
             StorageRef::NotAStorage => {
                 return Err(invalid("its storage is not a storage persistent id".into()))
             }
-            StorageRef::Meta => meta_storage(spec, parts).map_err(invalid)?,
+            StorageRef::Meta => meta_storage(spec, sink).map_err(invalid)?,
         };
         let dtype = spec.dtype.unwrap_or(storage.dtype());
         let layout = Layout::new(spec.sizes(), spec.strides(), spec.offset)
@@ -477,9 +453,12 @@ fn add_tensors(
             .with_conj_neg(spec.is_conj, spec.is_neg),
         );
         *slot = Slot::Built(Arc::clone(&imp));
-        parts.tensors.push(Tensor::new(name, imp));
+        if dtypes {
+            by_name.insert(name.clone(), imp.dtype());
+        }
+        sink.add_tensor(name, imp);
     }
-    Ok(())
+    Ok(by_name)
 }
 
 /// The composite tensors' specs by name, copied out of the values (they are few).
@@ -493,26 +472,15 @@ fn composite_specs(heap: &Heap, composites: Vec<(String, Id)>) -> Vec<(String, C
         .collect()
 }
 
-/// Adds a composite tensor per name. Its components were added as tensors (from
-/// `first_tensor` on) or composites under `name.role`; its dtype, where the call does not
-/// name it, is that of the component the call says.
+/// Adds a composite tensor per name. Its components were added as tensors or composites
+/// under `name.role`; its dtype, where the call does not name it, is that of the component
+/// the call says.
 fn add_composites(
     member: &Member<'_>,
     composites: Vec<(String, CompositeSpec)>,
-    first_tensor: usize,
-    parts: &mut Parts,
+    mut dtypes: HashMap<String, DType>,
+    sink: &mut Sink<'_>,
 ) -> Result<()> {
-    if composites.is_empty() {
-        return Ok(());
-    }
-    // Looked up by name once each: a file of many sparse tensors costs no quadratic search.
-    let mut dtypes: HashMap<String, DType> = parts
-        .tensors
-        .get(first_tensor..)
-        .unwrap_or_default()
-        .iter()
-        .map(|t| (t.name().to_owned(), t.tensor_impl().dtype()))
-        .collect();
     for (name, spec) in composites {
         let invalid = |detail: String| Error::InvalidTensor {
             path: member.path.to_owned(),
@@ -536,7 +504,7 @@ fn add_composites(
             (None, None) => return Err(invalid("it names no dtype".into())),
         };
         dtypes.insert(name.clone(), dtype);
-        parts.composites.push(CompositeTensor {
+        sink.add_composite(CompositeTensor {
             name,
             layout: spec.layout,
             shape: spec.sizes,
@@ -552,7 +520,10 @@ fn add_composites(
 }
 
 /// For a tensor saved without storage (meta): a storage of no bytes, sized for the view.
-fn meta_storage(spec: &TensorSpec, parts: &mut Parts) -> std::result::Result<Arc<Storage>, String> {
+fn meta_storage(
+    spec: &TensorSpec,
+    sink: &mut Sink<'_>,
+) -> std::result::Result<Arc<Storage>, String> {
     let dtype = spec.dtype.unwrap_or(DType::Float32);
     let layout =
         Layout::new(spec.sizes(), spec.strides(), spec.offset).map_err(|e| e.to_string())?;
@@ -561,16 +532,14 @@ fn meta_storage(spec: &TensorSpec, parts: &mut Parts) -> std::result::Result<Arc
         .map_err(|e| e.to_string())?
         .map_or(0, |r| r.end);
     let location = spec.device.as_deref().unwrap_or("meta");
-    let storage = Arc::new(Storage::new(
-        parts.storages.len(),
-        "",
+    Ok(sink.add_storage(NewStorage {
+        key: "".into(),
         dtype,
         nbytes,
-        location,
-        DataPtr::none(Device::parse(location)),
-    ));
-    parts.storages.push(Arc::clone(&storage));
-    Ok(storage)
+        location: location.to_owned(),
+        data_ptr: DataPtr::none(Device::parse(location)),
+        saved_alone: false,
+    }))
 }
 
 /// Reverses the byte order of each element in place (`byteorder` = `big`); complex

@@ -6,7 +6,7 @@
 //! those of every pickle that parses.
 
 use super::torch::{add_member, storage_record, Member, StorageRecord, StorageSource};
-use super::Parts;
+use super::Sink;
 use crate::error::{Error, Result};
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal, WeightsOnly};
@@ -31,15 +31,15 @@ const STORAGES: &str = "legacy storages";
 const MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
 const PROTOCOL_VERSION: i64 = 1001;
 
-/// Reads one legacy file into `parts`.
-pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let budget = parts.meter.pickle_budget();
+/// Reads one legacy file through `sink`.
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
+    let budget = sink.meter().pickle_budget();
     let pickles = Pickles::read(buffer, &budget);
     let globals = pickles.unsafe_globals();
-    parts.weights_only(pickles.weights_only(buffer));
-    match read_stream(buffer, &budget, pickles, parts) {
+    sink.weights_only(pickles.weights_only(buffer));
+    match read_stream(buffer, &budget, pickles, sink) {
         Ok(()) => {
-            parts.unsafe_globals.extend(globals);
+            sink.add_unsafe_globals(globals);
             Ok(Format::PytorchLegacy)
         }
         Err(e) => Err(e.with_unsafe_globals(globals)),
@@ -119,7 +119,7 @@ fn read_stream(
     buffer: &Arc<HostBuffer>,
     budget: &Budget,
     pickles: Pickles,
-    parts: &mut Parts,
+    sink: &mut Sink<'_>,
 ) -> Result<()> {
     let mut stream = Stream {
         buffer,
@@ -150,15 +150,13 @@ fn read_stream(
         path: buffer.source(),
         name: PICKLES[3],
         unpickled: main,
-        key_prefix: "",
-        name_prefix: "",
     };
     let mut source = Ranges {
         buffer,
         storages,
         at: main_at,
     };
-    add_member(member, &mut source, budget, parts)
+    add_member(member, &mut source, budget, sink)
 }
 
 /// The last pickle: the storage keys, in the order their bytes follow.
@@ -267,7 +265,7 @@ fn storage_dtypes(main: &Unpickled) -> HashMap<String, DType> {
                 key,
                 class_dtype: Some(dtype),
                 ..
-            })) = storage_record(&main.heap, *pid, "")
+            })) = storage_record(&main.heap, *pid)
             {
                 dtypes.insert(key, dtype);
             }

@@ -12,7 +12,7 @@
 //! Python's `tarfile` accepts: its checksum rule and its lenient number fields.
 
 use super::torch_legacy::Pickles;
-use super::Parts;
+use super::Sink;
 use crate::error::{Error, Result};
 use crate::pickle::allowlist::Known;
 use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal};
@@ -42,8 +42,8 @@ pub(crate) fn opens(prefix: &[u8]) -> bool {
 
 /// Audits every pickle of a tar checkpoint, and the legacy stream the same bytes may be,
 /// then refuses the file.
-pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let budget = parts.meter.pickle_budget();
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
+    let budget = sink.meter().pickle_budget();
     let mut globals = Pickles::read(buffer, &budget).unsafe_globals();
     let (entries, mut problem) = entries(buffer);
     for entry in &entries {

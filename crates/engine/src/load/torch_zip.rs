@@ -11,7 +11,7 @@ use super::limits::Meter;
 use super::torch::{add_member, byteswap, Member, StorageRecord, StorageSource};
 use super::torchscript::read_code;
 use super::zip::{Entry, Zip};
-use super::Parts;
+use super::{Scope, Sink};
 use crate::error::{Error, Result};
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Loader, WeightsOnly};
@@ -31,8 +31,8 @@ pub(crate) struct Archive<'a> {
     big_endian: bool,
     /// Per entry, by central-directory index: already read as a pickle or a storage record.
     read: Vec<bool>,
-    /// The read's memory account, taken from its `Parts` while the archive is read.
-    pub meter: Meter,
+    /// The read's memory account.
+    pub meter: &'a Meter,
 }
 
 impl<'a> Archive<'a> {
@@ -112,9 +112,12 @@ impl<'a> Archive<'a> {
     }
 }
 
-/// Opens `buffer` as a zip archive, its memory account taken from `meter`.
-pub(crate) fn open_archive(buffer: &Arc<HostBuffer>, meter: Meter) -> Result<Archive<'_>> {
-    let zip = open_zip(buffer, &meter)?;
+/// Opens `buffer` as a zip archive, its memory accounted in `meter`.
+pub(crate) fn open_archive<'a>(
+    buffer: &'a Arc<HostBuffer>,
+    meter: &'a Meter,
+) -> Result<Archive<'a>> {
+    let zip = open_zip(buffer, meter)?;
     archive_of(buffer, zip, meter)
 }
 
@@ -132,7 +135,7 @@ pub(crate) fn open_zip<'a>(buffer: &'a HostBuffer, meter: &Meter) -> Result<Zip<
 pub(crate) fn flat_archive<'a>(
     buffer: &'a Arc<HostBuffer>,
     zip: Zip<'a>,
-    meter: Meter,
+    meter: &'a Meter,
 ) -> Archive<'a> {
     Archive {
         buffer,
@@ -148,7 +151,7 @@ pub(crate) fn flat_archive<'a>(
 pub(crate) fn archive_of<'a>(
     buffer: &'a Arc<HostBuffer>,
     zip: Zip<'a>,
-    meter: Meter,
+    meter: &'a Meter,
 ) -> Result<Archive<'a>> {
     let zip_err = |detail: String| Error::Archive {
         path: buffer.source().to_owned(),
@@ -179,16 +182,13 @@ pub(crate) fn archive_of<'a>(
     })
 }
 
-/// Reads one `torch.save` or `torch.jit.save` archive into `parts`; returns which it is.
-pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    read_archive(
-        open_archive(buffer, std::mem::take(&mut parts.meter))?,
-        parts,
-    )
+/// Reads one `torch.save` or `torch.jit.save` archive through `sink`; returns which it is.
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
+    read_archive(open_archive(buffer, sink.meter())?, sink)
 }
 
-/// [`read_into`] for an archive already open, its meter taken from `parts`.
-pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Result<Format> {
+/// [`read_into`] for an archive already open.
+pub(crate) fn read_archive(mut archive: Archive<'_>, sink: &mut Sink<'_>) -> Result<Format> {
     let byteorder = archive.read("byteorder")?;
     archive.big_endian = match byteorder.as_deref() {
         None | Some(b"little") => false,
@@ -218,7 +218,7 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
     }
     // `torch.load` hands such an archive to `torch.jit.load`, whose unpickler resolves names.
     let loader = if torchscript {
-        parts.weights_only(WeightsOnly::refuses(
+        sink.weights_only(WeightsOnly::refuses(
             &constants,
             "Cannot use ``weights_only=True`` with TorchScript archives passed to ``torch.load``.",
         ));
@@ -227,20 +227,23 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
         Loader::Python
     };
 
-    let found = add_pickle(&mut archive, parts, "data.pkl", "data", "", "", loader)?;
+    let found = add_pickle(&mut archive, sink, "data.pkl", "data", loader)?;
     if !found {
         let data_name = archive.full_name("data.pkl");
         return Err(archive.err("zip", format!("no {data_name}: not a PyTorch archive")));
     }
     if torchscript {
         // TorchScript keeps constant tensors apart, their records under `constants/`.
+        let mut constants = sink.nested(
+            Scope::default()
+                .keys("constants/")
+                .name_prefix("constants."),
+        );
         add_pickle(
             &mut archive,
-            parts,
+            &mut constants,
             "constants.pkl",
-            "",
-            "constants/",
-            "constants.",
+            "constants",
             loader,
         )?;
         let names: Vec<String> = archive
@@ -253,10 +256,9 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
         let code = read_code(&prefix, names.iter().map(String::as_str), |name| {
             Ok(archive.read(name)?.map(Cow::into_owned))
         })?;
-        parts.torchscript = Some(code);
+        sink.set_torchscript(code);
     }
-    audit_other_pickles(&archive, loader, parts)?;
-    parts.meter = archive.meter;
+    audit_other_pickles(&archive, loader, sink)?;
     Ok(if torchscript {
         Format::Torchscript
     } else {
@@ -268,11 +270,9 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, parts: &mut Parts) -> Resul
 /// `false` when the archive has no such member.
 fn add_pickle(
     archive: &mut Archive<'_>,
-    parts: &mut Parts,
+    sink: &mut Sink<'_>,
     name: &str,
     folder: &str,
-    key_prefix: &str,
-    name_prefix: &str,
     loader: Loader,
 ) -> Result<bool> {
     let Some(bytes) = archive.read(name)? else {
@@ -283,7 +283,7 @@ fn add_pickle(
     let budget = archive.meter.pickle_budget();
     let unpickled = unpickle(&bytes, path, &full_name, 0, loader, &budget)?;
     if loader == Loader::Python {
-        parts.weights_only(match replay(&bytes, Persistent::Zip) {
+        sink.weights_only(match replay(&bytes, Persistent::Zip) {
             Ok(()) => WeightsOnly::Loads,
             Err(reason) => WeightsOnly::refuses(&full_name, reason),
         });
@@ -296,15 +296,13 @@ fn add_pickle(
         path,
         name: &full_name,
         unpickled,
-        key_prefix,
-        name_prefix,
     };
     let mut records = Records {
         archive,
         folder,
         next: 0,
     };
-    add_member(member, &mut records, &budget, parts)?;
+    add_member(member, &mut records, &budget, sink)?;
     Ok(true)
 }
 
@@ -315,7 +313,7 @@ fn add_pickle(
 pub(crate) fn audit_other_pickles(
     archive: &Archive<'_>,
     loader: Loader,
-    parts: &mut Parts,
+    sink: &mut Sink<'_>,
 ) -> Result<()> {
     let path = archive.path();
     for (index, entry) in archive.zip.entries().iter().enumerate() {
@@ -330,7 +328,7 @@ pub(crate) fn audit_other_pickles(
         let budget = archive.meter.pickle_budget();
         // A TorchScript archive's other pickles (`*.debug_pkl`) are torch.jit.load's to read.
         match unpickle(&bytes, path, &entry.name, 0, loader, &budget) {
-            Ok(unpickled) => parts.unsafe_globals.extend(unpickled.unsafe_globals),
+            Ok(unpickled) => sink.add_unsafe_globals(unpickled.unsafe_globals),
             Err(e) if named => return Err(e),
             // Begins like a pickle but is none: nothing would unpickle it either.
             Err(_) => {}
@@ -347,8 +345,7 @@ fn ends_with_caseless(name: &str, suffix: &str) -> bool {
         .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix.as_bytes()))
 }
 
-/// Storage records of one archive folder (`data/<key>`; TorchScript constants keep their
-/// `constants/` in the key).
+/// Storage records of one archive folder (`data/<key>`, TorchScript's `constants/<key>`).
 struct Records<'a, 'b> {
     archive: &'a mut Archive<'b>,
     folder: &'a str,

@@ -5,17 +5,19 @@
 //! `version` record is one from before torch 2.7 (`torch.export.load`'s zipfile fallback);
 //! any other is `torch.load`'s.
 
-use super::zip::globals_of_every_pickle;
-use super::{pt2, pt2_flat, torch_zip, Parts};
+use super::limits::Meter;
+use super::torch_zip::Archive;
+use super::zip::{globals_of_every_pickle, Zip};
+use super::{pt2, pt2_flat, torch_zip, Sink};
 use crate::error::{Error, Result};
 use crate::{Format, HostBuffer};
 use std::sync::Arc;
 
 /// Opens the archive once and hands it to the reader its records call for. An archive
 /// refused as ambiguous names the globals of every pickle any reading of it could run.
-pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let budget = parts.meter.pickle_budget();
-    read(buffer, parts).map_err(|e| match e {
+pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
+    let budget = sink.meter().pickle_budget();
+    read(buffer, sink).map_err(|e| match e {
         Error::AmbiguousArchive { .. } => {
             let globals = globals_of_every_pickle(buffer.source(), buffer.bytes(), &budget);
             e.with_unsafe_globals(globals)
@@ -24,16 +26,44 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<F
     })
 }
 
-fn read(buffer: &Arc<HostBuffer>, parts: &mut Parts) -> Result<Format> {
-    let meter = std::mem::take(&mut parts.meter);
-    let zip = torch_zip::open_zip(buffer, &meter)?;
-    if pt2_flat::is_flat_export(&zip) {
-        return pt2_flat::read_archive(torch_zip::flat_archive(buffer, zip, meter), parts);
+/// One kind of zip archive: how its records are resolved, whether an archive is of this kind,
+/// and its reader.
+struct ZipKind {
+    /// The archive as the kind's loader opens it (under a folder, or from the root).
+    archive: for<'a> fn(&'a Arc<HostBuffer>, Zip<'a>, &'a Meter) -> Result<Archive<'a>>,
+    /// Whether the archive is of this kind, as torch decides.
+    claims: fn(&Archive<'_>) -> Result<bool>,
+    read: fn(Archive<'_>, &mut Sink<'_>) -> Result<Format>,
+}
+
+/// The zip table: the first row that claims an archive reads it; the last claims any.
+#[rustfmt::skip]
+const ZIP_KINDS: [ZipKind; 3] = [
+    // torch.export before 2.7: no folder, a root `version` record.
+    ZipKind { archive: flat,                  claims: pt2_flat::is_flat_export, read: pt2_flat::read_archive },
+    // torch.export: an `archive_format` record holding `pt2`.
+    ZipKind { archive: torch_zip::archive_of, claims: pt2::is_pt2,              read: pt2::read_archive },
+    // torch.save and torch.jit.save, which the archive's records tell apart.
+    ZipKind { archive: torch_zip::archive_of, claims: |_| Ok(true),             read: torch_zip::read_archive },
+];
+
+fn flat<'a>(buffer: &'a Arc<HostBuffer>, zip: Zip<'a>, meter: &'a Meter) -> Result<Archive<'a>> {
+    Ok(torch_zip::flat_archive(buffer, zip, meter))
+}
+
+fn read(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
+    let meter = sink.meter();
+    let mut zip = torch_zip::open_zip(buffer, meter)?;
+    for kind in &ZIP_KINDS {
+        let archive = (kind.archive)(buffer, zip, meter)?;
+        if (kind.claims)(&archive)? {
+            return (kind.read)(archive, sink);
+        }
+        zip = archive.zip;
     }
-    let archive = torch_zip::archive_of(buffer, zip, meter)?;
-    if pt2::is_pt2(&archive)? {
-        pt2::read_archive(archive, parts)
-    } else {
-        torch_zip::read_archive(archive, parts)
-    }
+    Err(Error::Archive {
+        path: buffer.source().to_owned(),
+        part: "zip".into(),
+        detail: "no reader claims the archive".into(),
+    })
 }

@@ -176,20 +176,7 @@ mod tests {
             .enumerate()
             .map(|(i, v)| Tensor::new(format!("t{i}"), Arc::new(v)))
             .collect();
-        Checkpoint {
-            path: "hand-made.pt".into(),
-            format: Format::PytorchZip,
-            tensors,
-            storages,
-            metadata: Default::default(),
-            unsafe_globals: Vec::new(),
-            torchscript: None,
-            chunked: Vec::new(),
-            weights_only: None,
-            composites: Vec::new(),
-            left_out: Default::default(),
-            held_bytes: 0,
-        }
+        crate::testing::checkpoint("hand-made.pt", Format::PytorchZip, tensors, storages)
     }
 
     #[test]

@@ -320,7 +320,7 @@ mod tests {
         let buffer = HostBuffer::from_vec("deflated.pt", compressed);
         let n = bytes.len() as u64;
         let ptr = DataPtr::deferred(buffer, 0..end, n);
-        let deferred = Arc::new(Storage::new(0, "0", dtype, n, "cpu", ptr));
+        let deferred = Arc::new(crate::testing::storage(0, "0", dtype, n, "cpu", ptr));
         (storage_of(dtype, bytes.to_vec()), deferred)
     }
 
@@ -411,7 +411,14 @@ mod tests {
                 record.compressed.clone(),
                 claimed,
             );
-            let s = Arc::new(Storage::new(0, "0", DType::Float32, claimed, "cpu", ptr));
+            let s = Arc::new(crate::testing::storage(
+                0,
+                "0",
+                DType::Float32,
+                claimed,
+                "cpu",
+                ptr,
+            ));
             let v = view(&s, DType::Float32, &[7], &[1], 0).unwrap();
             assert_eq!(streamed(&v, 5), None, "{claimed}");
         }

@@ -195,7 +195,7 @@ mod tests {
         let s = storage_of(DType::Int32, vec![0xff; 16]);
         assert_eq!(scan_tensor(&view_of(&s, &[4], &[1], 0)), None);
         // No host bytes.
-        let meta = Arc::new(Storage::new(
+        let meta = Arc::new(crate::testing::storage(
             0,
             "0",
             DType::Float32,

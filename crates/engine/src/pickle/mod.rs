@@ -15,7 +15,7 @@ mod heap;
 mod literals;
 mod machine;
 mod memo;
-mod opcodes;
+pub(crate) mod opcodes;
 pub mod weights_only;
 
 pub use crate::unsafe_global::UnsafeGlobal;

@@ -48,12 +48,12 @@ fn recorded_devices(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         }
         out.push(Draft {
             tensors: vec![t.name().to_owned()],
-            storage: Some(storage.id()),
+            storage: Some(storage.id().index()),
             message: format!(
                 "'{}' claims {} but its storage {} is on {}",
                 t.name(),
                 imp.device(),
-                storage.id(),
+                storage.id().index(),
                 storage.location()
             ),
             fix: "load to CPU with map_location, then move the model; never patch a device field"

@@ -35,7 +35,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         }
         out.push(Draft {
             tensors: vec![t.name().to_owned()],
-            storage: Some(imp.storage().id()),
+            storage: Some(imp.storage().id().index()),
             message: format!(
                 "'{}' is on the meta device: the file holds no data for its {:?} {}",
                 t.name(),
@@ -57,7 +57,7 @@ mod tests {
 
     /// A storage recorded on the meta device, without bytes, as the loaders build one.
     fn meta_storage(id: usize, nbytes: u64) -> Arc<Storage> {
-        Arc::new(Storage::new(
+        Arc::new(tensorplay_engine::testing::storage(
             id,
             id.to_string(),
             DType::Float32,

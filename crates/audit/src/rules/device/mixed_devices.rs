@@ -51,7 +51,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
 mod tests {
     use crate::testing::{checkpoint, codes, storage, tensor};
     use std::sync::Arc;
-    use tensorplay_engine::{DType, DataPtr, Device, Storage};
+    use tensorplay_engine::{DType, DataPtr, Device};
 
     #[test]
     fn storages_from_two_devices_fire_and_from_one_device_do_not() {
@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn a_meta_storage_beside_cpu_ones_is_not_a_second_device() {
         let a = storage(0, 4, "cpu");
-        let m = Arc::new(Storage::new(
+        let m = Arc::new(tensorplay_engine::testing::storage(
             1,
             "1",
             DType::Float32,

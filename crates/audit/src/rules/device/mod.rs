@@ -18,7 +18,7 @@ pub(crate) fn storages_by_location<'a>(ctx: &'a Context<'_>) -> BTreeMap<&'a str
     let mut by: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for s in &ctx.ckpt.storages {
         if s.location() != "meta" {
-            by.entry(s.location()).or_default().push(s.id());
+            by.entry(s.location()).or_default().push(s.id().index());
         }
     }
     by

@@ -39,7 +39,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             .ckpt
             .tensors
             .iter()
-            .filter(|t| ids.contains(&t.tensor_impl().storage().id()))
+            .filter(|t| ids.contains(&t.tensor_impl().storage().id().index()))
             .map(|t| t.name().to_owned())
             .collect();
         out.push(Draft {

@@ -105,7 +105,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         let storage = ctx
             .ckpt
             .tensor(&t.name)
-            .map(|x| x.tensor_impl().storage().id());
+            .map(|x| x.tensor_impl().storage().id().index());
         out.push(Draft {
             tensors: vec![t.name.clone()],
             storage,

@@ -74,7 +74,7 @@ mod tests {
     fn storages_of(count: usize, mib: u64) -> Checkpoint {
         let storages: Vec<Arc<Storage>> = (0..count)
             .map(|id| {
-                Arc::new(Storage::new(
+                Arc::new(tensorplay_engine::testing::storage(
                     id,
                     id.to_string(),
                     DType::Float32,
@@ -87,7 +87,7 @@ mod tests {
         let tensors = storages
             .iter()
             .map(|s| {
-                let name = format!("w{}", s.id());
+                let name = format!("w{}", s.id().index());
                 tensor(&name, s, &[(mib << 20) / 4], &[1], 0, Device::Cpu)
             })
             .collect();

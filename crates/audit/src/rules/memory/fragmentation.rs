@@ -65,12 +65,12 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 .ckpt
                 .tensors
                 .iter()
-                .filter(|t| t.tensor_impl().storage().id() == s.id())
+                .filter(|t| t.tensor_impl().storage().id().index() == s.id().index())
                 .map(|t| t.name().to_owned())
                 .collect();
             let text = format!(
                 "; the largest, storage {} ({}, {:.0}× the mean of {}), holds {}",
-                s.id(),
+                s.id().index(),
                 human_bytes(s.nbytes()),
                 s.nbytes() as f64 / mean,
                 human_bytes(mean as u64),
@@ -86,7 +86,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     };
     out.push(Draft {
         tensors,
-        storage: largest.map(|s| s.id()),
+        storage: largest.map(|s| s.id().index()),
         message: format!(
             "storage sizes have a fragmentation score of {score:.2} (variance / mean² over {}; threshold {threshold}){largest_text}",
             plural(sizes.len(), "storage")
@@ -137,7 +137,16 @@ mod tests {
         let tensors = storages
             .iter()
             .zip(elements)
-            .map(|(s, &n)| tensor(&format!("w{}", s.id()), s, &[n], &[1], 0, Device::Cpu))
+            .map(|(s, &n)| {
+                tensor(
+                    &format!("w{}", s.id().index()),
+                    s,
+                    &[n],
+                    &[1],
+                    0,
+                    Device::Cpu,
+                )
+            })
             .collect();
         checkpoint(tensors, storages)
     }

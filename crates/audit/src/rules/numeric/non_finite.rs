@@ -53,7 +53,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         if let Some(callback) = lightning_placeholder(ctx.ckpt, t.name(), found) {
             out.push(Draft {
                 tensors: vec![t.name().to_owned()],
-                storage: Some(t.tensor_impl().storage().id()),
+                storage: Some(t.tensor_impl().storage().id().index()),
                 message: format!(
                     "'{}' holds {} +Inf, {} -Inf among {numel} elements: Lightning callback state ({callback}), where ±Inf is the placeholder score kept until a monitored value beats it; not a weight",
                     t.name(),
@@ -67,7 +67,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         }
         out.push(Draft {
             tensors: vec![t.name().to_owned()],
-            storage: Some(t.tensor_impl().storage().id()),
+            storage: Some(t.tensor_impl().storage().id().index()),
             message: format!(
                 "'{}' ({}) holds {} NaN, {} +Inf, {} -Inf among {numel} elements; first at index {}",
                 t.name(),

@@ -58,12 +58,12 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             tensors.extend(others.iter().cloned());
             out.push(Draft {
                 tensors,
-                storage: Some(shared.storage.id()),
+                storage: Some(shared.storage.id().index()),
                 message: format!(
                     "'{}' requires grad and shares bytes with {} in storage {}: in-place updates through either corrupt the other",
                     view.tensor.name(),
                     others.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", "),
-                    shared.storage.id()
+                    shared.storage.id().index()
                 ),
                 fix: format!(
                     "save `{}.clone().detach()` for the views, or save only the base",

@@ -43,7 +43,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         };
         out.push(Draft {
             tensors: vec![t.name().to_owned()],
-            storage: Some(storage.id()),
+            storage: Some(storage.id().index()),
             message: problem,
             fix: "the file is inconsistent: do not load it; re-save it from the source model"
                 .into(),

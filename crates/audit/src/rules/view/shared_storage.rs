@@ -45,13 +45,13 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             message: format!(
                 "{} tensors share storage {} (key '{}'): {}",
                 names.len(),
-                shared.storage.id(),
+                shared.storage.id().index(),
                 shared.storage.key(),
                 names.join(", ")
             ),
             fix: "clone each tensor before converting to safetensors (`{k: v.clone() for k, v in sd.items()}`)".into(),
             tensors: names,
-            storage: Some(shared.storage.id()),
+            storage: Some(shared.storage.id().index()),
             ..Default::default()
         });
     }

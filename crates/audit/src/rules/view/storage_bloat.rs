@@ -41,7 +41,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         .filter_map(|t| {
             let imp = t.tensor_impl();
             let r = imp.byte_range().ok().flatten()?;
-            Some((imp.storage().id(), r.start, r.end))
+            Some((imp.storage().id().index(), r.start, r.end))
         })
         .collect();
     ranges.sort_unstable();
@@ -68,11 +68,11 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         {
             continue;
         }
-        let names = names_in_storage(ctx, storage.id());
+        let names = names_in_storage(ctx, storage.id().index());
         out.push(Draft {
             message: format!(
                 "storage {} holds {} but its tensors reach {}: {} ({:.1}%) are saved for nothing",
-                storage.id(),
+                storage.id().index(),
                 human_bytes(total),
                 human_bytes(covered),
                 human_bytes(unused),
@@ -85,7 +85,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 None => "no tensor uses this storage: save only the tensors you need".into(),
             },
             tensors: names,
-            storage: Some(storage.id()),
+            storage: Some(storage.id().index()),
             ..Default::default()
         });
     }
@@ -126,9 +126,9 @@ mod tests {
 
     #[test]
     fn a_storage_saved_as_itself_does_not_fire_though_no_tensor_reaches_it() {
-        use tensorplay_engine::{DType, DataPtr, Storage};
+        use tensorplay_engine::{DType, DataPtr};
         let make = |alone: bool| {
-            let s = Storage::new(
+            let s = tensorplay_engine::testing::storage(
                 0,
                 "0",
                 DType::UInt8,

@@ -105,8 +105,8 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             };
             out.push(Draft {
                 tensors: names.iter().map(|n| (*n).to_owned()).collect(),
-                storage: Some(shared.storage.id()),
-                message: format!("{} are the same view of storage {} (tied){known}", quoted.join(" and "), shared.storage.id()),
+                storage: Some(shared.storage.id().index()),
+                message: format!("{} are the same view of storage {} (tied){known}", quoted.join(" and "), shared.storage.id().index()),
                 fix: "if the tie is intended, list the names under [tied_weights] allow in tensorplay.toml; otherwise save a `.clone()` under the second name".into(),
                 ..Default::default()
             });

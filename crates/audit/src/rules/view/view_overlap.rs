@@ -45,7 +45,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             };
             out.push(Draft {
                 tensors: vec![a.tensor.name().to_owned(), b.tensor.name().to_owned()],
-                storage: Some(shared.storage.id()),
+                storage: Some(shared.storage.id().index()),
                 message: format!(
                     "'{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) partly overlap in storage {}",
                     a.tensor.name(),
@@ -54,7 +54,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                     b.tensor.name(),
                     rb.start,
                     rb.end,
-                    shared.storage.id()
+                    shared.storage.id().index()
                 ),
                 fix: format!(
                     "save independent copies: `{}.clone()` and `{}.clone()`",
