@@ -58,8 +58,9 @@ fn crate_refs(code: &str) -> BTreeSet<String> {
 #[test]
 fn the_engine_core_and_numeric_import_no_reader() {
     let src = root().join("crates/engine/src");
-    // Conversion writes files from what readers read; it is not core.
-    let outside = ["lib.rs", "convert.rs", "cast.rs"];
+    // lib.rs only declares the modules. Conversion, which writes files from what readers
+    // read, is not core: it is its own crate, crates/convert.
+    let outside = ["lib.rs"];
     let mut offenders = Vec::new();
     for (path, code) in sources(&src) {
         let rel = path.strip_prefix(&src).expect("under src");

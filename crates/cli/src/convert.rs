@@ -5,7 +5,7 @@ use crate::exit::ExitStatus;
 use clap::Args;
 use std::path::PathBuf;
 use tensorplay_audit::text::{human_bytes, plural, printable};
-use tensorplay_engine::convert::{to_safetensors, ConvertError, ConvertOptions};
+use tensorplay_convert::{to_safetensors, ConvertError, ConvertOptions};
 use tensorplay_engine::{load, DType};
 
 /// Names of left-out values the summary lists before counting the rest.
@@ -50,7 +50,7 @@ fn parse_float_dtype(text: &str) -> Result<DType, String> {
         other => other.strip_prefix("torch.").unwrap_or(other),
     };
     DType::from_name(name)
-        .filter(|d| tensorplay_engine::cast::casts(*d))
+        .filter(|d| tensorplay_convert::cast::casts(*d))
         .ok_or_else(|| format!("expected float16, bfloat16, float32 or float64, not '{text}'"))
 }
 

@@ -90,8 +90,10 @@ pub fn max_abs_difference(a: &Tensor, b: &Tensor) -> Option<f64> {
     Some(max)
 }
 
-/// Decodes one element of a floating-point dtype to f64 (exact for all four).
-pub(crate) fn decoder(dtype: DType) -> Option<fn(&[u8]) -> f64> {
+/// Decodes one element (its little-endian bytes) of a floating-point dtype to f64, exact for
+/// all four of float16, bfloat16, float32 and float64; `None` for any other dtype. A slice of
+/// the wrong length decodes to NaN. `tensorplay-convert` casts through it.
+pub fn decoder(dtype: DType) -> Option<fn(&[u8]) -> f64> {
     Some(match dtype {
         DType::Float64 => |b| b.try_into().map_or(f64::NAN, f64::from_le_bytes),
         DType::Float32 => |b| {

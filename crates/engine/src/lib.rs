@@ -9,10 +9,8 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod alloc;
-pub mod cast;
 pub mod checkpoint;
 pub mod composite;
-pub mod convert;
 pub mod data_ptr;
 pub mod device;
 pub mod dtype;

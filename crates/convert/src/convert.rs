@@ -8,14 +8,14 @@
 //! input's (cast, where it was) before it is renamed into place.
 
 use crate::cast::{cast_into, casts};
-use crate::elements::Elements;
-use crate::load;
-use crate::numeric::scan_checkpoint;
-use crate::{Checkpoint, DType, Tensor};
 use safetensors::tensor::{Dtype, View};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use tensorplay_engine::elements::Elements;
+use tensorplay_engine::load;
+use tensorplay_engine::numeric::scan_checkpoint;
+use tensorplay_engine::{Checkpoint, DType, Tensor};
 
 /// Choices for a conversion.
 #[derive(Debug, Clone, Default)]

@@ -3,8 +3,8 @@
 //! float32 (c10's `Half` and `BFloat16` are built from a `float`), rounding to nearest even;
 //! NaN becomes the quiet NaN c10 writes.
 
-use crate::elements::decoder;
-use crate::DType;
+use tensorplay_engine::elements::decoder;
+use tensorplay_engine::DType;
 
 /// The dtypes a cast reads and writes: PyTorch's floating-point types with a safetensors code.
 pub const FLOATS: [DType; 4] = [
