@@ -1,38 +1,32 @@
-//! Checkpoint readers, one file per format, chosen by content, never by name.
+//! Checkpoint readers, one file per format, grouped by family (`torch/`, `zip/`, `pt2/`,
+//! `dcp/`, `safetensors`), chosen by content, never by name.
 //!
-//! [`probe`] looks at a path once: its first bytes say what it is ([`Sniffed`]), and an index is
-//! parsed there. [`read`] turns that [`Probe`] into a [`Checkpoint`]; [`open`] is the two in
-//! one, and [`from_buffer`] reads bytes already in memory. A single file, bytes in memory and
-//! each shard of an index all get their reader from the one table below, `reader`.
+//! [`probe`] looks at a path once: its first bytes say what it is ([`Sniffed`]), an index is
+//! parsed there, a directory is matched against the directory table. [`read`] turns that
+//! [`Probe`] into a [`Checkpoint`]; [`open`] is the two in one, and [`from_buffer`] reads bytes
+//! already in memory. A single file, bytes in memory and each shard of an index all get their
+//! reader from the file table below, `reader`; every reader writes through one `Sink`.
 //!
-//! Adding a format is one reader file (a `ReadFn`), one row in `reader`, and one [`Format`]
+//! Adding a format is one reader file (a `ReadFn`), one row in `reader` (or in
+//! `directory_readers`, or in the zip table `zip::kind::ZIP_KINDS`), and one [`Format`]
 //! variant — plus, when its first bytes look like nothing yet known, one [`Sniffed`] variant.
-//! Zip archives all begin alike: their row's reader, `zip_kind`, picks by their records.
 
-mod dcp_metadata;
-mod distributed;
+mod dcp;
 mod flatten;
 mod index;
 mod json;
 mod limits;
-pub mod pickle_file;
+mod pickle_file;
 mod pickle_start;
 mod polyglot;
 mod probe;
 mod pt2;
-mod pt2_expr;
-mod pt2_flat;
-pub mod safetensors;
+mod safetensors;
 mod sharded;
 mod sink;
-pub mod sniff;
+mod sniff;
 mod torch;
-pub mod torch_legacy;
-mod torch_tar;
-pub mod torch_zip;
-pub mod torchscript;
 mod zip;
-mod zip_kind;
 
 pub use flatten::ROOT_NAME;
 pub(crate) use sink::{NewStorage, Scope, Sink};
@@ -70,10 +64,10 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
     match kind {
         //                           reader                   sharded as                what, in messages
         Sniffed::Safetensors  => row(safetensors::read_into,  Format::SafetensorsIndex, "safetensors"),
-        Sniffed::Zip          => row(zip_kind::read_into,     Format::PytorchIndex,     "a PyTorch zip archive"),
-        Sniffed::LegacyPickle => row(torch_legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
+        Sniffed::Zip          => row(zip::kind::read_into,     Format::PytorchIndex,     "a PyTorch zip archive"),
+        Sniffed::LegacyPickle => row(torch::legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
         Sniffed::Pickle       => row(pickle_file::read_into,  Format::PytorchIndex,     "a plain pickle"),
-        Sniffed::Tar          => row(torch_tar::read_into,    Format::PytorchIndex,     "an old PyTorch tar archive"),
+        Sniffed::Tar          => row(torch::tar::read_into,    Format::PytorchIndex,     "an old PyTorch tar archive"),
         Sniffed::Polyglot     => row(polyglot::read_into,     Format::PytorchIndex,     "both safetensors and a pickle"),
         Sniffed::JsonIndex | Sniffed::LfsPointer | Sniffed::Unknown => None,
     }
@@ -97,7 +91,7 @@ pub(crate) struct DirReader {
 #[rustfmt::skip]
 pub(crate) fn directory_readers() -> [DirReader; 1] {
     [
-        DirReader { files: distributed::parts, is_part: distributed::is_part, read: distributed::read_into,
+        DirReader { files: dcp::parts, is_part: dcp::is_part, read: dcp::read_into,
                     what: "torch.distributed.checkpoint directory", part: "a .distcp file of a torch.distributed.checkpoint" },
     ]
 }

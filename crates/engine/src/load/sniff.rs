@@ -9,7 +9,7 @@ pub enum Sniffed {
     /// An 8-byte little-endian header length followed by a JSON object.
     Safetensors,
     /// A zip archive: `torch.save` since 1.6, `torch.jit.save` or `torch.export.save` (`.pt2`),
-    /// told apart by their records once the archive is open (`zip_kind`).
+    /// told apart by their records once the archive is open (`zip::kind`).
     Zip,
     /// A legacy `torch.save` stream: a pickle of PyTorch's magic number first.
     LegacyPickle,
@@ -34,11 +34,11 @@ const LEGACY_MAGIC: [u8; 12] = [
     0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
 ];
 
-/// Classifies a file from its first bytes (up to [`SNIFF_LEN`]).
+/// Classifies a file from its first bytes (up to `SNIFF_LEN`).
 pub fn sniff(prefix: &[u8]) -> Sniffed {
     // torch.load reads a zip when the file starts with a local header, then tries tarfile
     // on anything else, and only then the legacy stream.
-    if !prefix.starts_with(b"PK\x03\x04") && super::torch_tar::opens(prefix) {
+    if !prefix.starts_with(b"PK\x03\x04") && super::torch::tar::opens(prefix) {
         return Sniffed::Tar;
     }
     if prefix.starts_with(b"PK\x03\x04") || prefix.starts_with(b"PK\x05\x06") {

@@ -32,7 +32,7 @@ const RELEASE_MIN: u64 = 256 << 10;
 ///
 /// A tensor is missing from the map when [`scan_tensor`] would give `None` (no bytes, or a
 /// view inconsistent with its storage). A storage left compressed in the file is inflated in
-/// [`INFLATE_CHUNK`] pieces and its views scanned as the pieces pass, with the same counts and
+/// `INFLATE_CHUNK` pieces and its views scanned as the pieces pass, with the same counts and
 /// first index as on held bytes. A view that reaches its elements many times over
 /// without broadcasting (only a crafted file has one) is scanned over its distinct bytes,
 /// each element once, with no first index: walking it would cost its logical element count.

@@ -98,7 +98,7 @@ mod tests {
     use crate::testing::{checkpoint, codes, findings, storage, tensor};
     use crate::Severity;
     use std::path::Path;
-    use tensorplay_engine::load::torchscript::TorchScriptCode;
+    use tensorplay_engine::torchscript_code::TorchScriptCode;
     use tensorplay_engine::{Checkpoint, Device};
 
     /// A one-tensor checkpoint read from a TorchScript archive with this code.

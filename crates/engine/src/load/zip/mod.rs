@@ -15,6 +15,7 @@ mod central;
 mod end;
 mod every_pickle;
 mod fields;
+pub(super) mod kind;
 mod local;
 mod names;
 #[cfg(test)]

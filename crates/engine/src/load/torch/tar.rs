@@ -11,9 +11,9 @@
 //! read here rather than by a tar library so that what counts as a header is exactly what
 //! Python's `tarfile` accepts: its checksum rule and its lenient number fields.
 
-use super::torch_legacy::Pickles;
-use super::Sink;
+use super::legacy::Pickles;
 use crate::error::{Error, Result};
+use crate::load::Sink;
 use crate::pickle::allowlist::Known;
 use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal};
 use crate::{Format, HostBuffer};
@@ -533,7 +533,7 @@ mod tests {
 
     #[test]
     fn sniffing_tries_zip_then_tar_as_torch_load_does() {
-        use super::super::sniff::{sniff, Sniffed};
+        use crate::load::{sniff, Sniffed};
         // torch.load checks only for a local file header before trying tarfile.
         assert_eq!(sniff(&header(b"PK\x03\x04storages")), Sniffed::Zip);
         assert_eq!(sniff(&header(b"PK\x05\x06storages")), Sniffed::Tar);

@@ -7,12 +7,12 @@
 //! inflated whole onto the heap only for a load that needs every byte in memory. Besides the pickles `torch.load` runs, every other pickle in the archive has its
 //! globals audited: another loader may run it.
 
-use super::limits::Meter;
-use super::torch::{add_member, byteswap, Member, StorageRecord, StorageSource};
 use super::torchscript::read_code;
-use super::zip::{Entry, Zip};
-use super::{Scope, Sink};
+use super::{add_member, byteswap, Member, StorageRecord, StorageSource};
 use crate::error::{Error, Result};
+use crate::load::limits::Meter;
+use crate::load::zip::{Entry, Zip};
+use crate::load::{Scope, Sink};
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Loader, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::inflate::release_read;
-pub use crate::inflate::INFLATE_CHUNK;
+use crate::inflate::INFLATE_CHUNK;
 
 /// A zip archive opened as PyTorch's reader opens it: every record under one folder.
 pub(crate) struct Archive<'a> {

@@ -4,10 +4,10 @@
 //! them, with Python's zipfile, once its archive reader has refused the missing folder: by exact
 //! name, the payloads as nested `torch.save` archives (an empty one is an empty dict).
 
-use super::pt2::ModelReader;
-use super::torch_zip::{self, Archive};
-use super::Sink;
+use super::ModelReader;
 use crate::error::Result;
+use crate::load::torch::archive::{self, Archive};
+use crate::load::Sink;
 use crate::pickle::Loader;
 use crate::Format;
 use std::collections::HashSet;
@@ -85,7 +85,7 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, sink: &mut Sink<'_>) -> Res
     reader.check_signature(first, &signature, PROGRAM)?;
     payload(&mut reader, EXAMPLE_INPUTS, false)?;
     // Any other pickle in the archive is audited as torch.load's would be.
-    torch_zip::audit_other_pickles(reader.archive, Loader::Python, reader.sink)?;
+    archive::audit_other_pickles(reader.archive, Loader::Python, reader.sink)?;
     Ok(Format::Pt2)
 }
 

@@ -5,9 +5,9 @@
 //! unsafe globals are reported under its own name, and a file refused part-way still names
 //! those of every pickle that parses.
 
-use super::torch::{add_member, storage_record, Member, StorageRecord, StorageSource};
-use super::Sink;
+use super::{add_member, storage_record, Member, StorageRecord, StorageSource};
 use crate::error::{Error, Result};
+use crate::load::Sink;
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};

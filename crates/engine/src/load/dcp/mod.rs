@@ -1,5 +1,5 @@
 //! `torch.distributed.checkpoint` directories: a `.metadata` file (a plain pickle that locates
-//! every item, [`dcp_metadata`](super::dcp_metadata)) beside `*.distcp` files holding the
+//! every item, [`metadata`]) beside `*.distcp` files holding the
 //! items, each `torch.save`d to its own byte range (`_StorageInfo` offset and length), one
 //! after another. The directory is one checkpoint; a `.distcp` file alone is refused.
 //!
@@ -12,10 +12,12 @@
 //! object, which `dcp.load` reads with `torch.load(weights_only=False)`) are read like any
 //! `torch.save` file: their globals are judged, their tensors named under the fqn.
 
-use super::dcp_metadata::{self, ChunkMeta, Metadata, StorageInfo, TensorMeta};
-use super::{torch_zip, Scope, Sink};
+mod metadata;
+use super::torch::archive;
+use super::{Scope, Sink};
 use crate::error::{Error, ErrorKind, Result};
 use crate::{ChunkedTensor, Format, HostBuffer, Tensor, TensorChunk};
+use metadata::{ChunkMeta, Metadata, StorageInfo, TensorMeta};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,9 +60,9 @@ pub(super) fn is_part(path: &Path) -> bool {
 
 /// Reads the directory `dir` as one checkpoint through `sink`.
 pub(super) fn read_into(dir: &Path, sink: &mut Sink<'_>) -> Result<Format> {
-    let metadata_path = dcp_metadata::path_in(dir);
+    let metadata_path = metadata::path_in(dir);
     let buffer = HostBuffer::map_file(&metadata_path)?;
-    let metadata = dcp_metadata::parse(
+    let metadata = metadata::parse(
         buffer.bytes(),
         &metadata_path,
         &sink.meter().pickle_budget(),
@@ -310,7 +312,7 @@ impl<'a> Reading<'a> {
         })?;
         let record = format!("{}[{}..{end}]", item.relative_path, item.offset);
         let mut sink = sink.nested(Scope::default().member(record));
-        let format = torch_zip::read_into(&window, &mut sink).map_err(|source| Error::Shard {
+        let format = archive::read_into(&window, &mut sink).map_err(|source| Error::Shard {
             path: self.dir.to_owned(),
             source: Box::new(source),
         })?;

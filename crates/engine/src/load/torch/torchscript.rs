@@ -12,7 +12,7 @@
 
 use crate::error::Result;
 
-pub use crate::torchscript_code::TorchScriptCode;
+use crate::torchscript_code::TorchScriptCode;
 
 /// Reads the code members among `entries` (full zip entry names, under `prefix/`) with
 /// `read`, which takes a name relative to the archive's folder.

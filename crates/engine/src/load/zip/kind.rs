@@ -5,11 +5,12 @@
 //! `version` record is one from before torch 2.7 (`torch.export.load`'s zipfile fallback);
 //! any other is `torch.load`'s.
 
-use super::limits::Meter;
-use super::torch_zip::Archive;
-use super::zip::{globals_of_every_pickle, Zip};
-use super::{pt2, pt2_flat, torch_zip, Sink};
+use super::{globals_of_every_pickle, Zip};
 use crate::error::{Error, Result};
+use crate::load::limits::Meter;
+use crate::load::pt2::{self, flat};
+use crate::load::torch::archive::{self, Archive};
+use crate::load::Sink;
 use crate::{Format, HostBuffer};
 use std::sync::Arc;
 
@@ -40,20 +41,20 @@ struct ZipKind {
 #[rustfmt::skip]
 const ZIP_KINDS: [ZipKind; 3] = [
     // torch.export before 2.7: no folder, a root `version` record.
-    ZipKind { archive: flat,                  claims: pt2_flat::is_flat_export, read: pt2_flat::read_archive },
+    ZipKind { archive: flat,                  claims: flat::is_flat_export, read: flat::read_archive },
     // torch.export: an `archive_format` record holding `pt2`.
-    ZipKind { archive: torch_zip::archive_of, claims: pt2::is_pt2,              read: pt2::read_archive },
+    ZipKind { archive: archive::archive_of, claims: pt2::is_pt2,              read: pt2::read_archive },
     // torch.save and torch.jit.save, which the archive's records tell apart.
-    ZipKind { archive: torch_zip::archive_of, claims: |_| Ok(true),             read: torch_zip::read_archive },
+    ZipKind { archive: archive::archive_of, claims: |_| Ok(true),             read: archive::read_archive },
 ];
 
 fn flat<'a>(buffer: &'a Arc<HostBuffer>, zip: Zip<'a>, meter: &'a Meter) -> Result<Archive<'a>> {
-    Ok(torch_zip::flat_archive(buffer, zip, meter))
+    Ok(archive::flat_archive(buffer, zip, meter))
 }
 
 fn read(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let meter = sink.meter();
-    let mut zip = torch_zip::open_zip(buffer, meter)?;
+    let mut zip = archive::open_zip(buffer, meter)?;
     for kind in &ZIP_KINDS {
         let archive = (kind.archive)(buffer, zip, meter)?;
         if (kind.claims)(&archive)? {

@@ -10,14 +10,14 @@
 //! - `torch.save` archives nested as members (`data/weights/<name>.pt`,
 //!   `data/constants/<name>.pt`), as torch 2.6 to 2.8 wrote them.
 //!
-//! (Archives from before torch 2.7, with no folder, are `pt2_flat`'s.)
+//! (Archives from before torch 2.7, with no folder, are [`flat`]'s.)
 //!
 //! Both are rebuilt here without running anything: configs are parsed as data, nested archives
 //! go through the `torch.save` reader and its non-executing pickle machine. The example inputs
 //! (`data/sample_inputs/<name>.pt`), which `torch.export.load` unpickles too, are audited the
 //! same way; their tensors are inputs, not weights, and are not listed. The program's JSON is
 //! read for the names its signature gives weights and constants, and for the strings torch
-//! evaluates (`pt2_expr`).
+//! evaluates ([`expr`]).
 //!
 //! Member names are looked up as torch looks them up: whether a layout or config exists is asked
 //! of `get_all_records()`, by exact name; a member is read through PyTorch's reader, ignoring
@@ -25,8 +25,12 @@
 //! (a `use_pickle` payload, a nested archive) is read as `torch.load` reads any bytes, whatever
 //! pickle protocol it starts with.
 
-use super::torch_zip::{self, Archive};
-use super::{json::Entries, pt2_expr, sink, torch_legacy, torch_tar, NewStorage, Scope, Sink};
+mod expr;
+pub(super) mod flat;
+use super::json::Entries;
+use super::torch::archive::{self, Archive};
+use super::torch::{legacy, tar};
+use super::{sink, NewStorage, Scope, Sink};
 use crate::error::{Error, Result};
 use crate::pickle::{unpickle, Loader, UnsafeGlobal};
 use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Storage, TensorImpl};
@@ -117,7 +121,7 @@ fn read_programs(archive: &mut Archive<'_>, sink: &mut Sink<'_>) -> Result<()> {
         reader.read()?;
     }
     // Any other pickle in the archive (extra files) is audited as torch.load's would be.
-    torch_zip::audit_other_pickles(archive, Loader::Python, sink)
+    archive::audit_other_pickles(archive, Loader::Python, sink)
 }
 
 /// The globals of every member under `data/` that `torch.load` would unpickle (a zip, a tar, a
@@ -139,7 +143,7 @@ fn globals_of_loadable_members(archive: &mut Archive<'_>) -> Vec<UnsafeGlobal> {
         };
         let prefix = bytes.get(..super::sniff::SNIFF_LEN).unwrap_or(&bytes);
         let loadable = prefix.starts_with(b"PK\x03\x04")
-            || torch_tar::opens(prefix)
+            || tar::opens(prefix)
             || super::pickle_start::begins_pickle(prefix);
         if !loadable {
             continue;
@@ -302,7 +306,7 @@ impl ModelReader<'_, '_, '_> {
         let value: serde_json::Value = self.json(program, "program")?;
         let full = self.archive.full_name(program);
         let text = self.archive.read(program)?.unwrap_or_default();
-        for refused in pt2_expr::refused(&value, &text) {
+        for refused in expr::refused(&value, &text) {
             self.sink.add_unsafe_globals([UnsafeGlobal {
                 module: "sympy".into(),
                 name: "sympify".into(),
@@ -606,11 +610,11 @@ impl ModelReader<'_, '_, '_> {
 fn torch_load(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let bytes = buffer.bytes();
     if bytes.starts_with(b"PK\x03\x04") {
-        torch_zip::read_into(buffer, sink)
-    } else if torch_tar::opens(bytes.get(..super::sniff::SNIFF_LEN).unwrap_or(bytes)) {
-        torch_tar::read_into(buffer, sink)
+        archive::read_into(buffer, sink)
+    } else if tar::opens(bytes.get(..super::sniff::SNIFF_LEN).unwrap_or(bytes)) {
+        tar::read_into(buffer, sink)
     } else {
-        torch_legacy::read_into(buffer, sink)
+        legacy::read_into(buffer, sink)
     }
 }
 

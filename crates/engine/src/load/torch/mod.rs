@@ -1,6 +1,10 @@
 //! What every PyTorch format shares once its pickle has run: persistent ids naming storages,
 //! rebuilt tensors viewing them, and the names a user would give them.
 
+pub(super) mod archive;
+pub(super) mod legacy;
+pub(super) mod tar;
+pub(super) mod torchscript;
 use super::flatten::{named_tensors, Named, Stop};
 use super::{NewStorage, Sink};
 use crate::error::{Error, Result};
