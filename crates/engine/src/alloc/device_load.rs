@@ -10,9 +10,15 @@
 //! the allocator statistics are those of the loaded model; afterwards all device memory is
 //! returned.
 
-use super::cuda::{pointer_info, CudaDevice, CudaPinned, CudaSegments, GpuError};
-use super::pinned::{HostBackend, Pageable, PinnedAllocator, PinnedError, PinnedStats};
-use super::{AllocError, AllocatorConfig, CachingAllocator, Stats};
+use super::cuda::GpuError;
+#[cfg(feature = "cuda")]
+use super::cuda::{pointer_info, CudaDevice, CudaPinned, CudaSegments};
+use super::pinned::PinnedStats;
+#[cfg(feature = "cuda")]
+use super::pinned::{HostBackend, Pageable, PinnedAllocator, PinnedError};
+#[cfg(feature = "cuda")]
+use super::{AllocError, CachingAllocator};
+use super::{AllocatorConfig, Stats};
 use crate::Checkpoint;
 use serde::Serialize;
 use std::ops::Range;
@@ -83,6 +89,7 @@ impl DeviceLoad {
 }
 
 /// Pinned staging while it works, pageable staging after the first pinned failure.
+#[cfg(feature = "cuda")]
 struct Staging {
     pinned: Option<PinnedAllocator<CudaPinned>>,
     pageable: PinnedAllocator<Pageable>,
@@ -90,6 +97,7 @@ struct Staging {
 
 /// Copies `bytes` into a staging buffer from `staging`, then to `address` on the device.
 /// The outer error is the staging allocation's; the inner result is the copy's.
+#[cfg(feature = "cuda")]
 fn stage<H: HostBackend>(
     staging: &mut PinnedAllocator<H>,
     bytes: &[u8],
@@ -103,6 +111,7 @@ fn stage<H: HostBackend>(
     Ok(copied)
 }
 
+#[cfg(feature = "cuda")]
 impl Staging {
     fn copy_in(
         &mut self,
@@ -127,6 +136,7 @@ impl Staging {
     }
 }
 
+#[cfg(feature = "cuda")]
 fn allocator_error(storage: usize, e: AllocError<GpuError>) -> GpuError {
     match e {
         AllocError::Backend(e) => e,
@@ -146,6 +156,7 @@ fn allocator_error(storage: usize, e: AllocError<GpuError>) -> GpuError {
 /// Fails with a [`GpuError`], never a panic, when there is no driver or device, when the
 /// device runs out of memory (the allocator's message), or when a driver call fails. All
 /// device and pinned memory is returned before it returns.
+#[cfg(feature = "cuda")]
 pub fn load_to_device(
     ckpt: &Checkpoint,
     ordinal: usize,
@@ -225,12 +236,25 @@ pub fn load_to_device(
     })
 }
 
+/// The GPU load in a build without the `cuda` feature: always
+/// [`GpuError::NoCudaSupport`], as this build cannot reach a device.
+#[cfg(not(feature = "cuda"))]
+pub fn load_to_device(
+    _ckpt: &Checkpoint,
+    _ordinal: usize,
+    _config: AllocatorConfig,
+) -> Result<DeviceLoad, GpuError> {
+    Err(GpuError::NoCudaSupport)
+}
+
 #[cfg(test)]
 // Expected sample lists are written as literals, one range or two.
 #[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
+    #[cfg(feature = "cuda")]
     use crate::alloc::cuda::driver_present;
+    #[cfg(feature = "cuda")]
     use crate::alloc::Simulated;
     use crate::{DType, DataPtr, Device, Format, HostBuffer, Layout, Tensor, TensorImpl};
 
@@ -327,6 +351,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cuda")]
     fn load_without_a_gpu_is_an_error_not_a_panic() {
         let ckpt = tiny_checkpoint(&[100, 5000]);
         match load_to_device(&ckpt, 0, AllocatorConfig::default()) {
@@ -343,6 +368,16 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "cuda"))]
+    fn load_without_the_cuda_feature_is_a_typed_error() {
+        let ckpt = tiny_checkpoint(&[100, 5000]);
+        let e = load_to_device(&ckpt, 0, AllocatorConfig::default()).unwrap_err();
+        assert_eq!(e, GpuError::NoCudaSupport);
+        assert!(e.to_string().contains("no CUDA support"), "{e}");
+    }
+
+    #[test]
+    #[cfg(feature = "cuda")]
     #[ignore = "needs an NVIDIA GPU; run with TENSORPLAY_GPU_TESTS=1 cargo test -- --ignored"]
     fn loads_to_device_0_and_matches_the_simulation() {
         if std::env::var_os("TENSORPLAY_GPU_TESTS").is_none() {

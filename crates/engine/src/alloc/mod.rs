@@ -1,5 +1,5 @@
 //! Memory engine: PyTorch's CUDA caching allocator (simulated, or on a real device through
-//! cudarc) and the pinned host staging allocator.
+//! cudarc with the `cuda` feature) and the pinned host staging allocator.
 //!
 //! The caching allocator is generic over a [`SegmentBackend`]: the simulated one hands out
 //! addresses inside a capacity at no cost, so a CI runner without a GPU can answer "what

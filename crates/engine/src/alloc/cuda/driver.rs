@@ -1,4 +1,5 @@
-//! The CUDA driver through cudarc, loaded dynamically: detection, device segments, pointer checks.
+//! The CUDA driver through cudarc, loaded dynamically (the `cuda` feature): detection, device
+//! segments, pointer checks.
 //!
 //! Nothing here needs CUDA at build time, and nothing panics when it is absent at run time.
 //! cudarc loads `libcuda` lazily and **panics** the first time any driver function is called
@@ -14,94 +15,20 @@
 //! - [`pointer_info`]: what the driver says an address is (`cuPointerGetAttribute`).
 //! - [`CudaPinned`]: a [`HostBackend`] of page-locked host memory for staging copies.
 
-use super::pinned::{HostBackend, HostBlock, HostBytes};
-use super::SegmentBackend;
+use super::{GpuError, GpuStatus};
+use crate::alloc::pinned::{HostBackend, HostBlock, HostBytes};
+use crate::alloc::SegmentBackend;
 use cudarc::driver::{
     sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice,
 };
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
 /// Why the GPU path cannot run on a machine without the driver library.
 pub const NO_DRIVER: &str = "no CUDA driver (libcuda) found on this machine";
-
-/// What can go wrong on the GPU path. Every message is one line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GpuError {
-    /// No candidate name of the driver library could be loaded.
-    #[error(
-        "no CUDA driver (libcuda) found on this machine: install the NVIDIA driver or put \
-         libcuda.so.1 on LD_LIBRARY_PATH"
-    )]
-    NoDriver,
-    /// The driver library loaded, but cudarc panicked using it (usually a missing symbol: the
-    /// installed driver is older than the CUDA version tensorplay was built for).
-    #[error("the CUDA driver library could not be used: {0}")]
-    DriverUnusable(String),
-    /// A driver call failed.
-    #[error("CUDA {op} failed: {message}")]
-    Driver {
-        /// The operation (driver function) that failed.
-        op: &'static str,
-        /// The driver's result code.
-        code: sys::CUresult,
-        /// Its name and the driver's description.
-        message: String,
-    },
-    /// The ordinal names no device.
-    #[error("CUDA device {ordinal} does not exist: the driver reports {count} device(s)")]
-    NoDevice {
-        /// The ordinal asked for.
-        ordinal: usize,
-        /// Devices the driver reports.
-        count: usize,
-    },
-    /// A size does not fit this platform's address space (or the driver's limits).
-    #[error("{bytes} bytes is too large for one CUDA allocation on this platform")]
-    TooLarge {
-        /// The size asked for.
-        bytes: u64,
-    },
-    /// A copy range does not lie inside one segment.
-    #[error("device range 0x{address:x}..+{len} does not lie inside one CUDA segment")]
-    OutsideSegments {
-        /// Start of the range.
-        address: u64,
-        /// Its length.
-        len: u64,
-    },
-    /// A segment to free is not one this backend holds (or has another size).
-    #[error("no CUDA segment of {size} bytes starts at 0x{address:x}")]
-    UnknownSegment {
-        /// The address given.
-        address: u64,
-        /// The size given.
-        size: u64,
-    },
-    /// The caching allocator refused a storage (out of memory, or an inconsistency).
-    #[error("device allocator failed for storage {storage}: {message}")]
-    Allocator {
-        /// The storage being loaded.
-        storage: usize,
-        /// The allocator's message.
-        message: String,
-    },
-    /// Returning device memory after a load failed.
-    #[error("releasing device memory failed: {0}")]
-    Teardown(String),
-    /// No staging buffer could be had, pinned or pageable.
-    #[error("no host staging buffer for storage {storage}: {message}")]
-    Staging {
-        /// The storage being loaded.
-        storage: usize,
-        /// Why.
-        message: String,
-    },
-}
 
 /// The error's name and the driver's description, e.g.
 /// `CUDA_ERROR_OUT_OF_MEMORY (out of memory)`. Only called with the library loaded.
@@ -157,27 +84,6 @@ fn with_driver<T>(f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError
         return Err(GpuError::NoDriver);
     }
     guard(f)
-}
-
-/// Whether this machine can run the GPU path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GpuStatus {
-    /// The driver loaded, initialised, and opened a context on device 0.
-    Available {
-        /// Devices the driver reports.
-        devices: usize,
-    },
-    /// Why not, in one line.
-    Unavailable(String),
-}
-
-impl fmt::Display for GpuStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GpuStatus::Available { devices } => write!(f, "CUDA available: {devices} device(s)"),
-            GpuStatus::Unavailable(why) => write!(f, "CUDA unavailable: {why}"),
-        }
-    }
 }
 
 /// Probes the driver without ever panicking: `is_culib_present()` first, then, under
