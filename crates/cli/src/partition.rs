@@ -177,8 +177,16 @@ mod tests {
     fn parses_k_of_n_and_rejects_the_rest() {
         assert_eq!("2/4".parse::<Part>(), Ok(Part { k: 2, n: 4 }));
         assert_eq!("1/1".parse::<Part>(), Ok(Part { k: 1, n: 1 }));
-        for bad in ["0/4", "5/4", "1/0", "2", "a/b", "-1/4", ""] {
-            assert!(bad.parse::<Part>().is_err(), "{bad} accepted");
+        for (bad, why) in [
+            ("0/4", "part 0 of 4: K must be between 1 and N"),
+            ("5/4", "part 5 of 4: K must be between 1 and N"),
+            ("1/0", "part 1 of 0: K must be between 1 and N"),
+            ("2", "expected K/N (such as 2/4), got '2'"),
+            ("a/b", "expected K/N with whole numbers, got 'a/b'"),
+            ("-1/4", "expected K/N with whole numbers, got '-1/4'"),
+            ("", "expected K/N (such as 2/4), got ''"),
+        ] {
+            assert_eq!(bad.parse::<Part>(), Err(why.to_owned()), "{bad}");
         }
     }
 

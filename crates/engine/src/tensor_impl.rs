@@ -124,24 +124,39 @@ impl TensorImpl {
 
     /// The design's `verify_data_ptr_consistency`: the data address follows from the storage's
     /// and the offset, and every byte the view reaches lies inside the storage, whose DataPtr
-    /// holds exactly the bytes it records.
+    /// holds exactly the bytes it records. A view that is not is
+    /// [`Error::DataPtrInconsistent`], naming the tensor as `name`.
     pub fn verify_data_ptr_consistency(&self, name: &str) -> Result<()> {
-        let fail = |detail: String| Error::DataPtrInconsistent {
-            tensor: name.to_owned(),
-            detail,
-        };
+        match self.data_ptr_problem()? {
+            Some(detail) => Err(Error::DataPtrInconsistent {
+                tensor: name.to_owned(),
+                detail,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether [`verify_data_ptr_consistency`](Self::verify_data_ptr_consistency) passes, for
+    /// a caller that only needs to know (and has no tensor name to give an error).
+    pub fn is_data_ptr_consistent(&self) -> bool {
+        matches!(self.data_ptr_problem(), Ok(None))
+    }
+
+    /// What makes the view inconsistent with its storage, `None` when nothing does; an error
+    /// when its address or byte range overflows.
+    fn data_ptr_problem(&self) -> Result<Option<String>> {
         let storage = &self.storage;
         let ptr = storage.data_ptr();
         let holds_bytes = matches!(ptr.owner(), Owner::Host { .. });
         if holds_bytes && ptr.len() != storage.nbytes() {
-            return Err(fail(format!(
+            return Ok(Some(format!(
                 "storage records {} bytes but its DataPtr holds {}",
                 storage.nbytes(),
                 ptr.len()
             )));
         }
         if self.dtype != storage.dtype() {
-            return Err(fail(format!(
+            return Ok(Some(format!(
                 "tensor dtype {} differs from storage dtype {}",
                 self.dtype,
                 storage.dtype()
@@ -150,7 +165,7 @@ impl TensorImpl {
         let address = self.data_address()?;
         if let Some(range) = self.byte_range()? {
             if range.end > storage.nbytes() {
-                return Err(fail(format!(
+                return Ok(Some(format!(
                     "view reaches bytes {}..{} of a {}-byte storage",
                     range.start,
                     range.end,
@@ -158,14 +173,14 @@ impl TensorImpl {
                 )));
             }
             if address != ptr.address() + range.start {
-                return Err(fail(format!(
+                return Ok(Some(format!(
                     "data address {address:#x} is not storage address {:#x} + {}",
                     ptr.address(),
                     range.start
                 )));
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The storage bytes the view reaches, when they are in host memory.
@@ -222,6 +237,7 @@ pub(crate) mod tests {
         let s = storage(72, DType::Float64);
         let v = view(&s, &[4], &[2], 1);
         v.verify_data_ptr_consistency("v").expect("consistent");
+        assert!(v.is_data_ptr_consistent());
         assert_eq!(v.data_address().unwrap(), s.data_ptr().address() + 8);
         assert_eq!(v.view_bytes().unwrap(), &(8u8..64).collect::<Vec<_>>()[..]);
         assert_eq!(v.nbytes().unwrap(), 32);
@@ -230,9 +246,9 @@ pub(crate) mod tests {
     #[test]
     fn a_view_past_its_storage_is_inconsistent() {
         let s = storage(16, DType::Float32);
-        let err = view(&s, &[4], &[1], 1)
-            .verify_data_ptr_consistency("w")
-            .unwrap_err();
+        let w = view(&s, &[4], &[1], 1);
+        assert!(!w.is_data_ptr_consistent());
+        let err = w.verify_data_ptr_consistency("w").unwrap_err();
         assert_eq!(
             err.to_string(),
             "tensor 'w': data pointer inconsistent with its storage: view reaches bytes 4..20 of a 16-byte storage"
@@ -244,6 +260,7 @@ pub(crate) mod tests {
         let s = storage(16, DType::Float32);
         let layout = Layout::contiguous(vec![4]).unwrap();
         let t = TensorImpl::new(layout, DType::Int32, Device::Cpu, false, false, s);
+        assert!(!t.is_data_ptr_consistent());
         let err = t.verify_data_ptr_consistency("t").unwrap_err().to_string();
         assert!(
             err.contains("tensor dtype int32 differs from storage dtype float32"),
@@ -263,12 +280,14 @@ pub(crate) mod tests {
             "cpu",
             ptr,
         ));
-        let err = view(&s, &[2], &[1], 0)
-            .verify_data_ptr_consistency("t")
-            .unwrap_err();
-        assert!(err
-            .to_string()
-            .contains("storage records 16 bytes but its DataPtr holds 8"));
+        let t = view(&s, &[2], &[1], 0);
+        assert!(!t.is_data_ptr_consistent());
+        let err = t.verify_data_ptr_consistency("t").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("storage records 16 bytes but its DataPtr holds 8"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -304,6 +323,7 @@ pub(crate) mod tests {
         let t = view(&s, &[4], &[1], 0);
         t.verify_data_ptr_consistency("m")
             .expect("nothing to contradict");
+        assert!(t.is_data_ptr_consistent());
         assert_eq!(t.view_bytes(), None);
     }
 }

@@ -46,9 +46,12 @@ mod tests {
         assert_eq!(parse_size("1.5 GiB"), Ok(3 << 29));
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("2MiB"), Ok(2 << 20));
-        assert!(parse_size("12 parsecs").is_err());
-        assert!(parse_size("GiB").is_err());
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("1e30").is_err());
+        let refused = |text: &str| parse_size(text).expect_err(text);
+        assert!(refused("12 parsecs").starts_with("unknown unit 'parsecs'"));
+        assert_eq!(refused("GiB"), "'GiB' is not a size like 24GiB");
+        assert_eq!(refused("0"), "'0' is out of range");
+        assert_eq!(refused("20000000TiB"), "'20000000TiB' is out of range");
+        // No exponents: `e30` is read as the unit.
+        assert!(refused("1e30").starts_with("unknown unit 'e30'"));
     }
 }

@@ -363,8 +363,19 @@ mod tests {
             }
             Ok(load) => assert!(driver_present() && load.ok(), "{load:?}"),
         }
-        // No device has this ordinal, driver or not.
-        assert!(load_to_device(&ckpt, 1 << 20, AllocatorConfig::default()).is_err());
+        // No device has this ordinal, driver or not: refused where the device is opened, as
+        // opening it is.
+        let e =
+            load_to_device(&ckpt, 1 << 20, AllocatorConfig::default()).expect_err("no such device");
+        assert_eq!(Some(&e), CudaDevice::open(1 << 20).err().as_ref());
+        if !driver_present() {
+            assert_eq!(e, GpuError::NoDriver);
+        } else if CudaDevice::open(0).is_ok() {
+            assert!(
+                matches!(e, GpuError::NoDevice { ordinal, .. } if ordinal == 1 << 20),
+                "{e}"
+            );
+        }
     }
 
     #[test]

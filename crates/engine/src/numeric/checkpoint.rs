@@ -108,7 +108,9 @@ fn elements_before(imp: &TensorImpl, chunk: u64) -> u64 {
 
 /// Chunk `chunk` of a contiguous tensor; its pages are released afterwards.
 fn scan_chunk(imp: &TensorImpl, chunk: u64, progress: Option<&AtomicU64>) -> Option<NonFinite> {
-    imp.verify_data_ptr_consistency("").ok()?;
+    if !imp.is_data_ptr_consistent() {
+        return None;
+    }
     let bytes = imp.view_bytes()?;
     let start = chunk.checked_mul(CHUNK_BYTES)?;
     let end = start.saturating_add(CHUNK_BYTES).min(bytes.len() as u64);
@@ -140,7 +142,7 @@ fn scan_strided(imp: &TensorImpl) -> Option<NonFinite> {
     let distinct =
         range.end.checked_sub(range.start)?.saturating_mul(8) / imp.dtype().bits().max(1);
     let walked = imp.layout().walk().ok()?.walked();
-    if walked > distinct && imp.verify_data_ptr_consistency("").is_ok() {
+    if walked > distinct && imp.is_data_ptr_consistent() {
         let bytes = imp.storage().data_ptr().bytes()?;
         let start = usize::try_from(range.start).ok()?;
         let end = usize::try_from(range.end).ok()?;

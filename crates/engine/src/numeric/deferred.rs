@@ -117,7 +117,9 @@ impl View {
         if !scannable(dtype) {
             return None;
         }
-        imp.verify_data_ptr_consistency("").ok()?;
+        if !imp.is_data_ptr_consistent() {
+            return None;
+        }
         let layout = imp.layout();
         let (Some(width), Some(range)) = (dtype.element_size(), imp.byte_range().ok()?) else {
             // Nothing to read, or a sub-byte dtype: no non-finite encodings.

@@ -13,13 +13,15 @@ use crate::tensor_impl::TensorImpl;
 /// the element count.
 ///
 /// `None` when the dtype is not [`scannable`], when the storage has no host bytes, or when the
-/// view is inconsistent with its storage (see [`TensorImpl::verify_data_ptr_consistency`]).
+/// view is inconsistent with its storage (see [`TensorImpl::is_data_ptr_consistent`]).
 pub fn scan_tensor(imp: &TensorImpl) -> Option<NonFinite> {
     let dtype = imp.dtype();
     if !scannable(dtype) {
         return None;
     }
-    imp.verify_data_ptr_consistency("").ok()?;
+    if !imp.is_data_ptr_consistent() {
+        return None;
+    }
     let bytes = imp.view_bytes()?;
     let layout = imp.layout();
     if layout.numel() == 0 || dtype.element_size().is_none() {
@@ -279,7 +281,16 @@ mod tests {
             let t = TensorImpl::new(layout, dtype, Device::Cpu, false, false, Arc::clone(&s));
             match scan_tensor(&t) {
                 Some(scan) => prop_assert_eq!(scan, gather_reference(&t)),
-                None => prop_assert!(t.verify_data_ptr_consistency("t").is_err()),
+                // Scannable, with host bytes: only a view past its storage is not scanned.
+                None => {
+                    let e = t.verify_data_ptr_consistency("t");
+                    prop_assert!(
+                        matches!(&e, Err(crate::Error::DataPtrInconsistent { tensor, detail })
+                            if tensor == "t" && detail.starts_with("view reaches bytes")),
+                        "{:?}", e
+                    );
+                    prop_assert!(!t.is_data_ptr_consistent());
+                }
             }
         }
 

@@ -350,33 +350,81 @@ mod tests {
             AllocatorConfig::default()
         );
 
-        for bad in [
-            "max_split_size_mb:19",
-            "max_split_size_mb:-5",
-            "max_split_size_mb:abc",
-            "max_split_size_mb",
-            "max_split_size_mb:",
-            "max_split_size_mb:40 roundup_power2_divisions:4",
-            "max_split_size_mb:40,,roundup_power2_divisions:4",
-            "roundup_power2_divisions:3",
-            "roundup_power2_divisions:0",
-            "roundup_power2_divisions:[64:3]",
-            "roundup_power2_divisions:[48:4]",
-            "roundup_power2_divisions:[0:4]",
-            "roundup_power2_divisions:[64:8",
-            "roundup_power2_divisions:[64:8 128:2]",
-            "roundup_power2_divisions:[64]",
-            "garbage_collection_threshold:1.5",
-            "expandable_segments:True",
-            "expandable_segments:yes",
-            "backend:cudaMallocAsync",
-            "max_non_split_rounding_mb:40",
-            "max_split_mb:40",
+        // Each refused for its own reason, in PyTorch's words where PyTorch has them.
+        for (bad, why) in [
+            (
+                "max_split_size_mb:19",
+                "max_split_size_mb too small, must be >= 20 (got 19)",
+            ),
+            (
+                "max_split_size_mb:-5",
+                "invalid value for max_split_size_mb: \"-5\"",
+            ),
+            (
+                "max_split_size_mb:abc",
+                "invalid value for max_split_size_mb: \"abc\"",
+            ),
+            (
+                "max_split_size_mb",
+                "max_split_size_mb: expected ':' at the end",
+            ),
+            ("max_split_size_mb:", "max_split_size_mb: missing value"),
+            // Whitespace is dropped, not a separator: "40roundup_power2_divisions".
+            (
+                "max_split_size_mb:40 roundup_power2_divisions:4",
+                "invalid value for max_split_size_mb: \"40roundup_power2_divisions\"",
+            ),
+            (
+                "max_split_size_mb:40,,roundup_power2_divisions:4",
+                "Unrecognized CachingAllocator option: ,",
+            ),
+            ("roundup_power2_divisions:3", "has to be power of 2 (got 3)"),
+            ("roundup_power2_divisions:0", "has to be power of 2 (got 0)"),
+            (
+                "roundup_power2_divisions:[64:3]",
+                "power of 2 or 0 to disable roundup (got 3)",
+            ),
+            (
+                "roundup_power2_divisions:[48:4]",
+                "intervals have to be power of 2 (got 48)",
+            ),
+            (
+                "roundup_power2_divisions:[0:4]",
+                "intervals have to be power of 2 (got 0)",
+            ),
+            ("roundup_power2_divisions:[64:8", "expected ',' or ']'"),
+            (
+                "roundup_power2_divisions:[64:8 128:2]",
+                "power of 2 or 0 to disable roundup (got 8128)",
+            ),
+            ("roundup_power2_divisions:[64]", "expected ':', found ']'"),
+            (
+                "garbage_collection_threshold:1.5",
+                "garbage_collect_threshold is invalid",
+            ),
+            (
+                "expandable_segments:True",
+                "expandable_segments:True is not modelled",
+            ),
+            (
+                "expandable_segments:yes",
+                "Expected True or False for expandable_segments",
+            ),
+            (
+                "backend:cudaMallocAsync",
+                "backend:cudaMallocAsync is not modelled",
+            ),
+            (
+                "max_non_split_rounding_mb:40",
+                "max_non_split_rounding_mb is not modelled",
+            ),
+            (
+                "max_split_mb:40",
+                "Unrecognized CachingAllocator option: max_split_mb",
+            ),
         ] {
-            assert!(
-                AllocatorConfig::parse(bad).is_err(),
-                "{bad} should be rejected"
-            );
+            let err = AllocatorConfig::parse(bad).expect_err(bad);
+            assert!(err.contains(why), "{bad}: {err}");
         }
         let err = AllocatorConfig::parse("max_split_size_mb:10").unwrap_err();
         assert!(err.contains("too small"), "{err}");
