@@ -12,6 +12,7 @@ mod budget;
 mod color;
 mod convert;
 mod dcp;
+mod dcp_bounds;
 mod did_you_mean;
 mod diff;
 mod differential_dcp;

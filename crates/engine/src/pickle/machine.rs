@@ -491,6 +491,15 @@ impl<'a> Machine<'a> {
 
     /// Reads the next opcode and charges it to the budget.
     fn next_op(&mut self) -> Result<u8> {
+        // At the buffer's end the C unpickler reads the opcode, and what follows it, from the
+        // file's position: where every frame `pickle.dump` writes ends.
+        if let Some(end) = self.buffer_end {
+            if self.pos >= end {
+                self.framing_anomaly |= self.pos != end;
+                self.pos = end;
+                self.buffer_end = None;
+            }
+        }
         self.op_pos = self.pos;
         let Some(&op) = self.bytes.get(self.pos) else {
             return Err(self.err("stream ends without STOP (truncated?)"));

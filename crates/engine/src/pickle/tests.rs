@@ -141,6 +141,27 @@ fn protocol_4_and_5_framing_memoize_and_stack_global() {
     );
 }
 
+/// `pickle.dump` ends each frame where an opcode ends and begins the next with FRAME (every
+/// stream over 64 KiB at protocol 4): each frame's bytes are read as they were written, the
+/// next FRAME's length from after its opcode, and no framing is found amiss.
+#[test]
+fn a_stream_of_several_frames_reads_as_pickle_dump_wrote_it() {
+    let frame = |body: &[u8]| {
+        let mut framed = vec![0x95];
+        framed.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        framed.extend_from_slice(body);
+        framed
+    };
+    let mut bytes = vec![0x80, 4];
+    bytes.extend(frame(b"]\x94("));
+    bytes.extend(frame(b"\x8c\x01a\x94\x8c\x01b\x94"));
+    bytes.extend(frame(b"e."));
+    let u = run(&bytes).expect("several frames");
+    let items = u.heap.seq(u.root).expect("a list").to_vec();
+    let strings: Vec<&str> = items.iter().filter_map(|&i| u.heap.str(i)).collect();
+    assert_eq!(strings, ["a", "b"]);
+}
+
 #[test]
 fn unsafe_globals_are_recorded_and_never_called() {
     for (stream, position) in [(EVIL_P2, 30), (EVIL_P4, 47)] {
