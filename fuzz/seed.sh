@@ -7,7 +7,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/fuzz/corpus"
-mkdir -p "$corpus"/{pickle,zip,legacy,safetensors,audit}
+mkdir -p "$corpus"/{pickle,zip,legacy,safetensors,audit,tar,dcp_metadata,pt2_program}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -34,6 +34,11 @@ while IFS= read -r -d '' f; do
     first4=$(hex "$f" 0 4)
     if [ "$first4" = 504b0304 ] || [ "$first4" = 504b0506 ]; then
         add zip "$f" "$name"
+        # A .pt2's programs seed the program JSON target.
+        unzip -Z1 "$f" 2>/dev/null | grep -E '(^|/)models/[^/]+\.json$|^[^/]*/?serialized_exported_program\.json$' | while IFS= read -r member; do
+            unzip -p "$f" "$member" >"$tmp/m" 2>/dev/null || continue
+            [ -s "$tmp/m" ] && cp "$tmp/m" "$corpus/pt2_program/${name}_$(flat "$member")"
+        done || true
         # Its pickles (data.pkl, constants.pkl, ...) seed the pickle machine.
         unzip -Z1 "$f" 2>/dev/null | grep -E '\.pkl$' | while IFS= read -r member; do
             unzip -p "$f" "$member" >"$tmp/m" 2>/dev/null || continue
@@ -41,6 +46,7 @@ while IFS= read -r -d '' f; do
         done || true
     elif [ "$(hex "$f" 257 5)" = 7573746172 ]; then # "ustar": an old tar checkpoint
         add legacy "$f" "$name"
+        add tar "$f" "$name"
         tar -tf "$f" 2>/dev/null | while IFS= read -r member; do
             case "$member" in */ | tensors | storages) continue ;; esac
             tar -xOf "$f" "$member" >"$tmp/m" 2>/dev/null || continue
@@ -53,9 +59,10 @@ while IFS= read -r -d '' f; do
         add safetensors "$f" "$name"
     elif [ "$(hex "$f" 0 1)" = 80 ] || [[ "$f" == *.pkl ]] || [[ "$f" == *.metadata ]]; then
         add pickle "$f" "$name"
+        [[ "$f" == *.metadata ]] && add dcp_metadata "$f" "$name"
     fi
 done < <(find "$root/fixtures" -type f -print0 | sort -z)
 
-for t in pickle zip legacy safetensors audit; do
+for t in pickle zip legacy safetensors audit tar dcp_metadata pt2_program; do
     printf '%-12s %4d seeds\n' "$t" "$(find "$corpus/$t" -type f | wc -l)"
 done

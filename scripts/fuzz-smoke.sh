@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root/fuzz"
 cargo +nightly fuzz build -s none -a
 ./seed.sh >/dev/null
-for target in pickle zip legacy safetensors audit; do
+for target in pickle zip legacy safetensors audit tar dcp_metadata pt2_program; do
     echo "== $target (${seconds}s)"
     mkdir -p "artifacts/$target"
     nice -n 19 "target/x86_64-unknown-linux-gnu/release/$target" "corpus/$target" \

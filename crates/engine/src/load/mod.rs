@@ -151,6 +151,23 @@ pub fn read_buffer_as(
     read_file_with(reader.read, buffer, limits)
 }
 
+/// Checks a torch.distributed.checkpoint `.metadata` alone (parsed, chunks tiled, items
+/// located); returns how many items it locates. For a fuzzer: not a stable API.
+#[doc(hidden)]
+pub fn check_dcp_metadata(bytes: &[u8], limits: ReadLimits) -> Result<usize> {
+    dcp::check_metadata(bytes, limits)
+}
+
+/// Reads a `.pt2` program's JSON as the `.pt2` reader does: the strings torch would evaluate,
+/// as globals, and the signature's names, or why the JSON is refused. For a fuzzer: not a
+/// stable API.
+#[doc(hidden)]
+pub fn check_pt2_program(
+    text: &[u8],
+) -> std::result::Result<(Vec<crate::unsafe_global::UnsafeGlobal>, Vec<String>), String> {
+    pt2::check_program(text)
+}
+
 /// Runs one reader over one whole file within `limits`.
 fn read_file_with(
     read: ReadFn,

@@ -13,6 +13,7 @@
 //! `torch.save` file: their globals are judged, their tensors named under the fqn.
 
 mod metadata;
+use super::limits::{Meter, ReadLimits};
 use super::torch::archive;
 use super::{Scope, Sink};
 use crate::error::{Error, ErrorKind, Result};
@@ -105,6 +106,23 @@ pub(super) fn read_into(dir: &Path, sink: &mut Sink<'_>) -> Result<Format> {
         .and_then(|()| every_byte_in_an_item(dir, &metadata.items, &reading.files))
         .map_err(|e| refused(sink, e))?;
     Ok(Format::Distributed)
+}
+
+/// Checks a `.metadata` alone as [`read_into`] does before reading any item: parsed within
+/// `limits`, every tensor's chunks tiled, every item located. For a fuzzer.
+pub(crate) fn check_metadata(bytes: &[u8], limits: ReadLimits) -> Result<usize> {
+    let dir = Path::new("fuzz-input");
+    let budget = Meter::new(limits).pickle_budget();
+    let metadata = metadata::parse(bytes, &dir.join(METADATA), &budget)?;
+    let mut pairs_left = MAX_CHUNK_PAIRS;
+    for tensor in &metadata.tensors {
+        check_tiling(dir, tensor, &mut pairs_left)?;
+    }
+    let reading = Reading {
+        dir,
+        files: HashMap::new(),
+    };
+    Ok(reading.locate(&metadata)?.len())
 }
 
 /// No two tensors share a name: a bytes item's tensors are named under its fqn, which a

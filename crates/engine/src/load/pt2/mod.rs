@@ -306,35 +306,13 @@ impl ModelReader<'_, '_, '_> {
         let value: serde_json::Value = self.json(program, "program")?;
         let full = self.archive.full_name(program);
         let text = self.archive.read(program)?.unwrap_or_default();
-        for refused in expr::refused(&value, &text) {
-            self.sink.add_unsafe_globals([UnsafeGlobal {
-                module: "sympy".into(),
-                name: "sympify".into(),
-                member: format!(
-                    "{full}: {} {:?} ({})",
-                    refused.field, refused.shown, refused.reason
-                ),
-                position: refused.position.unwrap_or(0),
-                payload: refused.sha256,
-            }]);
-        }
+        let (evaluated, signature) = read_program(&value, &text, &full);
+        self.sink.add_unsafe_globals(evaluated);
         drop(text);
-        let parsed = Program::deserialize(&value).map_err(|e| {
+        signature.map_err(|e| {
             self.archive
                 .err(&full, format!("malformed program JSON: {e}"))
-        })?;
-        Ok(parsed
-            .graph_module
-            .signature
-            .input_specs
-            .into_iter()
-            .filter_map(|spec| {
-                spec.parameter
-                    .map(|p| p.parameter_name)
-                    .or(spec.buffer.map(|b| b.buffer_name))
-                    .or(spec.tensor_constant.map(|c| c.tensor_constant_name))
-            })
-            .collect())
+        })
     }
 
     /// Whether `get_all_records()` lists `name` (relative to the archive's folder): torch
@@ -603,6 +581,56 @@ impl ModelReader<'_, '_, '_> {
         self.sink.add_unsafe_globals(unpickled.unsafe_globals);
         Ok(())
     }
+}
+
+/// A program's JSON (`value`, parsed from `text`, member `full`): every string torch would
+/// evaluate that is not an expression torch writes, as a call of `sympy.sympify`, and the
+/// parameter, buffer and tensor constant names of its signature.
+fn read_program(
+    value: &serde_json::Value,
+    text: &[u8],
+    full: &str,
+) -> (Vec<UnsafeGlobal>, std::result::Result<Vec<String>, String>) {
+    let evaluated = expr::refused(value, text)
+        .into_iter()
+        .map(|refused| UnsafeGlobal {
+            module: "sympy".into(),
+            name: "sympify".into(),
+            member: format!(
+                "{full}: {} {:?} ({})",
+                refused.field, refused.shown, refused.reason
+            ),
+            position: refused.position.unwrap_or(0),
+            payload: refused.sha256,
+        })
+        .collect();
+    let signature = Program::deserialize(value)
+        .map(|parsed| {
+            parsed
+                .graph_module
+                .signature
+                .input_specs
+                .into_iter()
+                .filter_map(|spec| {
+                    spec.parameter
+                        .map(|p| p.parameter_name)
+                        .or(spec.buffer.map(|b| b.buffer_name))
+                        .or(spec.tensor_constant.map(|c| c.tensor_constant_name))
+                })
+                .collect()
+        })
+        .map_err(|e| e.to_string());
+    (evaluated, signature)
+}
+
+/// [`read_program`] over bytes, as a fuzzer drives it: the evaluated strings found and the
+/// signature's names, or why the JSON is refused.
+pub(crate) fn check_program(
+    text: &[u8],
+) -> std::result::Result<(Vec<UnsafeGlobal>, Vec<String>), String> {
+    let value: serde_json::Value = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+    let (evaluated, signature) = read_program(&value, text, "models/model.json");
+    Ok((evaluated, signature?))
 }
 
 /// What `torch.load` makes of bytes: a zip archive (`_is_zipfile`), else an old tar archive,
