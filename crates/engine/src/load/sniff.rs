@@ -29,10 +29,29 @@ pub enum Sniffed {
     Unknown,
 }
 
-/// The pickled magic number `0x1950a86a20f9469cfc6c` as `LONG1` after `PROTO`.
+/// The pickled magic number `0x1950a86a20f9469cfc6c` as `LONG1` (protocol 2 and later).
 const LEGACY_MAGIC: [u8; 12] = [
     0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
 ];
+
+/// The same number as protocols 0 and 1 write it: a text `LONG`.
+const LEGACY_MAGIC_TEXT: &[u8] = b"L119547037146038801333356L\n";
+
+/// Whether the first pickle's first value is PyTorch's legacy magic number, in whichever
+/// protocol `torch.save(..., pickle_protocol=n)` wrote it: text for 0 and 1, `LONG1` after
+/// `PROTO` from 2 on, inside a `FRAME` from 4 on (torch.load reads the first pickle whatever
+/// its protocol and compares the value).
+fn begins_legacy(prefix: &[u8]) -> bool {
+    let mut rest = prefix;
+    if let [0x80, _, tail @ ..] = rest {
+        rest = tail;
+        if let [0x95, tail @ ..] = rest {
+            rest = tail.get(8..).unwrap_or_default();
+        }
+        return rest.starts_with(&LEGACY_MAGIC);
+    }
+    rest.starts_with(LEGACY_MAGIC_TEXT)
+}
 
 /// Classifies a file from its first bytes (up to `SNIFF_LEN`).
 pub fn sniff(prefix: &[u8]) -> Sniffed {
@@ -44,7 +63,7 @@ pub fn sniff(prefix: &[u8]) -> Sniffed {
     if prefix.starts_with(b"PK\x03\x04") || prefix.starts_with(b"PK\x05\x06") {
         return Sniffed::Zip;
     }
-    if prefix.first() == Some(&0x80) && prefix.get(2..14) == Some(&LEGACY_MAGIC[..]) {
+    if begins_legacy(prefix) {
         return Sniffed::LegacyPickle;
     }
     if looks_like_safetensors(prefix) {
@@ -108,6 +127,14 @@ mod tests {
             0x2e,
         ];
         assert_eq!(sniff(&legacy), Sniffed::LegacyPickle);
+        // pickle_protocol=4 and 5 frame it; 0 and 1 write it as text.
+        let mut framed = vec![0x80, 0x04, 0x95, 0x0d, 0, 0, 0, 0, 0, 0, 0];
+        framed.extend_from_slice(&legacy[2..]);
+        assert_eq!(sniff(&framed), Sniffed::LegacyPickle);
+        assert_eq!(
+            sniff(b"L119547037146038801333356L\n.I1001\n."),
+            Sniffed::LegacyPickle
+        );
         assert_eq!(sniff(b"  {\n  \"metadata\": {}"), Sniffed::JsonIndex);
         assert_eq!(sniff(b"\xef\xbb\xbf{\"weight_map\""), Sniffed::JsonIndex);
         assert_eq!(sniff(b""), Sniffed::Unknown);

@@ -4,6 +4,18 @@ use super::heap::Node;
 
 /// A LONG1/LONG4 operand: an `Int` when it fits 64 bits.
 pub(super) fn long_from_le(bytes: &[u8]) -> Node {
+    // Python's value, in its shortest two's-complement form: a sign byte the value does not
+    // need (a text LONG's, a non-minimal LONG1 from another writer) is dropped, so equal
+    // integers are equal values here as they are in Python.
+    let mut len = bytes.len();
+    while let [.., next, last] = bytes.get(..len).unwrap_or_default() {
+        let redundant = (*last == 0 && next & 0x80 == 0) || (*last == 0xff && next & 0x80 != 0);
+        if !redundant {
+            break;
+        }
+        len -= 1;
+    }
+    let bytes = bytes.get(..len).unwrap_or_default();
     if bytes.len() > 8 {
         return Node::BigInt(bytes.into());
     }
@@ -147,5 +159,24 @@ pub(super) fn utf8_surrogatepass(raw: &[u8]) -> Option<String> {
                 rest = after.get(3..)?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod long_tests {
+    use super::*;
+
+    /// One integer, one value, however many sign bytes its writer spent on it: PyTorch's
+    /// legacy magic number as LONG1 and as protocol 1's text LONG compare equal.
+    #[test]
+    fn an_integer_is_one_value_whatever_its_sign_bytes() {
+        let magic = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+        let text = decimal_to_le("119547037146038801333356").expect("decimal");
+        assert_eq!(long_from_le(&text), long_from_le(&magic));
+        assert_eq!(long_from_le(&magic), Node::BigInt(magic[..].into()));
+        assert_eq!(long_from_le(&[0x01, 0x00, 0x00]), Node::Int(1));
+        assert_eq!(long_from_le(&[0xff; 12]), Node::Int(-1));
+        assert_eq!(long_from_le(&[0x80, 0x00]), Node::Int(128));
+        assert_eq!(long_from_le(&[]), Node::Int(0));
     }
 }

@@ -105,9 +105,10 @@ fn protocol_0_text_opcodes() {
     assert_eq!(u.heap.u64s(a[4]), Some(vec![1, 2]));
     assert_eq!(u.heap.get(field(&u, u.root, "b")), &Node::Bool(true));
     assert_eq!(u.heap.int(field(&u, u.root, "neg")), Some(-3));
-    // 2**70 does not fit 64 bits; protocol 0 writes it as a LONG literal.
+    // 2**70 does not fit 64 bits; protocol 0 writes it as a LONG literal, read as the
+    // shortest two's complement, as LONG1 carries it (`pickle.encode_long`).
     let mut big = vec![0u8; 8];
-    big.extend([0x40, 0]);
+    big.push(0x40);
     assert_eq!(
         u.heap.get(field(&u, u.root, "big")),
         &Node::BigInt(big.into())
