@@ -77,12 +77,9 @@ pub(super) fn read_into(dir: &Path, sink: &mut Sink<'_>) -> Result<Format> {
         dir,
         files: HashMap::new(),
     };
-    let with_globals = |e: Error| e.with_unsafe_globals(metadata.unsafe_globals.clone());
-    let mut pairs_left = MAX_CHUNK_PAIRS;
-    for tensor in &metadata.tensors {
-        check_tiling(dir, tensor, &mut pairs_left).map_err(with_globals)?;
-    }
-    let located = reading.locate(&metadata).map_err(with_globals)?;
+    let located = reading
+        .tile_and_locate(&metadata)
+        .map_err(|e| e.with_unsafe_globals(metadata.unsafe_globals.clone()))?;
     sink.add_unsafe_globals(metadata.unsafe_globals.iter().cloned());
     // A refusal from here on names every global read so far.
     let refused = |sink: &Sink<'_>, e: Error| e.with_unsafe_globals(sink.unsafe_globals().to_vec());
@@ -114,15 +111,11 @@ pub(crate) fn check_metadata(bytes: &[u8], limits: ReadLimits) -> Result<usize> 
     let dir = Path::new("fuzz-input");
     let budget = Meter::new(limits).pickle_budget();
     let metadata = metadata::parse(bytes, &dir.join(METADATA), &budget)?;
-    let mut pairs_left = MAX_CHUNK_PAIRS;
-    for tensor in &metadata.tensors {
-        check_tiling(dir, tensor, &mut pairs_left)?;
-    }
     let reading = Reading {
         dir,
         files: HashMap::new(),
     };
-    Ok(reading.locate(&metadata)?.len())
+    Ok(reading.tile_and_locate(&metadata)?.len())
 }
 
 /// No two tensors share a name: a bytes item's tensors are named under its fqn, which a
@@ -148,6 +141,16 @@ struct Reading<'a> {
 }
 
 impl<'a> Reading<'a> {
+    /// What is checked before any item is read: every tensor's chunks tile it (the pairs
+    /// compared bounded per checkpoint), and every item is located.
+    fn tile_and_locate<'m>(&self, metadata: &'m Metadata) -> Result<Located<'m>> {
+        let mut pairs_left = MAX_CHUNK_PAIRS;
+        for tensor in &metadata.tensors {
+            check_tiling(self.dir, tensor, &mut pairs_left)?;
+        }
+        self.locate(metadata)
+    }
+
     /// Every item by its index, each named by exactly one tensor chunk or bytes entry: an
     /// item nothing names would never be loaded, and is not left unread.
     fn locate<'m>(&self, metadata: &'m Metadata) -> Result<Located<'m>> {
