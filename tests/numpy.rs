@@ -153,7 +153,7 @@ fn the_text_output_shows_the_fortran_strides() {
 fn every_bad_file_is_refused_naming_the_problem() {
     let truth = truth();
     let bad = truth["bad"].as_object().expect("bad");
-    let expected: [(&str, &str); 12] = [
+    let expected: [(&str, &str); 14] = [
         (
             "duplicate_key.npy",
             "header: 'descr' is set twice (numpy keeps the last value",
@@ -177,6 +177,14 @@ fn every_bad_file_is_refused_naming_the_problem() {
         (
             "header_too_long.npy",
             "header: 10100 characters exceed numpy's 10000-character limit",
+        ),
+        (
+            "key_shadowed.npz",
+            "ambiguous archive: the array of 'a.npy.npy' is keyed 'a.npy', but np.load(...)['a.npy'] returns the member 'a.npy' itself",
+        ),
+        (
+            "not_an_array.npz",
+            "notes.npy: magic: does not begin with \\x93NUMPY: np.load returns such a member's raw bytes",
         ),
         (
             "object.npy",
@@ -222,9 +230,16 @@ fn every_bad_file_is_refused_naming_the_problem() {
         let globals = !e.unsafe_globals().is_empty();
         assert_eq!(codes.contains(&"TP501"), globals, "{path}: {findings:?}");
         assert!(codes.contains(&"TP502"), "{path}: {findings:?}");
-        // What numpy does: refuses all but the dtypes no tensor holds and a key set twice,
-        // which it reads (keeping the last).
-        let numpy_loads = matches!(name, "unicode.npy" | "structured.npy" | "duplicate_key.npy");
+        // What numpy does: refuses all but the dtypes no tensor holds, a key set twice (it
+        // keeps the last) and the archives whose keys say other than their members.
+        let numpy_loads = matches!(
+            name,
+            "unicode.npy"
+                | "structured.npy"
+                | "duplicate_key.npy"
+                | "key_shadowed.npz"
+                | "not_an_array.npz"
+        );
         assert_eq!(numpy["loads"], numpy_loads, "{path}: {numpy}");
     }
 }
@@ -261,6 +276,15 @@ fn numpy_refuses_what_tensorplay_refuses_for_the_same_reason() {
     assert!(numpy("version_4.npy").contains("not (4, 0)"));
     // The key set twice: numpy keeps the last value.
     assert_eq!(bad["fixtures/numpy/bad/duplicate_key.npy"]["descr"], "<i4");
+    // The member `a.npy.npy` is keyed `a.npy`, under which numpy returns the member `a.npy`:
+    // both keys give the int64 array, the float32 one is out of reach.
+    let shadowed = &bad["fixtures/numpy/bad/key_shadowed.npz"];
+    assert_eq!(shadowed["keys"], serde_json::json!(["a.npy", "a"]));
+    assert_eq!(shadowed["values"]["a.npy"], shadowed["values"]["a"]);
+    assert_eq!(shadowed["values"]["a"]["descr"], "<i8");
+    // A member without the magic string is its raw bytes to numpy.
+    let text = &bad["fixtures/numpy/bad/not_an_array.npz"]["values"]["notes"];
+    assert_eq!(text["bytes"], 24);
 }
 
 #[test]
