@@ -27,6 +27,7 @@ mod html_report;
 mod inspect;
 mod legacy_streams;
 mod models;
+mod numpy;
 mod partition;
 mod pt2;
 mod pytorch;

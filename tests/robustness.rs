@@ -1,10 +1,10 @@
 //! Hostile bytes never panic a reader, and a cut checkpoint is never read as whole. Every
 //! family of good fixtures is swept: the single files the truth files name (safetensors,
 //! PyTorch zip, legacy, TorchScript), `.pt2` archives, the tensor kinds, plain pickles and the
-//! old tar format (which torch reads and tensorplay refuses whole), one file at a time through
-//! `load::from_buffer`; sharded indexes and DCP directories, copied into a temporary folder
-//! with one of their files cut or corrupted at a time, through `load::open`. A format that no
-//! family reads as fails the sweep.
+//! old tar format (which torch reads and tensorplay refuses whole), NumPy's `.npy` and `.npz`
+//! files, one file at a time through `load::from_buffer`; sharded indexes and DCP directories,
+//! copied into a temporary folder with one of their files cut or corrupted at a time, through
+//! `load::open`. A format that no family reads as fails the sweep.
 
 use crate::common::{good_truth_files, read_json, root, TempDir};
 use proptest::prelude::*;
@@ -31,9 +31,11 @@ enum Family {
     LegacyTar,
     /// `fixtures/dcp/truth.json`: `torch.distributed.checkpoint` directories.
     Dcp,
+    /// `fixtures/numpy/truth.json`: `.npy` and `.npz` files numpy wrote.
+    Numpy,
 }
 
-const FAMILIES: [Family; 7] = [
+const FAMILIES: [Family; 8] = [
     Family::TruthFile,
     Family::ShardedIndex,
     Family::Pt2,
@@ -41,6 +43,7 @@ const FAMILIES: [Family; 7] = [
     Family::PlainPickle,
     Family::LegacyTar,
     Family::Dcp,
+    Family::Numpy,
 ];
 
 /// Every format the engine reads. Each names the one after it in a match without a wildcard:
@@ -56,7 +59,9 @@ fn every_format() -> Vec<Format> {
         Format::PytorchIndex => Some(Format::Pickle),
         Format::Pickle => Some(Format::Distributed),
         Format::Distributed => Some(Format::Pt2),
-        Format::Pt2 => None,
+        Format::Pt2 => Some(Format::Numpy),
+        Format::Numpy => Some(Format::NumpyArchive),
+        Format::NumpyArchive => None,
     };
     std::iter::successors(Some(Format::Safetensors), |&f| after(f)).collect()
 }
@@ -200,6 +205,17 @@ fn fixtures() -> &'static [Fixture] {
                     files,
                 },
             });
+        }
+        let numpy = read_json("fixtures/numpy/truth.json");
+        for (path, truth) in numpy["files"].as_object().expect("files") {
+            // Bytes after the array are ignored, as np.load ignores them: a cut there cuts
+            // nothing read.
+            let ignored_tail = truth["arrays"][0]["trailing_bytes"].as_u64() != Some(0);
+            if ignored_tail && path.ends_with(".npy") {
+                continue;
+            }
+            let format = format_named(truth["format"].as_str().expect("format"));
+            all.push(one(Family::Numpy, path.clone(), Some(format)));
         }
         all
     })

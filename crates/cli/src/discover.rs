@@ -27,6 +27,8 @@ const CHECKPOINT_EXTENSIONS: &[&str] = &[
     "dill",
     "tar",
     "distcp",
+    "npy",
+    "npz",
 ];
 
 /// What to audit and what was passed over.

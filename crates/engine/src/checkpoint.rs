@@ -32,6 +32,10 @@ pub enum Format {
     Distributed,
     /// A `torch.export.save` archive (`.pt2`).
     Pt2,
+    /// A NumPy `.npy` file (`np.save`): one array.
+    Numpy,
+    /// A NumPy `.npz` archive (`np.savez`, `np.savez_compressed`): a zip of `.npy` members.
+    NumpyArchive,
 }
 
 impl Format {
@@ -47,6 +51,8 @@ impl Format {
             Format::Pickle => "pickle",
             Format::Distributed => "torch-distributed",
             Format::Pt2 => "pt2",
+            Format::Numpy => "numpy-npy",
+            Format::NumpyArchive => "numpy-npz",
         }
     }
 }

@@ -268,6 +268,18 @@ pub enum Error {
         detail: String,
     },
 
+    /// A NumPy array (a `.npy` file, or an `.npz` member) that `np.load` refuses, or whose
+    /// elements no tensor dtype holds.
+    #[error("{}: {part}: {detail}", .path.display())]
+    Numpy {
+        /// The file.
+        path: PathBuf,
+        /// The part at fault (`header`, `data`), after the `.npz` member holding it.
+        part: String,
+        /// What is wrong.
+        detail: String,
+    },
+
     /// A Git LFS pointer: the text git keeps in place of a file it has not fetched.
     #[error("{}: Git LFS pointer: run `git lfs pull` to fetch the file it stands for", .path.display())]
     LfsPointer {
@@ -440,6 +452,7 @@ impl Error {
             | Error::Pickle { .. }
             | Error::RepeatedKey { .. }
             | Error::Archive { .. }
+            | Error::Numpy { .. }
             | Error::LfsPointer { .. }
             | Error::DirectoryPart { .. }
             // A link in a checkpoint tree that leads nowhere is a finding about the tree (a

@@ -1,11 +1,12 @@
 //! Checkpoint readers, one file per format, grouped by family (`torch/`, `zip/`, `pt2/`,
-//! `dcp/`, `safetensors`), chosen by content, never by name.
+//! `dcp/`, `numpy/`, `safetensors`), chosen by content, never by name.
 //!
 //! [`probe`] looks at a path once: its first bytes say what it is ([`Sniffed`]), an index is
 //! parsed there, a directory is matched against the directory table. [`read`] turns that
 //! [`Probe`] into a [`Checkpoint`]; [`open`] is the two in one, and [`from_buffer`] reads bytes
 //! already in memory. A single file, bytes in memory and each shard of an index all get their
 //! reader from the file table below, `reader`; every reader writes through one `Sink`.
+//! NumPy's `.npy` and `.npz` (`numpy/`) are read here too: an `.npz` is a row of the zip table.
 //!
 //! Adding a format is one reader file (a `ReadFn`), one row in `reader` (or in
 //! `directory_readers`, or in the zip table `zip::kind::ZIP_KINDS`), and one [`Format`]
@@ -16,6 +17,7 @@ mod flatten;
 mod index;
 mod json;
 mod limits;
+mod numpy;
 mod pickle_file;
 mod pickle_start;
 mod polyglot;
@@ -64,6 +66,7 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
     match kind {
         //                           reader                   sharded as                what, in messages
         Sniffed::Safetensors  => row(safetensors::read_into,  Format::SafetensorsIndex, "safetensors"),
+        Sniffed::Numpy        => row(numpy::read_into,        Format::Numpy,            "a NumPy .npy array"),
         Sniffed::Zip          => row(zip::kind::read_into,     Format::PytorchIndex,     "a PyTorch zip archive"),
         Sniffed::LegacyPickle => row(torch::legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
         Sniffed::Pickle       => row(pickle_file::read_into,  Format::PytorchIndex,     "a plain pickle"),

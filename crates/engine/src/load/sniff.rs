@@ -8,6 +8,8 @@ pub const SNIFF_LEN: usize = 512;
 pub enum Sniffed {
     /// An 8-byte little-endian header length followed by a JSON object.
     Safetensors,
+    /// NumPy's magic string `\x93NUMPY`: a `.npy` array (`np.save`).
+    Numpy,
     /// A zip archive: `torch.save` since 1.6, `torch.jit.save` or `torch.export.save` (`.pt2`),
     /// told apart by their records once the archive is open (`zip::kind`).
     Zip,
@@ -55,6 +57,11 @@ fn begins_legacy(prefix: &[u8]) -> bool {
 
 /// Classifies a file from its first bytes (up to `SNIFF_LEN`).
 pub fn sniff(prefix: &[u8]) -> Sniffed {
+    // No tar header, zip, pickle or JSON begins with 0x93 'NUMPY' (0x93 is a pickle's
+    // STACK_GLOBAL, which fails on an empty stack).
+    if prefix.starts_with(super::numpy::MAGIC) {
+        return Sniffed::Numpy;
+    }
     // torch.load reads a zip when the file starts with a local header, then tries tarfile
     // on anything else, and only then the legacy stream.
     if !prefix.starts_with(b"PK\x03\x04") && super::torch::tar::opens(prefix) {
@@ -122,6 +129,7 @@ mod tests {
         st.extend_from_slice(b"{}");
         assert_eq!(sniff(&st), Sniffed::Safetensors);
         assert_eq!(sniff(b"PK\x03\x04rest"), Sniffed::Zip);
+        assert_eq!(sniff(b"\x93NUMPY\x01\x00v\x00{"), Sniffed::Numpy);
         let legacy = [
             0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
             0x2e,

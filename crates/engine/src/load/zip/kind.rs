@@ -1,6 +1,8 @@
 //! Which reader a zip archive needs. Its first bytes cannot tell: `torch.save`,
 //! `torch.jit.save` and `torch.export.save` all write PyTorch's zip, records in their own
-//! order. Its records can, as torch decides: an `archive_format` record holding `pt2` marks a
+//! order, and `np.savez` writes a zip of `.npy` members. Its records can: members all named
+//! `*.npy` make an `.npz` (which no torch archive is); then, as torch decides: an
+//! `archive_format` record holding `pt2` marks a
 //! `torch.export` archive (`is_pt2_package`); an archive without a folder but with a root
 //! `version` record is one from before torch 2.7 (`torch.export.load`'s zipfile fallback);
 //! any other is `torch.load`'s.
@@ -8,6 +10,7 @@
 use super::{globals_of_every_pickle, Zip};
 use crate::error::{Error, Result};
 use crate::load::limits::Meter;
+use crate::load::numpy;
 use crate::load::pt2::{self, flat};
 use crate::load::torch::archive::{self, Archive};
 use crate::load::Sink;
@@ -39,7 +42,9 @@ struct ZipKind {
 
 /// The zip table: the first row that claims an archive reads it; the last claims any.
 #[rustfmt::skip]
-const ZIP_KINDS: [ZipKind; 3] = [
+const ZIP_KINDS: [ZipKind; 4] = [
+    // np.savez: every member a `.npy`, at the root or not (before the rows that need a folder).
+    ZipKind { archive: flat,                  claims: numpy::is_npz,        read: numpy::read_archive },
     // torch.export before 2.7: no folder, a root `version` record.
     ZipKind { archive: flat,                  claims: flat::is_flat_export, read: flat::read_archive },
     // torch.export: an `archive_format` record holding `pt2`.
