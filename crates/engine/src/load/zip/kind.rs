@@ -44,13 +44,13 @@ struct ZipKind {
 #[rustfmt::skip]
 const ZIP_KINDS: [ZipKind; 4] = [
     // np.savez: every member a `.npy`, at the root or not (before the rows that need a folder).
-    ZipKind { archive: flat,                  claims: numpy::is_npz,        read: numpy::read_archive },
+    ZipKind { archive: flat,                claims: numpy::is_npz,        read: numpy::read_archive },
     // torch.export before 2.7: no folder, a root `version` record.
-    ZipKind { archive: flat,                  claims: flat::is_flat_export, read: flat::read_archive },
+    ZipKind { archive: flat,                claims: flat::is_flat_export, read: flat::read_archive },
     // torch.export: an `archive_format` record holding `pt2`.
-    ZipKind { archive: archive::archive_of, claims: pt2::is_pt2,              read: pt2::read_archive },
+    ZipKind { archive: archive::archive_of, claims: pt2::is_pt2,          read: pt2::read_archive },
     // torch.save and torch.jit.save, which the archive's records tell apart.
-    ZipKind { archive: archive::archive_of, claims: |_| Ok(true),             read: archive::read_archive },
+    ZipKind { archive: archive::archive_of, claims: |_| Ok(true),         read: archive::read_archive },
 ];
 
 fn flat<'a>(buffer: &'a Arc<HostBuffer>, zip: Zip<'a>, meter: &'a Meter) -> Result<Archive<'a>> {
