@@ -5,6 +5,7 @@
 
 use crate::common::{global_names, read_json, root, stderr, stdout, tensorplay};
 use serde_json::Value;
+use tensorplay_engine::load;
 
 fn inspect(dir: &str) -> Value {
     let out = tensorplay(&["inspect", "--format", "json", dir]);
@@ -31,13 +32,18 @@ fn chunk_values(data_ptr: &Value, dtype: &str, count: usize) -> Option<Vec<f64>>
     let file = root().join(data_ptr["file"].as_str().expect("file"));
     let bytes = std::fs::read(&file).expect("chunk file");
     let at = data_ptr["offset"].as_u64().expect("offset") as usize;
+    decode(&bytes[at..], dtype, count)
+}
+
+/// The first `count` elements of `bytes` as f64, for the dtypes the fixtures decode.
+fn decode(bytes: &[u8], dtype: &str, count: usize) -> Option<Vec<f64>> {
     let size = match dtype {
         "float32" => 4,
         "int64" => 8,
         "bool" => 1,
         _ => return None,
     };
-    let raw = bytes.get(at..at + size * count).expect("inside its file");
+    let raw = bytes.get(..size * count).expect("inside its bytes");
     Some(
         raw.chunks_exact(size)
             .map(|b| match dtype {
@@ -70,6 +76,9 @@ fn window(whole: &[f64], shape: &[u64], offsets: &[u64], sizes: &[u64]) -> Vec<f
 fn matches_truth(name: &str) {
     let dir = format!("fixtures/dcp/{name}");
     let truth = &read_json("fixtures/dcp/truth.json")[name];
+    // An item written through a transform is read from the bytes the transform gives back,
+    // not from the file: its values are checked by `compressed_values_match_truth`.
+    let transformed = truth.get("transforms").is_some();
     let doc = inspect(&dir);
     assert_eq!(doc["format"], "torch-distributed");
     let expected = truth["tensors"].as_object().expect("tensors");
@@ -118,6 +127,9 @@ fn matches_truth(name: &str) {
             assert_eq!(tensor["shape"], tc["sizes"], "{own}");
             assert_eq!(tensor["dtype"], e["dtype"], "{own}");
             assert_eq!(tensor["storage"], c["storage"], "{own}");
+            if transformed {
+                continue;
+            }
             // Its bytes lie in the item's range of the file the metadata names.
             let storage = &storages[c["storage"].as_u64().unwrap() as usize];
             let ptr = &storage["data_ptr"];
@@ -175,13 +187,150 @@ fn a_tensor_saved_in_chunks_is_one_tensor_of_its_chunks() {
     assert!(files.contains(&"fixtures/dcp/chunked/__0_1.distcp"));
 }
 
+/// Each tensor of a transformed checkpoint holds, in the bytes its item decompresses to, the
+/// values `dcp.load` read.
+fn compressed_values_match_truth(name: &str) {
+    let truth = &read_json("fixtures/dcp/truth.json")[name];
+    let ckpt = load::open(&root().join("fixtures/dcp").join(name)).expect(name);
+    let tensors = truth["tensors"].as_object().unwrap();
+    assert_eq!(ckpt.tensors.len(), tensors.len(), "{name}");
+    for (fqn, e) in tensors {
+        let tensor = ckpt.tensors.iter().find(|t| t.name() == fqn).expect(fqn);
+        let imp = tensor.tensor_impl();
+        let bytes = imp
+            .storage()
+            .data_ptr()
+            .bytes()
+            .expect("decompressed bytes");
+        let whole: Vec<f64> = e["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let dtype = e["dtype"].as_str().unwrap();
+        if let Some(values) = decode(bytes, dtype, whole.len()) {
+            assert_eq!(values, whole, "{fqn}");
+        }
+    }
+}
+
+#[test]
+fn a_zstd_compressed_checkpoint_reads_as_dcp_load_reads_it() {
+    let truth = read_json("fixtures/dcp/truth.json");
+    assert_eq!(
+        truth["zstd"]["transforms"],
+        serde_json::json!([["stream.zstd/1"]])
+    );
+    matches_truth("zstd");
+    compressed_values_match_truth("zstd");
+    // The same state dict as plain/, read the same, but from the decompressed records.
+    for (fqn, e) in truth["zstd"]["tensors"].as_object().unwrap() {
+        let p = &truth["plain"]["tensors"][fqn];
+        assert_eq!(
+            (&e["dtype"], &e["shape"]),
+            (&p["dtype"], &p["shape"]),
+            "{fqn}"
+        );
+        assert_eq!(e["values"], p["values"], "{fqn}");
+    }
+    let doc = inspect("fixtures/dcp/zstd");
+    let ptr = &doc["storages"][0]["data_ptr"];
+    assert_eq!(ptr["backend"], "heap", "{ptr}");
+}
+
+#[test]
+fn a_safetensors_serialized_checkpoint_is_refused_for_what_it_is() {
+    let truth = &read_json("fixtures/dcp/truth.json")["safetensors"];
+    // dcp.load cannot read it back: the tensor items all start at one safetensors header.
+    assert!(truth["dcp_load_error"].as_str().is_some(), "{truth}");
+    assert_eq!(
+        truth["items"]["model.w"]["offset"],
+        truth["items"]["model.b"]["offset"]
+    );
+    let report = audit("fixtures/dcp/safetensors");
+    let findings = report["files"][0]["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0]["code"], "TP502");
+    let text = findings[0]["message"].as_str().unwrap();
+    assert!(text.contains("serialization_format=SAFETENSORS"), "{text}");
+    assert!(!text.contains("share bytes"), "{text}");
+}
+
+/// With `flatten_state_dict=False` each top-level entry is one bytes item holding a nested
+/// dict: its tensors and DTensors are named under the entry, and every DTensor's component
+/// is a tensor of the checkpoint, as `dcp.load`'s planner gets them.
+#[test]
+fn a_nested_state_dict_of_dtensors_is_named_as_dcp_load_reads_it() {
+    let truth = &read_json("fixtures/dcp/truth.json")["nested_dtensor"];
+    let doc = inspect("fixtures/dcp/nested_dtensor");
+    assert_eq!(doc["format"], "torch-distributed");
+    let tensors = doc["tensors"].as_array().unwrap();
+    let storages = doc["storages"].as_array().unwrap();
+    let composites = doc["composites"].as_array().unwrap();
+    let tensor = |name: &str| {
+        tensors
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no tensor '{name}'"))
+    };
+    let values = |t: &Value, dtype: &str, count: usize| {
+        let storage = &storages[t["storage"].as_u64().unwrap() as usize];
+        chunk_values(&storage["data_ptr"], dtype, count).expect("decoded")
+    };
+    let floats = |v: &Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    // Every component names a tensor the checkpoint has.
+    for c in composites {
+        for part in c["components"].as_array().unwrap() {
+            tensor(part["tensor"].as_str().unwrap());
+        }
+    }
+    let dtensors = truth["dtensors"].as_object().unwrap();
+    assert_eq!(composites.len(), dtensors.len());
+    for (fqn, e) in dtensors {
+        let c = composites
+            .iter()
+            .find(|c| c["name"] == fqn.as_str())
+            .unwrap_or_else(|| panic!("no composite '{fqn}'"));
+        assert_eq!(c["subclass"], "torch.distributed.tensor.DTensor", "{fqn}");
+        assert_eq!(c["shape"], e["shape"], "{fqn}");
+        assert_eq!(c["dtype"], e["dtype"], "{fqn}");
+        assert_eq!(c["placements"], e["placements"], "{fqn}");
+        let parts = c["components"].as_array().unwrap();
+        assert_eq!(parts.len(), 1, "{fqn}");
+        let local = format!("{fqn}._local_tensor");
+        assert_eq!(parts[0]["tensor"], local.as_str());
+        let t = tensor(&local);
+        assert_eq!(t["shape"], e["local_shape"], "{fqn}");
+        let expected = floats(&e["local_values"]);
+        assert_eq!(values(t, "float32", expected.len()), expected, "{fqn}");
+    }
+    let plain = truth["tensors"].as_object().unwrap();
+    for (fqn, e) in plain {
+        let t = tensor(fqn);
+        assert_eq!(t["shape"], e["shape"], "{fqn}");
+        let expected = floats(&e["values"]);
+        assert_eq!(values(t, "float32", expected.len()), expected, "{fqn}");
+    }
+    assert_eq!(tensors.len(), dtensors.len() + plain.len());
+    // No tensor item: the state dict's entries are each one bytes item.
+    assert!(doc["chunked_tensors"].as_array().is_none_or(Vec::is_empty));
+    assert_eq!(truth["bytes"], serde_json::json!(["model", "optim"]));
+}
+
 #[test]
 fn good_directories_are_one_checkpoint_that_passes() {
     for (name, truth) in read_json("fixtures/dcp/truth.json")
         .as_object()
         .unwrap()
         .iter()
-        .filter(|(k, _)| *k == "plain" || *k == "chunked")
+        .filter(|(k, _)| ["plain", "chunked", "zstd"].contains(&k.as_str()))
     {
         let report = audit(&format!("fixtures/dcp/{name}"));
         let files = report["files"].as_array().unwrap();
@@ -207,6 +356,7 @@ fn each_hostile_directory_fails_with_its_reason() {
         ("outside", "chunk [3, 0] of sizes [3, 4] reaches past 'model.weight' of size [5, 4]"),
         ("shared_bytes", "(__0_0.distcp bytes 3783..5360) and chunk [0] of 'model.norm.weight' (__0_0.distcp bytes 3783..5360) share bytes"),
         ("unsafe_global", ".metadata at byte"),
+        ("unknown_transform", "the storage transform 'stream.lz4/1'"),
     ];
     let truth = read_json("fixtures/dcp/truth.json");
     let bad = truth["bad"].as_object().unwrap();

@@ -264,10 +264,17 @@ def divergences(record, inspect_json, audit_json):
         if r["offsets"] is None:
             continue  # a bytes item: read whole by tensorplay when it passes
         lo, hi = r["offset"], r["offset"] + r["length"]
-        inside = any(
-            Path(str(s.get("data_ptr", {}).get("file", ""))) == Path(base) / r["file"]
-            and lo <= int(s["data_ptr"].get("offset", -1)) < hi
-            for s in storages if s.get("data_ptr"))
+        if r.get("transforms"):
+            # A transformed item (ZStandard) is read from the bytes the transform gives back,
+            # which tensorplay names `<file>[lo..hi]`: a storage must lie in those.
+            decoded = Path(base) / f"{r['file']}[{lo}..{hi}]"
+            inside = any(Path(str(s.get("data_ptr", {}).get("file", ""))) == decoded
+                         for s in storages if s.get("data_ptr"))
+        else:
+            inside = any(
+                Path(str(s.get("data_ptr", {}).get("file", ""))) == Path(base) / r["file"]
+                and lo <= int(s["data_ptr"].get("offset", -1)) < hi
+                for s in storages if s.get("data_ptr"))
         if not inside:
             out.append(f"dcp.load reads {r['file']}[{lo}..{hi}] for chunk {r['offsets']} of "
                        f"'{r['fqn']}'; no storage tensorplay reports lies there")

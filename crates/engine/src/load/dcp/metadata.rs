@@ -64,8 +64,9 @@ pub struct StorageInfo {
     pub relative_path: String,
     pub offset: u64,
     pub length: u64,
-    /// Extension transforms (compression…) applied to the item, which nothing here undoes.
-    pub transforms: bool,
+    /// The extension transforms applied to the item's bytes, as `transform_descriptors`
+    /// names them (`stream.zstd/1`), in the order a load undoes them; empty when none.
+    pub transforms: Vec<String>,
 }
 
 /// What `.metadata` holds.
@@ -95,7 +96,12 @@ impl Metadata {
         });
         let items = self.items.iter().fold(0u64, |acc, i| {
             let offsets = i.offset_key.as_deref().map_or(0, dims);
+            let transforms = i
+                .transforms
+                .iter()
+                .fold(0u64, |acc, t| acc.saturating_add(record + t.len() as u64));
             acc.saturating_add(record + (i.fqn.len() + i.relative_path.len()) as u64 + offsets)
+                .saturating_add(transforms)
         });
         let bytes = self
             .bytes
@@ -330,11 +336,24 @@ impl Reader<'_> {
                     .ok_or_else(|| self.err(format!("'{fqn}': {name} is not a non-negative int")))
             })
         };
-        let transforms = info.iter().any(|(k, v)| {
-            *k == "transform_descriptors"
-                && !matches!(self.heap.get(*v), Node::None)
-                && self.heap.seq(*v).is_none_or(|s| !s.is_empty())
-        });
+        // Left out when the writer applied no extension (`_StorageInfo.__getstate__` drops a
+        // `None`); otherwise a list of descriptor strings.
+        let transforms = match info.iter().find(|(k, _)| *k == "transform_descriptors") {
+            None => Vec::new(),
+            Some(&(_, v)) if matches!(self.heap.get(v), Node::None) => Vec::new(),
+            Some(&(_, v)) => {
+                let not_strings = || {
+                    self.err(format!(
+                        "'{fqn}': transform_descriptors is not a list of strings"
+                    ))
+                };
+                let items = self.heap.seq(v).ok_or_else(not_strings)?;
+                items
+                    .iter()
+                    .map(|&d| self.heap.str(d).map(str::to_owned).ok_or_else(not_strings))
+                    .collect::<Result<Vec<String>>>()?
+            }
+        };
         Ok(StorageInfo {
             offset: number("offset")?,
             length: number("length")?,

@@ -29,6 +29,52 @@ const METADATA: &str = ".metadata";
 /// The extension of the files that hold the items.
 const EXTENSION: &str = "distcp";
 
+/// Whether `bytes` holds, at `offset`, a safetensors header (its length, then a JSON object)
+/// whose text names DCP's sharding metadata key, as `serialization_format=SAFETENSORS`
+/// writes it (`filesystem._write_files_from_queue`, `CUSTOM_METADATA_KEY`).
+fn starts_dcp_safetensors(bytes: &[u8], offset: u64) -> bool {
+    let Some(rest) = usize::try_from(offset).ok().and_then(|o| bytes.get(o..)) else {
+        return false;
+    };
+    let Some(len) = rest.get(..8).and_then(|b| b.try_into().ok()) else {
+        return false;
+    };
+    let len = u64::from_le_bytes(len);
+    let header = usize::try_from(len)
+        .ok()
+        .and_then(|len| rest.get(8..8usize.checked_add(len)?));
+    const KEY: &[u8] = b"\"DCP_SHARDING_INFO\"";
+    header.is_some_and(|h| h.first() == Some(&b'{') && h.windows(KEY.len()).any(|w| w == KEY))
+}
+
+/// The first and smallest step a zstd item's output grows by.
+const ZSTD_STEP: usize = 64 << 10;
+
+/// Whether `descriptor` names the transform torch 2.9.1's `ExtensionRegistry` undoes itself:
+/// `ZStandard`, registered as `stream.zstd`, of major version 1 (`from_descriptor` splits the
+/// name from the version at the first `/` and the major version at the first `.`).
+fn is_zstd(descriptor: &str) -> bool {
+    let (name, version) = descriptor.split_once('/').unwrap_or((descriptor, ""));
+    name == "stream.zstd" && version.split('.').next() == Some("1")
+}
+
+/// The window a zstd frame's header asks the decoder for (RFC 8878 3.1.1.1.2), or `None`
+/// when `frame` starts no frame header this can read.
+fn zstd_window(frame: &[u8]) -> Option<u64> {
+    let descriptor = *frame.get(4)?;
+    let single_segment = descriptor & 0x20 != 0;
+    if single_segment {
+        // The window is the content, whose size the header states.
+        return zstd::zstd_safe::get_frame_content_size(frame)
+            .ok()
+            .flatten();
+    }
+    let window = *frame.get(5)?;
+    let log = 10 + u32::from(window >> 3);
+    let base = 1u64.checked_shl(log)?;
+    Some(base + (base / 8) * u64::from(window & 7))
+}
+
 /// Pairs of chunks compared for overlap in one checkpoint, all its tensors together, at most:
 /// beyond it the checkpoint is refused rather than checked for longer than a read should take
 /// (a per-tensor cap let many tensors of many chunks each run for minutes).
@@ -78,7 +124,7 @@ pub(super) fn read_into(dir: &Path, sink: &mut Sink<'_>) -> Result<Format> {
         files: HashMap::new(),
     };
     let located = reading
-        .tile_and_locate(&metadata)
+        .tile_and_locate(&metadata, true)
         .map_err(|e| e.with_unsafe_globals(metadata.unsafe_globals.clone()))?;
     sink.add_unsafe_globals(metadata.unsafe_globals.iter().cloned());
     // A refusal from here on names every global read so far.
@@ -111,11 +157,11 @@ pub(crate) fn check_metadata(bytes: &[u8], limits: ReadLimits) -> Result<usize> 
     let dir = Path::new("fuzz-input");
     let budget = Meter::new(limits).pickle_budget();
     let metadata = metadata::parse(bytes, &dir.join(METADATA), &budget)?;
-    let reading = Reading {
+    let mut reading = Reading {
         dir,
         files: HashMap::new(),
     };
-    Ok(reading.tile_and_locate(&metadata)?.len())
+    Ok(reading.tile_and_locate(&metadata, false)?.len())
 }
 
 /// No two tensors share a name: a bytes item's tensors are named under its fqn, which a
@@ -142,13 +188,46 @@ struct Reading<'a> {
 
 impl<'a> Reading<'a> {
     /// What is checked before any item is read: every tensor's chunks tile it (the pairs
-    /// compared bounded per checkpoint), and every item is located.
-    fn tile_and_locate<'m>(&self, metadata: &'m Metadata) -> Result<Located<'m>> {
+    /// compared bounded per checkpoint), the files are not DCP's safetensors layout (looked at
+    /// when `files`), and every item is located.
+    fn tile_and_locate<'m>(&mut self, metadata: &'m Metadata, files: bool) -> Result<Located<'m>> {
         let mut pairs_left = MAX_CHUNK_PAIRS;
         for tensor in &metadata.tensors {
             check_tiling(self.dir, tensor, &mut pairs_left)?;
         }
+        if files {
+            self.not_safetensors(metadata)?;
+        }
         self.locate(metadata)
+    }
+
+    /// Refuses a checkpoint written with `serialization_format=SAFETENSORS`. That writer puts
+    /// a file's bytes items first, then every tensor of the file as one safetensors file
+    /// appended after them, its `__metadata__` holding DCP's `DCP_SHARDING_INFO`; each tensor
+    /// item's `_StorageInfo` has the offset where that safetensors file starts and the length
+    /// of the tensor's raw bytes. `dcp.load` (`FileSystemReader.read_data`) reads each item's
+    /// range as a `torch.save` record and fails on the first, so no reading is right here:
+    /// it is named for what it is rather than reported as items that share bytes.
+    fn not_safetensors(&mut self, metadata: &Metadata) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for item in metadata.items.iter().filter(|i| i.offset_key.is_some()) {
+            if !seen.insert((item.relative_path.as_str(), item.offset)) {
+                continue;
+            }
+            let Ok(file) = self.file(&item.relative_path) else {
+                continue;
+            };
+            if starts_dcp_safetensors(file.bytes(), item.offset) {
+                return Err(Error::UnsupportedFormat {
+                    path: self.dir.to_owned(),
+                    format: "torch.distributed.checkpoint written with \
+                             serialization_format=SAFETENSORS (each .distcp file's tensors \
+                             are one safetensors file after its bytes items, which dcp.load's \
+                             FileSystemReader in torch 2.9.1 does not read back either)",
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Every item by its index, each named by exactly one tensor chunk or bytes entry: an
@@ -306,14 +385,10 @@ impl<'a> Reading<'a> {
     }
 
     /// Reads one item's `torch.save` record through `sink`. Its globals are reported under
-    /// the file and range they were read from.
+    /// the file and range they were read from. An item written through a storage transform
+    /// (`FileSystemWriter(_extensions=[ZStandard()])`) is the record compressed: it is read as
+    /// `dcp.load` reads it, from the bytes the transforms give back.
     fn read_item(&mut self, item: &StorageInfo, sink: &mut Sink<'_>) -> Result<()> {
-        if item.transforms {
-            return Err(Error::UnsupportedFormat {
-                path: self.dir.to_owned(),
-                format: "torch.distributed.checkpoint item with storage transforms",
-            });
-        }
         let file = self.file(&item.relative_path)?;
         let end = item
             .offset
@@ -332,6 +407,10 @@ impl<'a> Reading<'a> {
             )
         })?;
         let record = format!("{}[{}..{end}]", item.relative_path, item.offset);
+        let window = match item.transforms.is_empty() {
+            true => window,
+            false => self.untransform(item, &window, &record, sink.meter())?,
+        };
         let mut sink = sink.nested(Scope::default().member(record));
         let format = archive::read_into(&window, &mut sink).map_err(|source| Error::Shard {
             path: self.dir.to_owned(),
@@ -344,6 +423,109 @@ impl<'a> Reading<'a> {
             ));
         }
         Ok(())
+    }
+
+    /// The bytes `dcp.load` reads from `item` (`FileSystemReader.read_data`): its range with
+    /// each storage transform undone in the order `transform_descriptors` lists them. Only the
+    /// transform torch 2.9.1 ships is known (`ZStandard`, `stream.zstd/1`); `dcp.load` refuses
+    /// any other it has not been given, and so does this.
+    fn untransform(
+        &self,
+        item: &StorageInfo,
+        window: &Arc<HostBuffer>,
+        record: &str,
+        meter: &Meter,
+    ) -> Result<Arc<HostBuffer>> {
+        let source = self.dir.join(record);
+        let mut bytes: Option<Vec<u8>> = None;
+        for descriptor in &item.transforms {
+            if !is_zstd(descriptor) {
+                return Err(Error::Archive {
+                    path: self.dir.to_owned(),
+                    part: record.to_owned(),
+                    detail: format!(
+                        "{} is written through the storage transform '{descriptor}', which \
+                         dcp.load does not undo without its extension (torch 2.9.1 ships \
+                         only stream.zstd/1)",
+                        describe(item)
+                    ),
+                });
+            }
+            let input = bytes.as_deref().unwrap_or(window.bytes());
+            bytes = Some(self.unzstd(item, input, record, meter)?);
+        }
+        Ok(match bytes {
+            Some(bytes) => HostBuffer::from_vec(source, bytes),
+            None => Arc::clone(window),
+        })
+    }
+
+    /// One zstd frame, decompressed within `meter`: the frame's window and its output are
+    /// checked against the budget before they are allocated, and the output is held for the
+    /// rest of the read (the record's storages point into it). `ZStandard` writes through a
+    /// stream, so its frames do not state their size: the output is checked as it grows. The
+    /// frame must fill the item: `dcp.load` reads one frame (zstandard's `stream_reader`
+    /// stops at its end), so bytes after it would be audited by nothing.
+    fn unzstd(
+        &self,
+        item: &StorageInfo,
+        compressed: &[u8],
+        record: &str,
+        meter: &Meter,
+    ) -> Result<Vec<u8>> {
+        use std::io::Read;
+        let corrupt = |detail: String| Error::Archive {
+            path: self.dir.to_owned(),
+            part: record.to_owned(),
+            detail,
+        };
+        let frame = zstd::zstd_safe::find_frame_compressed_size(compressed).map_err(|code| {
+            corrupt(format!(
+                "not a zstd frame ({})",
+                zstd::zstd_safe::get_error_name(code)
+            ))
+        })?;
+        if frame != compressed.len() {
+            return Err(mismatch(
+                self.dir,
+                format!(
+                    "{} holds {} bytes after its zstd frame: dcp.load never reads them, so \
+                     they are not audited as part of this checkpoint",
+                    describe(item),
+                    compressed.len() - frame
+                ),
+            ));
+        }
+        let what = || format!("{} decompressed", describe(item));
+        let path = self.dir.join(record);
+        let declared = zstd::zstd_safe::get_frame_content_size(compressed)
+            .ok()
+            .flatten();
+        // What the decoder allocates for the frame's window, then what the frame declares.
+        meter.check(&path, zstd_window(compressed).unwrap_or(0), what)?;
+        if let Some(size) = declared {
+            meter.check(&path, size, what)?;
+        }
+        let mut decoder = zstd::stream::read::Decoder::with_buffer(compressed)
+            .map_err(|e| corrupt(format!("zstd: {e}")))?
+            .single_frame();
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let len = out.len();
+            let step = len.clamp(ZSTD_STEP, ZSTD_STEP * 64);
+            let grown = (len as u64).saturating_add(step as u64);
+            meter.check(&path, grown, what)?;
+            out.resize(len + step, 0);
+            let read = decoder.read(&mut out[len..]);
+            let n = read.map_err(|e| corrupt(format!("zstd: {e}")))?;
+            out.truncate(len + n);
+            if n == 0 {
+                break;
+            }
+        }
+        out.shrink_to_fit();
+        meter.hold(&path, out.len() as u64, what)?;
+        Ok(out)
     }
 
     /// The `.distcp` file `name` (a plain file name beside `.metadata`), mapped once.
@@ -673,7 +855,7 @@ mod tests {
             relative_path: "a.distcp".into(),
             offset,
             length,
-            transforms: false,
+            transforms: Vec::new(),
         };
         let check = |items: &[StorageInfo]| {
             every_byte_in_an_item(&dir, items, &mapped).map_err(|e| e.to_string())
@@ -698,6 +880,96 @@ mod tests {
             "{unnamed}"
         );
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn only_zstd_of_major_version_1_is_undone() {
+        assert!(is_zstd("stream.zstd/1"));
+        assert!(is_zstd("stream.zstd/1.2"));
+        assert!(!is_zstd("stream.zstd"));
+        assert!(!is_zstd("stream.zstd/2"));
+        assert!(!is_zstd("stream.zstd/1/2"));
+        assert!(!is_zstd("stream.lz4/1"));
+    }
+
+    fn zstd_item(length: u64) -> StorageInfo {
+        StorageInfo {
+            fqn: "w".into(),
+            offset_key: None,
+            relative_path: "a.distcp".into(),
+            offset: 0,
+            length,
+            transforms: vec!["stream.zstd/1".into()],
+        }
+    }
+
+    /// A frame is decompressed within the budget, fills its item, and is held once read.
+    #[test]
+    fn a_zstd_item_is_bounded_by_the_meter_and_fills_its_range() {
+        let dir = Path::new("d");
+        let reading = Reading {
+            dir,
+            files: HashMap::new(),
+        };
+        let data = vec![7u8; 4_000_000];
+        let frame = zstd::stream::encode_all(&data[..], 3).unwrap();
+        assert!(zstd_window(&frame).is_some());
+        let limits = |max_memory| ReadLimits {
+            max_memory,
+            ..ReadLimits::default()
+        };
+        let item = zstd_item(frame.len() as u64);
+        let meter = Meter::new(limits(16 << 20));
+        let out = reading
+            .unzstd(&item, &frame, "a.distcp[0..]", &meter)
+            .unwrap();
+        assert_eq!(out, data);
+        assert_eq!(meter.held(), data.len() as u64);
+        // Under a budget that fits its window (2 MiB at level 3) but not its output: refused
+        // before the output is all allocated.
+        assert_eq!(zstd_window(&frame), Some(2 << 20));
+        let small = Meter::new(limits(3 << 20));
+        let refused = reading
+            .unzstd(&item, &frame, "a.distcp[0..]", &small)
+            .unwrap_err();
+        assert!(matches!(refused, Error::MemoryBudget { .. }), "{refused}");
+        assert_eq!(small.held(), 0);
+        // Bytes after the frame are read by no load.
+        let mut longer = frame.clone();
+        longer.extend_from_slice(b"xyz");
+        let trailing = reading
+            .unzstd(
+                &zstd_item(longer.len() as u64),
+                &longer,
+                "a.distcp[0..]",
+                &meter,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            trailing.contains("3 bytes after its zstd frame"),
+            "{trailing}"
+        );
+        let not_zstd = reading
+            .unzstd(&item, b"PK\x03\x04 not zstd", "a.distcp[0..]", &meter)
+            .unwrap_err()
+            .to_string();
+        assert!(not_zstd.contains("not a zstd frame"), "{not_zstd}");
+    }
+
+    #[test]
+    fn a_dcp_safetensors_header_is_recognised_where_an_item_starts() {
+        let header = br#"{"__metadata__":{"DCP_SHARDING_INFO":"{}","format":"pt"}}"#;
+        let mut bytes = b"pickled bytes item".to_vec();
+        let at = bytes.len() as u64;
+        bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(header);
+        assert!(starts_dcp_safetensors(&bytes, at));
+        assert!(!starts_dcp_safetensors(&bytes, 0));
+        assert!(!starts_dcp_safetensors(&bytes, at + 1));
+        assert!(!starts_dcp_safetensors(&bytes, u64::MAX));
+        // A header that runs past the file is none.
+        assert!(!starts_dcp_safetensors(&bytes[..bytes.len() - 1], at));
     }
 
     #[test]
