@@ -502,9 +502,10 @@ impl<'a> Reading<'a> {
             .ok()
             .flatten();
         // What the decoder allocates for the frame's window, then what the frame declares.
-        meter.check(&path, zstd_window(compressed).unwrap_or(0), what)?;
+        let window = zstd_window(compressed).unwrap_or(0);
+        meter.check(&path, window, what)?;
         if let Some(size) = declared {
-            meter.check(&path, size, what)?;
+            meter.check(&path, size.saturating_add(window), what)?;
         }
         let mut decoder = zstd::stream::read::Decoder::with_buffer(compressed)
             .map_err(|e| corrupt(format!("zstd: {e}")))?
@@ -513,8 +514,10 @@ impl<'a> Reading<'a> {
         loop {
             let len = out.len();
             let step = len.clamp(ZSTD_STEP, ZSTD_STEP * 64);
+            // The output beside the decoder's window, grown by exactly what is checked.
             let grown = (len as u64).saturating_add(step as u64);
-            meter.check(&path, grown, what)?;
+            meter.check(&path, grown.saturating_add(window), what)?;
+            out.reserve_exact(step);
             out.resize(len + step, 0);
             let read = decoder.read(&mut out[len..]);
             let n = read.map_err(|e| corrupt(format!("zstd: {e}")))?;
