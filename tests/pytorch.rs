@@ -134,6 +134,77 @@ fn torchscript_archives_say_so() {
     assert_eq!(truth["inspect"]["unsafe_globals"], serde_json::json!([]));
 }
 
+/// Tensor names of a fixture, as `inspect --format json` gives them.
+fn tensor_names(path: &str) -> Vec<String> {
+    let out = tensorplay(&["inspect", "--format", "json", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    doc["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+/// A scripted statically quantized model: the convolution's weight and bias (in torch's
+/// `_ConvNd.__getstate__` tuple) and the linear layer's packed (weight, bias) are named as
+/// the eager module's `state_dict()` names them, and torch's own quantized-convolution
+/// `__setstate__` leaves TP504 a warning, so the default gate passes.
+#[test]
+fn a_scripted_quantized_model_is_named_as_its_state_dict_and_passes_the_gate() {
+    let path = "fixtures/pytorch/torchscript_quantized.pt";
+    assert_eq!(
+        tensor_names(path),
+        [
+            "quant.scale",
+            "quant.zero_point",
+            "conv.weight",
+            "conv.bias",
+            "fc._packed_params._packed_params.0",
+            "fc._packed_params._packed_params.1",
+        ]
+    );
+    let truth = read_json(&format!("{path}.truth.json"));
+    assert_eq!(
+        truth["torch_state_dict"],
+        serde_json::json!(["quant.scale", "quant.zero_point"])
+    );
+    let out = tensorplay(&["audit", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("warning[TP504]")
+            && text.contains("the __setstate__ in code/__torch__/torch/ao/nn/quantized/modules/conv.py is torch's own quantized convolution one")
+            && !text.contains("runs while the file loads"),
+        "{text}"
+    );
+}
+
+/// A dynamically quantized LSTM's state_dict: each layer is one `CellParamsBase` object, its
+/// tensors named below the state_dict key by the index path of torch's own `__getstate__`
+/// (biases at `1.*`, packed weights at `4.*.0`, their biases at `4.*.1`), none twice.
+#[test]
+fn a_dynamic_quantized_lstm_names_every_packed_tensor_apart() {
+    let names = tensor_names("fixtures/pytorch/quantized_dynamic_lstm.pt");
+    assert_eq!(names.len(), 12);
+    let mut distinct = names.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 12, "{names:?}");
+    assert_eq!(
+        &names[..6],
+        [
+            "0._all_weight_values.0.param.1.0",
+            "0._all_weight_values.0.param.1.1",
+            "0._all_weight_values.0.param.4.0.0",
+            "0._all_weight_values.0.param.4.0.1",
+            "0._all_weight_values.0.param.4.1.0",
+            "0._all_weight_values.0.param.4.1.1",
+        ]
+    );
+}
+
 /// torch refuses to load this file (its storage was shrunk under a view before saving);
 /// tensorplay reads what torch's unpickler rebuilds, and `inspect` refuses it on one line.
 #[test]

@@ -187,5 +187,11 @@ fn partitioned_and_merged_reports_match_the_schema() {
     }
     let part = read(Path::new(&parts[0]));
     assert_eq!(part["partition"]["k"], 1);
-    assert!(part["files"][0]["memory"]["budget_bytes"].is_u64());
+    // Which files a share holds moves with the fixture set; a file read (not one refused)
+    // carries its budget.
+    assert!(part["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .any(|f| f["memory"]["budget_bytes"].is_u64()));
 }

@@ -1,6 +1,10 @@
 //! Names for the tensors of a loaded object, the way a user iterates it: dict keys joined
 //! with `.`, list and tuple items by index, object attributes by name, and `nn.Module`
-//! state (`_parameters`, `_buffers`, `_modules`) as `state_dict()` names it.
+//! state (`_parameters`, `_buffers`, `_modules`) as `state_dict()` names it. A TorchScript
+//! class's `__getstate__` tuple (and a TorchBind object's, `torch.ScriptObject`'s state less
+//! its class name) is named by index below the object, as a tuple value of a `state_dict()`
+//! is; torch's quantized convolutions' weight and bias (items 10 and 11) as `weight` and
+//! `bias`, their `state_dict()` names.
 
 use crate::pickle::{Budget, Heap, Id, Node};
 use crate::LeftOut;
@@ -211,7 +215,26 @@ impl Walk<'_> {
             Node::Object(object) => {
                 let (state, items) = (&object.state, &object.items);
                 if let Some(state) = *state {
-                    self.object_state(state, name)?;
+                    match class_name(heap, object.class) {
+                        // `torch.ScriptObject.__setstate__((state, qualified name))`: a
+                        // TorchBind object (`CellParamsBase`, `LinearPackedParamsBase`) as
+                        // torch.save writes it; its state is its `__getstate__`.
+                        Some(("torch", "ScriptObject")) => match heap.get(state) {
+                            Node::Tuple(parts) if parts.len() == 2 => {
+                                let (inner, qualified) = (parts[0], parts[1]);
+                                if heap.str(qualified).is_some() {
+                                    self.getstate(inner, name, &[])?;
+                                } else {
+                                    self.object_state(state, name)?;
+                                }
+                            }
+                            _ => self.object_state(state, name)?,
+                        },
+                        Some((module, class)) if module.starts_with("__torch__.") => {
+                            self.getstate(state, name, fields(module, class))?;
+                        }
+                        _ => self.object_state(state, name)?,
+                    }
                 }
                 for (i, &(k, v)) in items.iter().enumerate() {
                     let key = || k.map_or_else(|| i.to_string(), |k| key_text(heap, k));
@@ -257,6 +280,25 @@ impl Walk<'_> {
         }
     }
 
+    /// The state a TorchScript class's `__getstate__` returned (a tuple named by index, or by
+    /// `fields` where torch names its items), or a module's attribute dict.
+    fn getstate(&mut self, state: Id, name: &str, fields: &[(usize, &str)]) -> Result<(), Stop> {
+        let heap = self.heap;
+        match heap.get(state) {
+            Node::Tuple(_) | Node::List(_) => {
+                let items = heap.items(state).unwrap_or_default();
+                for (i, &v) in items.iter().enumerate() {
+                    let field = fields.iter().find(|&&(at, _)| at == i);
+                    self.visit_child(v, name, || {
+                        field.map_or_else(|| i.to_string(), |&(_, f)| f.to_owned())
+                    })?;
+                }
+                Ok(())
+            }
+            _ => self.object_state(state, name),
+        }
+    }
+
     /// A container whose entries take the enclosing name directly (a module's `_parameters`).
     fn visit_flat(&mut self, id: Id, name: &str) -> Result<(), Stop> {
         let heap = self.heap;
@@ -269,6 +311,31 @@ impl Walk<'_> {
             }
             _ => self.visit(id, name.to_owned()),
         }
+    }
+}
+
+/// The `(module, name)` of an object's class, when it is a global.
+fn class_name(heap: &Heap, class: Id) -> Option<(&str, &str)> {
+    match heap.get(class) {
+        Node::Global(g) => Some((g.module.as_str(), g.name.as_str())),
+        _ => None,
+    }
+}
+
+/// The items of a TorchScript class's `__getstate__` tuple that torch's `state_dict()` names:
+/// torch's quantized convolutions (`_ConvNd.__getstate__`) return the weight and bias at 10
+/// and 11, which their `_save_to_state_dict` saves as `weight` and `bias`.
+fn fields(module: &str, class: &str) -> &'static [(usize, &'static str)] {
+    const CONV: &[(usize, &str)] = &[(10, "weight"), (11, "bias")];
+    let quantized = [
+        "__torch__.torch.ao.nn.quantized.modules.conv",
+        "__torch__.torch.ao.nn.intrinsic.quantized.modules.",
+    ];
+    let conv = class.starts_with("Conv");
+    if conv && quantized.iter().any(|q| module.starts_with(q)) {
+        CONV
+    } else {
+        &[]
     }
 }
 

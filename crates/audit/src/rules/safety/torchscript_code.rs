@@ -18,6 +18,19 @@ What it checks
   it. When a `__setstate__` exists the finding is an error whatever level is configured
   (unless the rule is off): that code runs while the file loads.
 
+  One `__setstate__` is torch's own and does not make the finding an error: that of the
+  quantized convolutions (`torch.ao.nn.quantized` Conv1d/2d/3d and ConvTranspose1d/2d/3d,
+  `torch.ao.nn.intrinsic.quantized` ConvReLU…), which every scripted quantized model with a
+  convolution carries. It is recognised by what it does, not by its class name alone: a
+  member `code/__torch__/torch/ao/nn/(intrinsic/)quantized/….py` whose every `__setstate__`
+  is, line by line as `torch.jit.save` prints `_ConvNd.__setstate__`, attributes set from
+  the state tuple and one call `set_weight_bias(state[10], state[11])`, and whose
+  `set_weight_bias` only reads attributes, unpacks them into lists and stores what
+  `ops.quantized.conv*_prepack(w, b, …)` returns in `_packed_params`. Any other statement,
+  call, decorator or definition in such a class, and any `__setstate__` elsewhere, is code
+  from the file and an error. The finding names the recognised members and stays at the
+  configured level: the archive's code still runs when called.
+
 Why it matters
   `torch.jit.load` compiles the archive's code, and `torch.load` hands it any TorchScript
   archive, whatever `weights_only` says before torch 2.6 (CVE-2025-32434); since 2.6
@@ -54,6 +67,12 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         message.push_str(&format!(
             "; __setstate__ is defined in {}, and runs while the file loads, before any user call",
             list(&code.setstate)
+        ));
+    }
+    if !code.torch_setstate.is_empty() {
+        message.push_str(&format!(
+            "; the __setstate__ in {} is torch's own quantized convolution one (it sets attributes from the state and repacks weight and bias with ops.quantized.conv*_prepack)",
+            list(&code.torch_setstate)
         ));
     }
     out.push(Draft {
@@ -103,12 +122,18 @@ mod tests {
 
     /// A one-tensor checkpoint read from a TorchScript archive with this code.
     fn archive(members: &[&str], setstate: &[&str]) -> Checkpoint {
+        with_torch_setstate(members, setstate, &[])
+    }
+
+    /// [`archive`], with members whose `__setstate__` is torch's own.
+    fn with_torch_setstate(members: &[&str], setstate: &[&str], own: &[&str]) -> Checkpoint {
         let s = storage(0, 4, "cpu");
         let mut ckpt = checkpoint(vec![tensor("w", &s, &[4], &[1], 0, Device::Cpu)], vec![s]);
         let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
         ckpt.torchscript = Some(TorchScriptCode {
             members: owned(members),
             setstate: owned(setstate),
+            torch_setstate: owned(own),
             sha256: String::new(),
         });
         ckpt
@@ -149,6 +174,24 @@ mod tests {
                 ),
             "{message}"
         );
+    }
+
+    #[test]
+    fn torch_s_own_quantized_setstate_stays_at_the_configured_level() {
+        let conv = "code/__torch__/torch/ao/nn/quantized/modules/conv.py";
+        let found = findings(&with_torch_setstate(&[conv], &[], &[conv]));
+        assert_eq!(severities(&found), [("TP504", Severity::Warning)]);
+        assert!(
+            found[0].message.ends_with(&format!(
+                "; the __setstate__ in {conv} is torch's own quantized convolution one (it sets attributes from the state and repacks weight and bias with ops.quantized.conv*_prepack)"
+            )) && !found[0].message.contains("runs while the file loads"),
+            "{}",
+            found[0].message
+        );
+        // A user's __setstate__ beside it is still an error.
+        let user = "code/__torch__.py";
+        let found = findings(&with_torch_setstate(&[user, conv], &[user], &[conv]));
+        assert_eq!(severities(&found), [("TP504", Severity::Error)]);
     }
 
     /// The level configured is a floor for `__setstate__`, not a ceiling; `off` still
