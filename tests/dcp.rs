@@ -19,6 +19,14 @@ fn audit(dir: &str) -> Value {
     serde_json::from_str(&stdout(&out)).expect("JSON report")
 }
 
+fn f64s(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
+}
+
 fn u64s(v: &Value) -> Vec<u64> {
     v.as_array()
         .expect("array")
@@ -103,12 +111,7 @@ fn matches_truth(name: &str) {
         let chunks = t["chunks"].as_array().unwrap();
         let truth_chunks = e["chunks"].as_array().unwrap();
         assert_eq!(chunks.len(), truth_chunks.len(), "{fqn}");
-        let whole: Vec<f64> = e["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
+        let whole = f64s(&e["values"]);
         for (c, tc) in chunks.iter().zip(truth_chunks) {
             chunk_count += 1;
             assert_eq!(c["offsets"], tc["offsets"], "{fqn}");
@@ -202,12 +205,7 @@ fn compressed_values_match_truth(name: &str) {
             .data_ptr()
             .bytes()
             .expect("decompressed bytes");
-        let whole: Vec<f64> = e["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
+        let whole = f64s(&e["values"]);
         let dtype = e["dtype"].as_str().unwrap();
         if let Some(values) = decode(bytes, dtype, whole.len()) {
             assert_eq!(values, whole, "{fqn}");

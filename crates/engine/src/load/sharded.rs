@@ -19,23 +19,18 @@ pub(super) fn read(path: &Path, index: &ShardIndex, limits: ReadLimits) -> Resul
             path: path.to_owned(),
         })?;
     sink::gather(path, limits, |sink| {
-        let mut bounds = Vec::with_capacity(shards.len());
+        let mut held_by = Vec::with_capacity(shards.len());
         for (shard, reader) in &shards {
             let first = sink.tensor_mark();
             read_shard(path, shard, reader, sink).map_err(in_shard(path))?;
-            bounds.push(first);
+            held_by.push((*shard, first..sink.tensor_mark()));
         }
-        let held: Vec<(&str, Vec<&str>)> = shards
-            .iter()
-            .enumerate()
-            .map(|(i, (shard, _))| {
-                let first = bounds.get(i).copied().unwrap_or_default();
-                let end = bounds.get(i + 1).copied().unwrap_or(sink.tensor_mark());
-                let names = sink
-                    .tensors_since(first)
-                    .get(..end.saturating_sub(first))
-                    .unwrap_or_default();
-                (*shard, names.iter().map(|t| t.name()).collect())
+        let all = sink.tensors_since(0);
+        let held: Vec<(&str, Vec<&str>)> = held_by
+            .into_iter()
+            .map(|(shard, range)| {
+                let names = all.get(range).unwrap_or_default();
+                (shard, names.iter().map(|t| t.name()).collect())
             })
             .collect();
         index.check_against(path, &held)?;
