@@ -13,6 +13,7 @@ mod merge;
 mod partition;
 mod peak;
 mod progress;
+mod remote;
 mod render;
 mod rules_cmd;
 mod size;

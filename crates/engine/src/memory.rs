@@ -21,6 +21,9 @@ pub struct HostBuffer {
 enum Backing {
     Mapped(Mmap),
     Heap(Box<[u8]>),
+    /// A remote object's fetched bytes in a map of its whole length (see `files`).
+    #[cfg(target_os = "linux")]
+    Remote(crate::files::Backed),
     /// A byte range of another buffer (one item of a file that holds several), sharing its
     /// bytes; the range was checked against the buffer when the window was made.
     Window {
@@ -37,6 +40,8 @@ pub enum HostBackend {
     Mmap,
     /// Bytes owned on the heap (decompressed or byte-swapped data, tests).
     Heap,
+    /// Byte ranges of a remote object, fetched as they are read.
+    Remote,
 }
 
 impl HostBackend {
@@ -45,6 +50,7 @@ impl HostBackend {
         match self {
             HostBackend::Mmap => "mmap",
             HostBackend::Heap => "heap",
+            HostBackend::Remote => "remote",
         }
     }
 }
@@ -80,6 +86,24 @@ impl HostBuffer {
         })
     }
 
+    /// A remote object's bytes, fetched as `files` fetches them.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn remote(source: PathBuf, backed: crate::files::Backed) -> Arc<Self> {
+        Arc::new(HostBuffer {
+            source,
+            backing: Backing::Remote(backed),
+        })
+    }
+
+    /// For a remote object's buffer, the bytes read from it that were never fetched.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn unfetched_reads(&self) -> Option<crate::files::Ranges> {
+        match &self.backing {
+            Backing::Remote(backed) => Some(backed.map.touched()),
+            _ => None,
+        }
+    }
+
     /// The bytes `range` of `parent` as a buffer of their own, without copying: offsets in
     /// it count from `range.start`, and [`file_offset`](Self::file_offset) says where that
     /// lies. `None` when the range is not inside `parent`.
@@ -102,6 +126,8 @@ impl HostBuffer {
         match &self.backing {
             Backing::Mapped(map) => map,
             Backing::Heap(bytes) => bytes,
+            #[cfg(target_os = "linux")]
+            Backing::Remote(backed) => backed.map.bytes(),
             Backing::Window { parent, start, end } => {
                 parent.bytes().get(*start..*end).unwrap_or_default()
             }
@@ -114,7 +140,7 @@ impl HostBuffer {
             Backing::Window { parent, start, .. } => {
                 parent.file_offset().saturating_add(*start as u64)
             }
-            Backing::Mapped(_) | Backing::Heap(_) => 0,
+            _ => 0,
         }
     }
 
@@ -166,6 +192,8 @@ impl HostBuffer {
         match &self.backing {
             Backing::Mapped(_) => HostBackend::Mmap,
             Backing::Heap(_) => HostBackend::Heap,
+            #[cfg(target_os = "linux")]
+            Backing::Remote(_) => HostBackend::Remote,
             Backing::Window { parent, .. } => parent.backend(),
         }
     }
