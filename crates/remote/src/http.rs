@@ -105,10 +105,11 @@ impl HttpObject {
     fn check_answer(&self, response: &Response, range: &Range<u64>) -> Result<(), RemoteError> {
         if response.status() == StatusCode::OK {
             // The whole object for a range: reading it is what range reads exist to avoid.
-            return Err(RemoteError::Unreachable(format!(
+            return Err(RemoteError::Unreachable(
                 "the server answered a range request with the whole object (200, not 206): \
                  it does not serve byte ranges"
-            )));
+                    .to_owned(),
+            ));
         }
         if response.status() != StatusCode::PARTIAL_CONTENT {
             return Err(RemoteError::Unreachable(format!(
@@ -144,7 +145,7 @@ impl HttpObject {
 }
 
 impl RemoteObject for HttpObject {
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.len
     }
 
@@ -168,9 +169,9 @@ pub(crate) fn send(
                     return Ok(response);
                 }
                 if status == StatusCode::PRECONDITION_FAILED {
-                    return Err(RemoteError::Inconsistent(format!(
-                        "the object changed while it was read (412 Precondition Failed)"
-                    )));
+                    return Err(RemoteError::Inconsistent(
+                        "the object changed while it was read (412 Precondition Failed)".to_owned(),
+                    ));
                 }
                 last = format!("HTTP {status}");
                 if status == StatusCode::TOO_MANY_REQUESTS {

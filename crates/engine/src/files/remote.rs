@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 /// One object of a remote store, read by byte ranges.
 pub trait RemoteObject: Send + Sync + std::fmt::Debug {
     /// Its length in bytes, as the store listed it.
-    fn len(&self) -> u64;
+    fn size(&self) -> u64;
 
-    /// Exactly the bytes of `range` (inside `0..len()`), or why not. A store must refuse an
+    /// Exactly the bytes of `range` (inside `0..size()`), or why not. A store must refuse an
     /// answer that is not those bytes (a whole body for a range, a short body, another version
     /// of the object) rather than return it.
     fn read_range(&self, range: Range<u64>) -> std::result::Result<Vec<u8>, RemoteError>;
@@ -148,7 +148,7 @@ pub fn stats(path: &Path) -> Option<RemoteStats> {
     let mounted = mounted(path)?;
     let state = mounted.lock();
     Some(RemoteStats {
-        len: mounted.object.len(),
+        len: mounted.object.size(),
         bytes_read: state.bytes_read,
         requests: state.requests,
     })
@@ -171,7 +171,7 @@ pub fn stats_under(root: &Path) -> Option<RemoteStats> {
             bytes_read: 0,
             requests: 0,
         });
-        sum.len = sum.len.saturating_add(mounted.object.len());
+        sum.len = sum.len.saturating_add(mounted.object.size());
         sum.bytes_read += state.bytes_read;
         sum.requests += state.requests;
     }
@@ -282,7 +282,7 @@ impl Mounted {
     /// A buffer over the object's whole length with everything fetched so far in place; the
     /// first one fetches the object's head and tail.
     pub(super) fn open(self: &Arc<Self>) -> Result<Arc<HostBuffer>> {
-        let len = self.object.len();
+        let len = self.object.size();
         if len == 0 {
             return Err(Error::Empty {
                 path: self.path.clone(),
@@ -321,7 +321,7 @@ impl Mounted {
 
     /// Fetches the blocks around `ranges` that are not fetched yet.
     fn fetch(&self, ranges: &Ranges) -> Result<()> {
-        let len = self.object.len();
+        let len = self.object.size();
         let mut wanted = Ranges::default();
         for range in ranges.iter() {
             let start = range.start - range.start % READ_AHEAD;
@@ -333,7 +333,7 @@ impl Mounted {
 
     /// Fetches `ranges`, widened to pages, less what is fetched already: one request a range.
     fn fetch_exact(&self, ranges: &Ranges) -> Result<()> {
-        let len = self.object.len();
+        let len = self.object.size();
         let page = page_size() as u64;
         let mut wanted = Ranges::default();
         for range in ranges.iter() {
