@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The bucket the S3 emulation serves the folder as.
+pub const BUCKET: &str = "bucket";
+
 /// The commit every emulated repository is at.
 pub const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -130,6 +133,23 @@ fn serve(
                 &method,
             )
         }
+        // S3, path style: a listing of the bucket, or an object of it.
+        [BUCKET] if query.contains("list-type=2") => {
+            let prefix = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("prefix="))
+                .unwrap_or("")
+                .replace("%2F", "/");
+            let body = list_bucket(dir, &prefix);
+            respond(&mut out, "200 OK", &[], body.as_bytes(), &method)
+        }
+        [BUCKET, rest @ ..] => {
+            let file = dir.join(rest.join("/"));
+            match std::fs::read(&file) {
+                Ok(bytes) => serve_file(&mut out, &method, &bytes, range, ranges, fault),
+                Err(_) => respond(&mut out, "404 Not Found", &[], b"", &method),
+            }
+        }
         ["files", rest @ ..] => {
             let file = dir.join(rest.join("/"));
             match std::fs::read(&file) {
@@ -208,7 +228,7 @@ fn respond(
     method: &str,
 ) -> std::io::Result<()> {
     let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n",
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\nConnection: close\r\nLast-Modified: {MODIFIED}\r\n",
         body.len()
     );
     for (name, value) in headers {
@@ -226,32 +246,57 @@ fn respond(
     Ok(())
 }
 
+const MODIFIED: &str = "Wed, 02 Dec 2026 00:00:00 GMT";
+
+/// S3's ListObjectsV2 answer for every file under `prefix` (one page).
+fn list_bucket(dir: &Path, prefix: &str) -> String {
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort();
+    let contents: String = files
+        .into_iter()
+        .filter(|(key, _)| key.starts_with(prefix))
+        .map(|(key, size)| {
+            format!(
+                "<Contents><Key>{key}</Key><LastModified>2026-12-02T00:00:00.000Z</LastModified>\
+                 <ETag>&quot;v1&quot;</ETag><Size>{size}</Size></Contents>"
+            )
+        })
+        .collect();
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>{BUCKET}</Name>\
+         <Prefix>{prefix}</Prefix><IsTruncated>false</IsTruncated>{contents}</ListBucketResult>"
+    )
+}
+
 /// `bytes=START-END` (one range), inclusive.
 fn parse_range(value: &str) -> Option<(u64, u64)> {
     let (start, end) = value.strip_prefix("bytes=")?.split_once('-')?;
     Some((start.parse().ok()?, end.parse().ok()?))
 }
 
-/// The Hub's recursive tree listing of a folder: every file with its size.
-fn tree(dir: &Path) -> String {
-    fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, u64)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path: PathBuf = entry.path();
-            if path.is_dir() {
-                walk(&path, base, out);
-            } else if let Ok(meta) = path.metadata() {
-                let rel = path
-                    .strip_prefix(base)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-                out.push((rel, meta.len()));
-            }
+/// Every file under `dir`, relative to `base`, with its size.
+fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, u64)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path: PathBuf = entry.path();
+        if path.is_dir() {
+            walk(&path, base, out);
+        } else if let Ok(meta) = path.metadata() {
+            let rel = path
+                .strip_prefix(base)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            out.push((rel, meta.len()));
         }
     }
+}
+
+/// The Hub's recursive tree listing of a folder: every file with its size.
+fn tree(dir: &Path) -> String {
     let mut files = Vec::new();
     walk(dir, dir, &mut files);
     files.sort();

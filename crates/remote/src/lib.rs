@@ -1,11 +1,12 @@
-//! Checkpoints where they are stored: an `https://` URL or a Hugging Face repository
-//! (`hf://ORG/REPO[@REVISION][/PATH]`) is mounted as paths of the engine's read layer
+//! Checkpoints where they are stored: an `https://` URL, a Hugging Face repository
+//! (`hf://ORG/REPO[@REVISION][/PATH]`) or an S3 object or prefix (`s3://BUCKET/KEY`) is mounted as paths of the engine's read layer
 //! (`tensorplay_engine::files`), whose readers then fetch only the byte ranges they read.
 //!
 //! This crate resolves and lists; it reads nothing itself but what a listing needs.
 
 mod hf;
 mod http;
+mod store;
 
 use reqwest::blocking::Client;
 use reqwest::header::HeaderMap;
@@ -99,8 +100,11 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
         files::mount(path.clone(), Arc::new(object));
         return Ok(Some(path));
     }
+    if arg.starts_with("s3://") {
+        return store::mount_s3(arg, options).map(Some);
+    }
     Err(refused(
-        "S3, GCS and Azure paths are not supported yet; use an https:// URL of the object",
+        "GCS and Azure paths are not supported yet; use an https:// URL of the object",
     ))
 }
 
@@ -124,7 +128,7 @@ fn check_scheme(url: &str, options: &Options) -> Result<(), String> {
     )
 }
 
-fn is_loopback(host: &str) -> bool {
+pub(crate) fn is_loopback(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host == "localhost"
         || host

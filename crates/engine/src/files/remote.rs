@@ -69,10 +69,9 @@ pub struct RemoteStats {
 }
 
 /// The first bytes fetched of every object before any reading: a safetensors header, a
-/// pickle's start, a `.npy` header lie there.
+/// pickle's start, a `.npy` or GGUF header lie there. Anything else (a zip's end records) is
+/// fetched when a reading reaches it.
 const HEAD: u64 = 128 << 10;
-/// The last bytes fetched likewise: a zip's end records and central directory.
-const TAIL: u64 = 64 << 10;
 /// A missing byte is fetched with the aligned block around it: readers read near where they
 /// last read.
 const READ_AHEAD: u64 = 64 << 10;
@@ -280,7 +279,7 @@ impl Mounted {
     }
 
     /// A buffer over the object's whole length with everything fetched so far in place; the
-    /// first one fetches the object's head and tail.
+    /// first one fetches the object's head.
     pub(super) fn open(self: &Arc<Self>) -> Result<Arc<HostBuffer>> {
         let len = self.object.size();
         if len == 0 {
@@ -291,7 +290,6 @@ impl Mounted {
         if !self.lock().primed {
             let mut first = Ranges::default();
             first.insert(0..HEAD.min(len));
-            first.insert(len.saturating_sub(TAIL)..len);
             self.fetch_exact(&first)?;
             self.lock().primed = true;
         }
