@@ -3,27 +3,18 @@
 //! data offset) and metadata; every bad file's refusal, its TP code and its message, or,
 //! where gguf-py reads it, the finding; NaN and Inf as TP401; `.gguf` found by discovery.
 
-use crate::common::{error_findings, read_json, root, stderr, stdout, tensorplay, TempDir};
+use crate::common::{
+    audit_json as audit, corrupt_refusal, error_findings, inspect_json as inspect, read_json, root,
+    stderr, stdout, tensorplay, TempDir,
+};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tensorplay_engine::{load, ErrorKind};
+use tensorplay_engine::load;
 
 const TRUTH: &str = "fixtures/gguf/truth.json";
 
 fn truth() -> Value {
     read_json(TRUTH)
-}
-
-fn inspect(path: &str) -> Value {
-    let out = tensorplay(&["inspect", "--format", "json", path]);
-    assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("inspect JSON")
-}
-
-fn audit(path: &str) -> Value {
-    let out = tensorplay(&["audit", "--format", "json", "--fail-on", "never", path]);
-    assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("audit JSON")
 }
 
 /// The dtype a GGML type is read as: its elements' dtype, or the bytes of its blocks.
@@ -296,13 +287,7 @@ fn every_bad_file_is_refused_naming_the_part_or_read_with_its_finding() {
             name == "misaligned.gguf",
             "{path}: {gguf_py}"
         );
-        let e = load::open(&root().join(&path)).expect_err(&path);
-        assert_eq!(e.kind(), ErrorKind::Corrupt, "{path}: {e}");
-        let message = e.to_string();
-        assert!(
-            message.starts_with(&format!("{}: {says}", root().join(&path).display())),
-            "{path}: {message}"
-        );
+        corrupt_refusal(&path, says);
         let report = audit(&path);
         let codes: Vec<String> = error_findings(&report)[0]
             .iter()

@@ -387,24 +387,21 @@ mod tests {
             b
         }
 
-        fn u32(&mut self, v: u32) -> &mut Self {
-            let bytes = if self.big {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            };
+        /// A number's little-endian bytes, in the file's order.
+        fn num<const N: usize>(&mut self, mut bytes: [u8; N]) -> &mut Self {
+            if self.big {
+                bytes.reverse();
+            }
             self.out.extend_from_slice(&bytes);
             self
         }
 
+        fn u32(&mut self, v: u32) -> &mut Self {
+            self.num(v.to_le_bytes())
+        }
+
         fn u64(&mut self, v: u64) -> &mut Self {
-            let bytes = if self.big {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            };
-            self.out.extend_from_slice(&bytes);
-            self
+            self.num(v.to_le_bytes())
         }
 
         fn str(&mut self, s: &str) -> &mut Self {
