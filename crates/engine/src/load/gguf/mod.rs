@@ -29,6 +29,8 @@
 mod header;
 mod types;
 
+use super::pickle_start::begins_pickle;
+use super::polyglot::pickle_globals;
 use super::{NewStorage, Sink};
 use crate::error::clip;
 use crate::error::{Error, Result};
@@ -84,7 +86,28 @@ struct Placed {
 }
 
 /// Reads one GGUF file through `sink`: its tensors in file order, its metadata summarised.
+///
+/// `torch.load` unpickles a file that is neither zip nor tar, and `GGUF` begins a pickle (`G`
+/// is BINFLOAT, which takes the version and a byte of the tensor count): a file made to be a
+/// pickle too (its counts, read as opcodes, in the tens of millions) would run it there. Such a
+/// reading's globals are named beside the file's tensors, or its refusal; a file CPython would
+/// not run as a pickle (every GGUF of fewer than 256 tensors: the next byte is no opcode) has
+/// none.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
+    let globals = match begins_pickle(buffer.bytes()) {
+        true => pickle_globals(buffer, sink),
+        false => Vec::new(),
+    };
+    match read_gguf(buffer, sink) {
+        Ok(format) => {
+            sink.add_unsafe_globals(globals);
+            Ok(format)
+        }
+        Err(e) => Err(e.with_unsafe_globals(globals)),
+    }
+}
+
+fn read_gguf(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let path = buffer.source();
     let Header {
         big_endian,
@@ -547,6 +570,35 @@ mod tests {
             ckpt.metadata["tokenizer.chat_template"],
             "string of 65 bytes"
         );
+    }
+
+    /// A GGUF whose tensor count's second byte is `.`: to CPython a float, then STOP. Read as
+    /// GGUF, with nothing for the pickle reading to name; one whose count bytes go on to call
+    /// `os.system` is refused (no file holds that many tensors) naming it.
+    #[test]
+    fn a_gguf_file_that_is_a_pickle_too_names_what_the_pickle_would_run() {
+        let count = 0x2e00u64;
+        let mut b = Builder::new(false, count, 0);
+        for i in 0..count {
+            b.info(&format!("t{i}"), &[0], 0, 0);
+        }
+        let bytes = b.data(32, &[]);
+        assert!(begins_pickle(&bytes));
+        let ckpt = read(bytes).expect("reads");
+        assert_eq!(ckpt.tensors.len(), 0x2e00);
+        assert!(ckpt.unsafe_globals.is_empty());
+        let mut bytes = Builder::new(false, 0, 0).out;
+        bytes.truncate(9);
+        bytes.extend_from_slice(b"cos\nsystem\n(S'true'\ntR.");
+        bytes.resize(64, 0);
+        let e = read(bytes).expect_err("no such count");
+        assert!(e.to_string().starts_with("m.gguf: header: kv_count"), "{e}");
+        let named: Vec<String> = e
+            .unsafe_globals()
+            .iter()
+            .map(|g| format!("{}.{}", g.module, g.name))
+            .collect();
+        assert_eq!(named, ["os.system"]);
     }
 
     #[test]
