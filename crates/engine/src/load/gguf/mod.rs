@@ -32,8 +32,7 @@ mod types;
 use super::pickle_start::begins_pickle;
 use super::polyglot::pickle_globals;
 use super::{NewStorage, Sink};
-use crate::error::clip;
-use crate::error::{Error, Result};
+use crate::error::{clip, Error, Result};
 use crate::load::torch::byteswap;
 use crate::{
     Component, CompositeTensor, DType, DataPtr, Device, Format, HostBuffer, Layout, TensorImpl,
