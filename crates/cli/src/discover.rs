@@ -29,6 +29,7 @@ const CHECKPOINT_EXTENSIONS: &[&str] = &[
     "distcp",
     "npy",
     "npz",
+    "gguf",
 ];
 
 /// What to audit and what was passed over.
