@@ -7,7 +7,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/fuzz/corpus"
-mkdir -p "$corpus"/{pickle,zip,legacy,safetensors,audit,tar,dcp_metadata,pt2_program}
+mkdir -p "$corpus"/{pickle,zip,legacy,safetensors,audit,tar,dcp_metadata,pt2_program,gguf}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -55,6 +55,8 @@ while IFS= read -r -d '' f; do
     elif [ "$(hex "$f" 0 1)" = 80 ] && [ "$(hex "$f" 2 12)" = "$legacy_magic" ]; then
         add legacy "$f" "$name"
         add pickle "$f" "$name"
+    elif [ "$first4" = 47475546 ]; then # "GGUF"
+        add gguf "$f" "$name"
     elif [ "$(hex "$f" 8 1)" = 7b ] || [[ "$f" == *.safetensors ]]; then # a length, then "{"
         add safetensors "$f" "$name"
     elif [ "$(hex "$f" 0 1)" = 80 ] || [[ "$f" == *.pkl ]] || [[ "$f" == *.metadata ]]; then
@@ -63,6 +65,6 @@ while IFS= read -r -d '' f; do
     fi
 done < <(find "$root/fixtures" -type f -print0 | sort -z)
 
-for t in pickle zip legacy safetensors audit tar dcp_metadata pt2_program; do
+for t in pickle zip legacy safetensors audit tar dcp_metadata pt2_program gguf; do
     printf '%-12s %4d seeds\n' "$t" "$(find "$corpus/$t" -type f | wc -l)"
 done

@@ -3,21 +3,11 @@
 //! and chunks, each chunk's bytes where the metadata puts them, and the verdict on each
 //! hostile copy.
 
-use crate::common::{global_names, read_json, root, stderr, stdout, tensorplay};
+use crate::common::{
+    audit_json as audit, global_names, inspect_json as inspect, read_json, root, stdout, tensorplay,
+};
 use serde_json::Value;
 use tensorplay_engine::load;
-
-fn inspect(dir: &str) -> Value {
-    let out = tensorplay(&["inspect", "--format", "json", dir]);
-    assert_eq!(out.status.code(), Some(0), "{dir}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("JSON")
-}
-
-fn audit(dir: &str) -> Value {
-    let out = tensorplay(&["audit", "--format", "json", "--fail-on", "never", dir]);
-    assert_eq!(out.status.code(), Some(0), "{dir}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("JSON report")
-}
 
 fn f64s(v: &Value) -> Vec<f64> {
     v.as_array()

@@ -4,16 +4,10 @@
 //! read from each). tensorplay refuses each, naming the key, the file or the bytes, and reads
 //! the clean copy as the loader does.
 
-use crate::common::{read_json, root, stderr, stdout, tensorplay, TempDir};
+use crate::common::{audit_json as audit, read_json, root, stderr, stdout, tensorplay, TempDir};
 use serde_json::Value;
 
 const DIR: &str = "fixtures/hostile/differential/dcp";
-
-fn audit(dir: &str) -> Value {
-    let out = tensorplay(&["audit", "--format", "json", "--fail-on", "never", dir]);
-    assert_eq!(out.status.code(), Some(0), "{dir}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("JSON report")
-}
 
 #[test]
 fn each_differential_copy_is_refused_naming_what_differs() {

@@ -4,17 +4,11 @@
 //! TP501, frames that the C and pure-Python unpicklers read differently are refused, and a file
 //! that is safetensors and a pickle is read as its name's loader reads it, or refused.
 
-use crate::common::{read_json, stderr, stdout, tensorplay};
+use crate::common::{audit_json as audit, read_json};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
 const DIR: &str = "fixtures/hostile/differential/pickle";
-
-fn audit(path: &str) -> Value {
-    let out = tensorplay(&["audit", "--format", "json", "--fail-on", "never", path]);
-    assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("JSON report")
-}
 
 /// The globals a file's TP501 findings name, and its codes.
 fn globals_and_codes(file: &Value) -> (BTreeSet<String>, BTreeSet<String>) {

@@ -22,6 +22,7 @@ mod differential_script_pt2;
 #[cfg(unix)]
 mod discovery;
 mod fuzz_regressions;
+mod gguf;
 mod hostile_memory;
 mod html_report;
 mod inspect;

@@ -3,27 +3,18 @@
 //! tensors, layouts, storages and bytes; every refused file's error, its TP code and its
 //! message; the object arrays' globals as TP501.
 
-use crate::common::{error_findings, read_json, root, stderr, stdout, tensorplay, TempDir};
+use crate::common::{
+    audit_json as audit, corrupt_refusal, error_findings, inspect_json as inspect, read_json, root,
+    stdout, tensorplay, TempDir,
+};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tensorplay_engine::{load, Error, ErrorKind};
+use tensorplay_engine::{load, Error};
 
 const TRUTH: &str = "fixtures/numpy/truth.json";
 
 fn truth() -> Value {
     read_json(TRUTH)
-}
-
-fn inspect(path: &str) -> Value {
-    let out = tensorplay(&["inspect", "--format", "json", path]);
-    assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("inspect JSON")
-}
-
-fn audit(path: &str) -> Value {
-    let out = tensorplay(&["audit", "--format", "json", "--fail-on", "never", path]);
-    assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("audit JSON")
 }
 
 /// C-order strides, or Fortran's (the first index fastest), as numpy lays out the data.
@@ -216,13 +207,7 @@ fn every_bad_file_is_refused_naming_the_problem() {
         let path = format!("fixtures/numpy/bad/{name}");
         let numpy = &bad[&path];
         assert!(numpy.is_object(), "{path} is in the truth");
-        let e = load::open(&root().join(&path)).expect_err(&path);
-        assert_eq!(e.kind(), ErrorKind::Corrupt, "{path}: {e}");
-        let message = e.to_string();
-        assert!(
-            message.starts_with(&format!("{}: {says}", root().join(&path).display())),
-            "{path}: {message}"
-        );
+        let e = corrupt_refusal(&path, says);
         // The audit: TP502 for every refusal, TP501 as well for each unsafe global.
         let report = audit(&path);
         let findings = &error_findings(&report)[0];

@@ -2,7 +2,7 @@
 //! family of good fixtures is swept: the single files the truth files name (safetensors,
 //! PyTorch zip, legacy, TorchScript), `.pt2` archives, the tensor kinds, plain pickles and the
 //! old tar format (which torch reads and tensorplay refuses whole), NumPy's `.npy` and `.npz`
-//! files, one file at a time through `load::from_buffer`; sharded indexes and DCP directories,
+//! files and GGUF files, one file at a time through `load::from_buffer`; sharded indexes and DCP directories,
 //! copied into a temporary folder with one of their files cut or corrupted at a time, through
 //! `load::open`. A format that no family reads as fails the sweep.
 
@@ -33,9 +33,11 @@ enum Family {
     Dcp,
     /// `fixtures/numpy/truth.json`: `.npy` and `.npz` files numpy wrote.
     Numpy,
+    /// `fixtures/gguf/truth.json`: GGUF files gguf-py wrote, each ending with its last tensor.
+    Gguf,
 }
 
-const FAMILIES: [Family; 8] = [
+const FAMILIES: [Family; 9] = [
     Family::TruthFile,
     Family::ShardedIndex,
     Family::Pt2,
@@ -44,6 +46,7 @@ const FAMILIES: [Family; 8] = [
     Family::LegacyTar,
     Family::Dcp,
     Family::Numpy,
+    Family::Gguf,
 ];
 
 /// Every format the engine reads. Each names the one after it in a match without a wildcard:
@@ -61,7 +64,8 @@ fn every_format() -> Vec<Format> {
         Format::Distributed => Some(Format::Pt2),
         Format::Pt2 => Some(Format::Numpy),
         Format::Numpy => Some(Format::NumpyArchive),
-        Format::NumpyArchive => None,
+        Format::NumpyArchive => Some(Format::Gguf),
+        Format::Gguf => None,
     };
     std::iter::successors(Some(Format::Safetensors), |&f| after(f)).collect()
 }
@@ -216,6 +220,12 @@ fn fixtures() -> &'static [Fixture] {
             }
             let format = format_named(truth["format"].as_str().expect("format"));
             all.push(one(Family::Numpy, path.clone(), Some(format)));
+        }
+        // make_gguf.py writes each good file to end with its last tensor's bytes: every cut
+        // cuts something gguf-py reads.
+        let gguf = read_json("fixtures/gguf/truth.json");
+        for path in gguf["files"].as_object().expect("files").keys() {
+            all.push(one(Family::Gguf, path.clone(), Some(Format::Gguf)));
         }
         all
     })

@@ -170,3 +170,34 @@ pub fn checked_weights_only(mut doc: serde_json::Value, path: &str) -> serde_jso
     }
     doc
 }
+
+/// `tensorplay inspect --format json PATH` (a file, index or directory), which must succeed.
+pub fn inspect_json(path: &str) -> serde_json::Value {
+    let out = tensorplay(&["inspect", "--format", "json", path]);
+    assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("inspect JSON")
+}
+
+/// `tensorplay audit --format json --fail-on never PATH`: the report, whatever it finds.
+pub fn audit_json(path: &str) -> serde_json::Value {
+    let out = tensorplay(&["audit", "--format", "json", "--fail-on", "never", path]);
+    assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("audit JSON")
+}
+
+/// The error reading `path` (relative to the root) gives, which must be a corrupt file's whose
+/// message, after the file's full path, begins with `says`.
+pub fn corrupt_refusal(path: &str, says: &str) -> tensorplay_engine::Error {
+    let e = tensorplay_engine::load::open(&root().join(path)).expect_err(path);
+    assert_eq!(
+        e.kind(),
+        tensorplay_engine::ErrorKind::Corrupt,
+        "{path}: {e}"
+    );
+    let message = e.to_string();
+    assert!(
+        message.starts_with(&format!("{}: {says}", root().join(path).display())),
+        "{path}: {message}"
+    );
+    e
+}

@@ -30,6 +30,7 @@ const CHECKPOINT_EXTENSIONS: &[&str] = &[
     "distcp",
     "npy",
     "npz",
+    "gguf",
 ];
 
 /// What to audit and what was passed over.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use tensorplay_engine::elements::Elements;
 use tensorplay_engine::load;
 use tensorplay_engine::numeric::scan_checkpoint;
-use tensorplay_engine::{Checkpoint, DType, Tensor};
+use tensorplay_engine::{Checkpoint, DType, Format, Tensor};
 
 /// Choices for a conversion.
 #[derive(Debug, Clone, Default)]
@@ -290,9 +290,12 @@ pub fn to_safetensors(
         return Err(ConvertError::TargetDtype(target));
     }
     let (records, aliases, cloned) = records(ckpt, options)?;
+    // A GGUF file's metadata is summarised (an array's length, a long string's size), not its
+    // values: nothing of it is carried over as if it were.
     let mut metadata: HashMap<String, String> = ckpt
         .metadata
         .iter()
+        .filter(|_| ckpt.format != Format::Gguf)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     metadata

@@ -1,6 +1,6 @@
-//! Tensors that are not one strided view — sparse, nested, wrapper subclasses — as a user
-//! names them, each made of component tensors that are ordinary strided [`Tensor`]s of the
-//! checkpoint (`adj.indices`, `adj.values`).
+//! Tensors that are not one strided view — sparse, nested, wrapper subclasses, GGUF's
+//! quantised blocks — as a user names them, each made of component tensors that are ordinary
+//! strided [`Tensor`]s of the checkpoint (`adj.indices`, `adj.values`).
 //!
 //! [`Tensor`]: crate::Tensor
 
@@ -12,7 +12,9 @@ pub struct CompositeTensor {
     /// The name a user would iterate it by.
     pub name: String,
     /// `sparse_coo`, `sparse_csr`, `sparse_csc`, `sparse_bsr`, `sparse_bsc`, `nested`
-    /// (PyTorch's strided nested tensor) or `wrapper` (a `__torch_dispatch__` subclass).
+    /// (PyTorch's strided nested tensor), `wrapper` (a `__torch_dispatch__` subclass), or a
+    /// GGML block type (`Q4_0`, `Q8_0`, `Q4_K`, …: a GGUF tensor stored in quantised blocks,
+    /// its one component the blocks' bytes).
     pub layout: &'static str,
     /// Its logical sizes; `None` for a nested tensor, whose parts have their own.
     pub shape: Option<Vec<u64>>,

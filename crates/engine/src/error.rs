@@ -309,6 +309,18 @@ pub enum Error {
         detail: String,
     },
 
+    /// A GGUF file that gguf-py's `GGUFReader` refuses, that ggml refuses where gguf-py reads
+    /// it (a tensor offset off the alignment), or whose bytes no one reading holds.
+    #[error("{}: {part}: {detail}", .path.display())]
+    Gguf {
+        /// The file.
+        path: PathBuf,
+        /// The part at fault (`header`, `metadata key '…'`, `tensor info '…'`, `tensor '…'`).
+        part: String,
+        /// What is wrong.
+        detail: String,
+    },
+
     /// A Git LFS pointer: the text git keeps in place of a file it has not fetched.
     #[error("{}: Git LFS pointer: run `git lfs pull` to fetch the file it stands for", .path.display())]
     LfsPointer {
@@ -482,6 +494,7 @@ impl Error {
             | Error::RepeatedKey { .. }
             | Error::Archive { .. }
             | Error::Numpy { .. }
+            | Error::Gguf { .. }
             | Error::LfsPointer { .. }
             | Error::DirectoryPart { .. }
             // A link in a checkpoint tree that leads nowhere is a finding about the tree (a
@@ -587,7 +600,7 @@ fn globals_text(globals: &[UnsafeGlobal]) -> String {
 }
 
 /// A name cut to a readable length: a hostile pickle's names can be as long as the stream.
-fn clip(name: &str) -> Cow<'_, str> {
+pub(crate) fn clip(name: &str) -> Cow<'_, str> {
     const MAX: usize = 200;
     match name.char_indices().nth(MAX) {
         Some((end, _)) => Cow::Owned(format!(

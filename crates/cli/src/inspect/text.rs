@@ -106,7 +106,7 @@ pub fn render(snapshot: &Snapshot<'_>, addresses: bool) -> anyhow::Result<String
         }
         writeln!(
             out,
-            "\nSparse, nested and wrapper tensors (their components are above)"
+            "\nSparse, nested, wrapper and block-quantised tensors (their components are above)"
         )?;
         out.push_str(&composites.render("  "));
     }

@@ -1,5 +1,5 @@
 //! Checkpoint readers, one file per format, grouped by family (`torch/`, `zip/`, `pt2/`,
-//! `dcp/`, `numpy/`, `safetensors`), chosen by content, never by name.
+//! `dcp/`, `numpy/`, `gguf/`, `safetensors`), chosen by content, never by name.
 //!
 //! [`probe`] looks at a path once: its first bytes say what it is ([`Sniffed`]), an index is
 //! parsed there, a directory is matched against the directory table. [`read`] turns that
@@ -14,6 +14,7 @@
 
 mod dcp;
 mod flatten;
+mod gguf;
 mod index;
 mod json;
 mod limits;
@@ -67,6 +68,7 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
         //                           reader                   sharded as                what, in messages
         Sniffed::Safetensors  => row(safetensors::read_into,  Format::SafetensorsIndex, "safetensors"),
         Sniffed::Numpy        => row(numpy::read_into,        Format::Numpy,            "a NumPy .npy array"),
+        Sniffed::Gguf         => row(gguf::read_into,         Format::Gguf,             "a GGUF file"),
         Sniffed::Zip          => row(zip::kind::read_into,     Format::PytorchIndex,     "a PyTorch zip archive"),
         Sniffed::LegacyPickle => row(torch::legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
         Sniffed::Pickle       => row(pickle_file::read_into,  Format::PytorchIndex,     "a plain pickle"),

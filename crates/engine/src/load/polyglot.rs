@@ -64,7 +64,10 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
 }
 
 /// The globals of the pickle reading, read aside: its tensors are no part of the file's.
-fn pickle_globals(buffer: &Arc<HostBuffer>, sink: &Sink<'_>) -> Vec<crate::pickle::UnsafeGlobal> {
+pub(crate) fn pickle_globals(
+    buffer: &Arc<HostBuffer>,
+    sink: &Sink<'_>,
+) -> Vec<crate::pickle::UnsafeGlobal> {
     match sink::apart(sink.meter(), Scope::default(), |pickle| {
         pickle_file::read_into(buffer, pickle)
     }) {

@@ -10,6 +10,8 @@ pub enum Sniffed {
     Safetensors,
     /// NumPy's magic string `\x93NUMPY`: a `.npy` array (`np.save`).
     Numpy,
+    /// The magic `GGUF`: llama.cpp's model file.
+    Gguf,
     /// A zip archive: `torch.save` since 1.6, `torch.jit.save` or `torch.export.save` (`.pt2`),
     /// told apart by their records once the archive is open (`zip::kind`).
     Zip,
@@ -61,6 +63,11 @@ pub fn sniff(prefix: &[u8]) -> Sniffed {
     // STACK_GLOBAL, which fails on an empty stack).
     if prefix.starts_with(super::numpy::MAGIC) {
         return Sniffed::Numpy;
+    }
+    // 'G' is a pickle's BINFLOAT, never the start of a checkpoint torch.load reads: no
+    // PyTorch pickle begins with a float; no zip, tar or safetensors header begins so.
+    if prefix.starts_with(super::gguf::MAGIC) {
+        return Sniffed::Gguf;
     }
     // torch.load reads a zip when the file starts with a local header, then tries tarfile
     // on anything else, and only then the legacy stream.
@@ -130,6 +137,7 @@ mod tests {
         assert_eq!(sniff(&st), Sniffed::Safetensors);
         assert_eq!(sniff(b"PK\x03\x04rest"), Sniffed::Zip);
         assert_eq!(sniff(b"\x93NUMPY\x01\x00v\x00{"), Sniffed::Numpy);
+        assert_eq!(sniff(b"GGUF\x03\x00\x00\x00"), Sniffed::Gguf);
         let legacy = [
             0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
             0x2e,
