@@ -81,7 +81,7 @@ fn server() -> RangeServer {
 #[test]
 fn every_fixture_family_audited_from_the_hub_gives_the_local_findings() {
     let server = server();
-    for family in ["safetensors", "pytorch", "dcp", "pt2", "numpy"] {
+    for family in ["safetensors", "pytorch", "dcp", "pt2", "numpy", "gguf"] {
         let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
         let remote = audit(&[&format!("hf://org/{family}")], Some(&server.endpoint()));
         assert_eq!(
