@@ -62,6 +62,8 @@ fn every_format() -> Vec<Format> {
         Format::Pt2 => Some(Format::Numpy),
         Format::Numpy => Some(Format::NumpyArchive),
         Format::NumpyArchive => None,
+        // Not read from a file: a live process's tensors (the Python module) are this.
+        Format::Live => None,
     };
     std::iter::successors(Some(Format::Safetensors), |&f| after(f)).collect()
 }

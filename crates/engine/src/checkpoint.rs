@@ -36,6 +36,8 @@ pub enum Format {
     Numpy,
     /// A NumPy `.npz` archive (`np.savez`, `np.savez_compressed`): a zip of `.npy` members.
     NumpyArchive,
+    /// No file: tensors of a running process, described by it ([`load::live`](crate::load::live)).
+    Live,
 }
 
 impl Format {
@@ -53,6 +55,7 @@ impl Format {
             Format::Pt2 => "pt2",
             Format::Numpy => "numpy-npy",
             Format::NumpyArchive => "numpy-npz",
+            Format::Live => "live",
         }
     }
 }

@@ -17,6 +17,7 @@ mod flatten;
 mod index;
 mod json;
 mod limits;
+pub mod live;
 mod numpy;
 mod pickle_file;
 mod pickle_start;
