@@ -400,6 +400,7 @@ def recommend_fix(finding):
 
 def _rows(named):
     """The storages and tensors of ``named`` as the extension takes them."""
+    parameter = _torch().nn.Parameter
     storages = {}
     storage_rows = []
     tensor_rows = []
@@ -425,7 +426,7 @@ def _rows(named):
                 _dtype(tensor.dtype),
                 str(tensor.device),
                 tensor.requires_grad,
-                isinstance(tensor, _torch().nn.Parameter),
+                isinstance(tensor, parameter),
             )
         )
     return storage_rows, tensor_rows

@@ -164,3 +164,75 @@ pub fn combine(reports: &[&Report]) -> Report {
         .collect();
     Report::new(files, skipped, fail_on)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    const OVERLAPPING: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/pytorch/overlapping_params.pt"
+    );
+
+    fn codes(report: &Report) -> Vec<&str> {
+        let mut codes: Vec<&str> = report
+            .files
+            .iter()
+            .flat_map(|f| &f.findings)
+            .map(|f| f.code.as_str())
+            .collect();
+        codes.dedup();
+        codes
+    }
+
+    /// The embedded audit is the command's: its flags, its findings, its renderers.
+    #[test]
+    fn audit_reports_what_the_command_does() {
+        let report = audit(&args(&["audit", OVERLAPPING])).expect("a report");
+        assert!(!report.summary.passed);
+        assert_eq!(codes(&report), ["TP101", "TP102", "TP106"]);
+        let only = audit(&args(&["audit", "--select", "TP106", OVERLAPPING])).expect("a report");
+        assert_eq!(codes(&only), ["TP106"]);
+        let human = render(
+            &report,
+            Rendering::Human {
+                color: false,
+                verbose: false,
+            },
+        )
+        .expect("rendered");
+        assert!(human.contains("error[TP101] view-overlap"), "{human}");
+        let both = combine(&[&report, &only]);
+        assert_eq!(both.summary.files, 2);
+        assert!(!both.summary.passed);
+    }
+
+    #[test]
+    fn failures_say_what_the_command_says() {
+        let bad = audit(&args(&["audit", "--fail-on", "sometimes", OVERLAPPING]));
+        assert!(
+            matches!(&bad, Err(Failure::Usage(m)) if m.starts_with("invalid value 'sometimes'")),
+            "{bad:?}"
+        );
+        let unknown = audit(&args(&["audit", "--select", "TP999", OVERLAPPING]));
+        assert!(matches!(unknown, Err(Failure::Usage(m)) if m.contains("TP999")));
+        let missing = audit(&args(&["audit", "/nonexistent/model.pt"]));
+        assert!(matches!(missing, Err(Failure::Error(lines)) if lines.len() == 1));
+        let wrong = inspect(&args(&["audit", OVERLAPPING]));
+        assert!(matches!(wrong, Err(Failure::Usage(_))));
+    }
+
+    /// `run` returns clap's codes instead of ending the process.
+    #[test]
+    fn run_returns_usage_codes() {
+        assert_eq!(
+            crate::run(["tensorplay", "audit", "--fail-on", "x", "f.pt"]),
+            2
+        );
+        assert_eq!(crate::run(["tensorplay", "--version"]), 0);
+    }
+}

@@ -36,7 +36,7 @@ pub enum Format {
     Numpy,
     /// A NumPy `.npz` archive (`np.savez`, `np.savez_compressed`): a zip of `.npy` members.
     NumpyArchive,
-    /// No file: tensors of a running process, described by it ([`load::live`](crate::load::live)).
+    /// No file: tensors of a running process, described by it (`load::live`).
     Live,
 }
 
