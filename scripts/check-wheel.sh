@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds the tensorplay wheel with maturin (pinned, from PyPI), installs it into a fresh virtual
-# environment and checks the installed command: `tensorplay --version` names the workspace
+# Builds the tensorplay wheel with maturin (pinned, from PyPI): the `tensorplay` package and its
+# extension, which also runs the command. Installs it into a fresh virtual environment and
+# checks the installed command: `tensorplay --version` names the workspace
 # version, and auditing a fixture with a known violation exits 1 with that finding in the JSON.
 # Then runs the pre-commit mirror (pre-commit-mirror/) through pre-commit, installed from this
 # wheel with pip held offline. The dist profile (stripped, fat LTO, one codegen unit) makes
 # this a slow build: see BENCHMARKS.md.
 #
 # Usage: scripts/check-wheel.sh [WHEEL_DIR]   (the wheel is left in WHEEL_DIR, default
-# target/wheels). Needs python3 (3.8+) with venv, cargo, git, and PyPI for maturin, pre-commit
+# target/wheels; scripts/check-python.sh tests the package in it). Needs python3 (3.9+) with venv, cargo, git, and PyPI for maturin, pre-commit
 # and setuptools (pinned, kept under target/ci-tools).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,7 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MATURIN_VERSION=1.16.0
 # pre-commit at the version scripts/lint-templates.sh lints the manifests with: one pin.
 PRE_COMMIT_VERSION=$(sed -n 's/^PRE_COMMIT_VERSION=//p' scripts/lint-templates.sh)
-# The mirror's build backend; the last release that still runs on Python 3.8.
+# The mirror's build backend; a release that runs on every Python the wheel supports (3.9+).
 SETUPTOOLS_VERSION=75.3.2
 # Tools live under target/ (git-ignored), reused between runs.
 tools=target/ci-tools/maturin-$MATURIN_VERSION

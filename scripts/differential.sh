@@ -5,17 +5,11 @@
 # torch.export.load, dcp.load) would do. Exits 1 on any divergence (see fuzz/README.md).
 #
 # Needs python3 with venv and PyPI for the pinned torch (fixtures/requirements*.txt), installed
-# once under target/ci-tools (a large download: torch and its CUDA libraries).
+# once under target/ci-tools by scripts/torch-venv.sh (a large download).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-venv=target/ci-tools/differential-venv
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check \
-        -r fixtures/requirements.txt -r fixtures/requirements-torch.txt
-fi
+venv=$(bash scripts/torch-venv.sh)
 cargo build --quiet --locked -p tensorplay
 "$venv/bin/python" fuzz/differential/harness.py \
     --mutate --variants "${DIFFERENTIAL_VARIANTS:-300}" --seed 1 --out target/differential fixtures/

@@ -66,6 +66,8 @@ fn every_format() -> Vec<Format> {
         Format::Numpy => Some(Format::NumpyArchive),
         Format::NumpyArchive => Some(Format::Gguf),
         Format::Gguf => None,
+        // Not read from a file: a live process's tensors (the Python module) are this.
+        Format::Live => None,
     };
     std::iter::successors(Some(Format::Safetensors), |&f| after(f)).collect()
 }

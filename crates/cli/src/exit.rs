@@ -1,7 +1,5 @@
 //! Exit codes, in one place: 0 success, 1 the gate found violations, 2 it could not judge.
 
-use std::process::ExitCode;
-
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
@@ -11,12 +9,6 @@ pub enum ExitStatus {
     Findings = 1,
     /// Usage error, unreadable or invalid input, internal error: no verdict.
     Error = 2,
-}
-
-impl From<ExitStatus> for ExitCode {
-    fn from(status: ExitStatus) -> Self {
-        ExitCode::from(status as u8)
-    }
 }
 
 /// A closed stdout (`tensorplay inspect … | head`) is not a failure.
@@ -47,6 +39,19 @@ pub fn error_lines(err: &anyhow::Error) -> Vec<String> {
     line.lines()
         .map(|l| tensorplay_audit::text::printable(l, false))
         .collect()
+}
+
+/// Prints `err` on stderr as the command reports an error: `error: ` and a line per problem.
+pub fn eprint_error(err: &anyhow::Error) {
+    for line in error_lines(err) {
+        // Indented lines (a config problem's source line and caret) belong to the `error:`
+        // line above them.
+        if line.starts_with(' ') {
+            eprintln!("{line}");
+        } else {
+            eprintln!("error: {line}");
+        }
+    }
 }
 
 /// Writes a command's whole output to stdout (a closed pipe surfaces as an error that

@@ -2,7 +2,8 @@
 //! them, then handled like local paths.
 
 use std::path::{Path, PathBuf};
-use tensorplay_audit::text::{human_bytes, plural};
+use std::sync::Mutex;
+use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::files::{self, RemoteLimits};
 
 /// How remote paths are read, from the flags every reading command shares.
@@ -33,18 +34,35 @@ impl RemoteArgs {
         });
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;
-        let mounted = tensorplay_remote::mount(&arg, &options)?;
-        Ok(mounted.unwrap_or_else(|| path.to_owned()))
+        let Some(mounted) = tensorplay_remote::mount(&arg, &options)? else {
+            return Ok(path.to_owned());
+        };
+        MOUNTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(mounted.clone());
+        Ok(mounted)
     }
 }
 
-/// "read 31.0 MiB of 756.0 GiB in 412 requests" for a remote checkpoint; `None` for a local one.
-pub fn read_note(path: &Path) -> Option<String> {
-    let stats = files::stats_under(path)?;
-    Some(format!(
-        "read {} of {} in {}",
-        human_bytes(stats.bytes_read),
-        human_bytes(stats.len),
-        plural(stats.requests as usize, "request"),
-    ))
+/// The remote paths this run mounted, as they resolved.
+static MOUNTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// For each remote path of the run, what was read of it: "hf://org/model@…: read 31.0 MiB of
+/// 756.0 GiB in 412 requests".
+pub fn read_notes() -> Vec<String> {
+    let mounted = MOUNTED.lock().unwrap_or_else(|e| e.into_inner());
+    mounted
+        .iter()
+        .filter_map(|path| {
+            let stats = files::stats_under(path)?;
+            Some(format!(
+                "{}: read {} of {} in {}",
+                printable(&path.display().to_string(), false),
+                human_bytes(stats.bytes_read),
+                human_bytes(stats.len),
+                plural(stats.requests as usize, "request"),
+            ))
+        })
+        .collect()
 }

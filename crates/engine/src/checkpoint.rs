@@ -38,6 +38,8 @@ pub enum Format {
     NumpyArchive,
     /// A GGUF file (llama.cpp, `gguf.GGUFWriter`): metadata and tensors, many in blocks.
     Gguf,
+    /// No file: tensors of a running process, described by it (`load::live`).
+    Live,
 }
 
 impl Format {
@@ -56,6 +58,7 @@ impl Format {
             Format::Numpy => "numpy-npy",
             Format::NumpyArchive => "numpy-npz",
             Format::Gguf => "gguf",
+            Format::Live => "live",
         }
     }
 }

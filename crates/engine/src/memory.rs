@@ -11,13 +11,11 @@ use std::sync::Arc;
 pub const DEFAULT_MAX_MEMORY: u64 = 1 << 30;
 
 /// A read-only block of host bytes that storages point into.
-#[derive(Debug)]
 pub struct HostBuffer {
     source: PathBuf,
     backing: Backing,
 }
 
-#[derive(Debug)]
 enum Backing {
     Mapped(Mmap),
     Heap(Box<[u8]>),
@@ -31,6 +29,14 @@ enum Backing {
         start: usize,
         end: usize,
     },
+    /// Memory another owner keeps alive (a live tensor's storage in this process), read in
+    /// place; `owner` is held as long as the buffer is. An address, not a pointer, so the
+    /// buffer stays `Send` and `Sync` as the others are.
+    Borrowed {
+        address: usize,
+        len: usize,
+        _owner: Box<dyn std::any::Any + Send + Sync>,
+    },
 }
 
 /// Which host backend holds a buffer's bytes.
@@ -42,6 +48,8 @@ pub enum HostBackend {
     Heap,
     /// Byte ranges of a remote object, fetched as they are read.
     Remote,
+    /// Memory of a live tensor in this process, read in place.
+    Live,
 }
 
 impl HostBackend {
@@ -51,6 +59,7 @@ impl HostBackend {
             HostBackend::Mmap => "mmap",
             HostBackend::Heap => "heap",
             HostBackend::Remote => "remote",
+            HostBackend::Live => "live",
         }
     }
 }
@@ -104,6 +113,28 @@ impl HostBuffer {
         }
     }
 
+    /// The `len` bytes at `address` in this process, read where they are, with `owner` held
+    /// for as long as the buffer is: a live tensor's storage, whose owner keeps it allocated.
+    ///
+    /// # Safety
+    /// `address..address + len` must be readable memory of this process that stays allocated
+    /// while `owner` is alive, and nothing may write it while the buffer's bytes are borrowed.
+    pub unsafe fn borrowed(
+        source: impl Into<PathBuf>,
+        address: *const u8,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<Self> {
+        Arc::new(HostBuffer {
+            source: source.into(),
+            backing: Backing::Borrowed {
+                address: address as usize,
+                len,
+                _owner: owner,
+            },
+        })
+    }
+
     /// The bytes `range` of `parent` as a buffer of their own, without copying: offsets in
     /// it count from `range.start`, and [`file_offset`](Self::file_offset) says where that
     /// lies. `None` when the range is not inside `parent`.
@@ -131,6 +162,12 @@ impl HostBuffer {
             Backing::Window { parent, start, end } => {
                 parent.bytes().get(*start..*end).unwrap_or_default()
             }
+            Backing::Borrowed { len: 0, .. } => &[],
+            // SAFETY: `borrowed`'s caller promised these bytes readable, allocated while the
+            // owner this buffer holds is alive, and unwritten while borrowed.
+            Backing::Borrowed { address, len, .. } => unsafe {
+                std::slice::from_raw_parts(*address as *const u8, *len)
+            },
         }
     }
 
@@ -140,7 +177,9 @@ impl HostBuffer {
             Backing::Window { parent, start, .. } => {
                 parent.file_offset().saturating_add(*start as u64)
             }
-            _ => 0,
+            Backing::Mapped(_) | Backing::Heap(_) | Backing::Borrowed { .. } => 0,
+            #[cfg(target_os = "linux")]
+            Backing::Remote(_) => 0,
         }
     }
 
@@ -195,7 +234,19 @@ impl HostBuffer {
             #[cfg(target_os = "linux")]
             Backing::Remote(_) => HostBackend::Remote,
             Backing::Window { parent, .. } => parent.backend(),
+            Backing::Borrowed { .. } => HostBackend::Live,
         }
+    }
+}
+
+impl std::fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The bytes are not shown: a mapped file's are gigabytes.
+        f.debug_struct("HostBuffer")
+            .field("source", &self.source)
+            .field("backend", &self.backend())
+            .field("len", &self.len())
+            .finish()
     }
 }
 

@@ -130,26 +130,53 @@ fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
     }
 }
 
-pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
-    let config = Arc::new(load_config(args.config.as_deref())?);
-    let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
-    options.gpu_budget = args.gpu_budget;
-    options.layout_facts = args.files.draws_layout();
-    // The flag overrides the file's `max_memory`.
-    options.max_memory = args.max_memory.or(config.max_memory);
-    options.expect = match &args.expect {
-        Some(path) => Some(std::sync::Arc::new(crate::expect::load_layout(path)?)),
-        None => None,
-    };
-    let baseline = args.baseline.as_deref().map(Baseline::load).transpose()?;
-    let fail_on = FailOn::from(args.fail_on);
-    if let Some(jobs) = args.jobs {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(usize::from(jobs))
-            .build_global()
-            .context("cannot start worker threads")?;
-    }
+/// What the flags decide before any file is read: the configuration, the rule options, the
+/// fail-on level and the baseline to judge by.
+pub struct Settings {
+    pub config: Arc<Config>,
+    pub options: Options,
+    pub fail_on: FailOn,
+    pub baseline: Option<Baseline>,
+}
 
+impl Settings {
+    /// The settings `args` ask for, read and checked as the command reads them.
+    pub fn from_args(args: &AuditArgs) -> anyhow::Result<Settings> {
+        let config = Arc::new(load_config(args.config.as_deref())?);
+        let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
+        options.gpu_budget = args.gpu_budget;
+        options.layout_facts = args.files.draws_layout();
+        // The flag overrides the file's `max_memory`.
+        options.max_memory = args.max_memory.or(config.max_memory);
+        options.expect = match &args.expect {
+            Some(path) => Some(std::sync::Arc::new(crate::expect::load_layout(path)?)),
+            None => None,
+        };
+        let baseline = args.baseline.as_deref().map(Baseline::load).transpose()?;
+        Ok(Settings {
+            config,
+            options,
+            fail_on: FailOn::from(args.fail_on),
+            baseline,
+        })
+    }
+}
+
+/// The report of the files `args` name, and the messages of those that could not be judged
+/// (no rule claims their failure): the audit without its output. `progress` draws the
+/// progress line where the terminal allows it.
+pub fn audit_paths(
+    args: &AuditArgs,
+    settings: &Settings,
+    progress: bool,
+) -> anyhow::Result<(Report, Vec<String>)> {
+    let Settings {
+        config,
+        options,
+        fail_on,
+        ..
+    } = settings;
+    let (config, mut options, fail_on) = (Arc::clone(config), options.clone(), *fail_on);
     let gpu = gpu_target(args.load_to.as_deref())?;
     let gpu_lock = Arc::new(Mutex::new(()));
     let paths = args
@@ -176,7 +203,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         .map(|part| crate::partition::select(&mut found.checkpoints, part));
     let scanned = Arc::new(AtomicU64::new(0));
     options.progress = Some(Arc::clone(&scanned));
-    let progress = if args.metadata_only {
+    let progress = if args.metadata_only || !progress {
         None
     } else {
         Progress::start(&scanned, &found.checkpoints, args.ci_mode)
@@ -279,6 +306,21 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     }
     let mut report = Report::new(files, found.skipped, fail_on);
     report.partition = partition;
+    Ok((report, unreadable))
+}
+
+pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
+    let settings = Settings::from_args(args)?;
+    if let Some(jobs) = args.jobs {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(usize::from(jobs))
+            .build_global()
+            .context("cannot start worker threads")?;
+    }
+    let (mut report, unreadable) = audit_paths(args, &settings, true)?;
+    let Settings {
+        config, baseline, ..
+    } = settings;
     // Writing a baseline records today's findings and judges the run by it, as the next run
     // with `--baseline` will be judged: it passes unless something no baseline hides (an
     // unreadable checkpoint) is there.
@@ -319,13 +361,8 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         verbose: args.verbose,
     };
     crate::exit::print(&render::stdout::render(&report, format, style)?)?;
-    for path in &paths {
-        if let Some(note) = crate::remote::read_note(path) {
-            eprintln!(
-                "note: {}: {note}",
-                printable(&path.display().to_string(), false)
-            );
-        }
+    for note in crate::remote::read_notes() {
+        eprintln!("note: {note}");
     }
     // A pattern that matched nothing is most likely misspelt; a part of a partitioned run
     // sees only its share of the files, so it cannot tell.

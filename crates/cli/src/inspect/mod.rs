@@ -105,6 +105,13 @@ impl<'a> Snapshot<'a> {
 }
 
 pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
+    let checkpoint = read(args)?;
+    crate::exit::print(&render(args, &checkpoint, args.format)?)?;
+    Ok(ExitStatus::Success)
+}
+
+/// The checkpoint `args` name, refused when a tensor's data pointer disagrees with its storage.
+pub fn read(args: &InspectArgs) -> anyhow::Result<Checkpoint> {
     let checkpoint = load::open(&args.file)?;
     for tensor in &checkpoint.tensors {
         tensor
@@ -112,9 +119,18 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
             .verify_data_ptr_consistency(tensor.name())
             .with_context(|| checkpoint.path.display().to_string())?;
     }
-    let snapshot = Snapshot::new(&checkpoint, args.tensor.as_deref())?;
-    let sim = args.alloc.then(|| alloc::simulate(&checkpoint));
-    let rendered = match args.format {
+    Ok(checkpoint)
+}
+
+/// What `inspect` shows of `checkpoint` in `format`, with the rest of `args`.
+pub fn render(
+    args: &InspectArgs,
+    checkpoint: &Checkpoint,
+    format: InspectFormat,
+) -> anyhow::Result<String> {
+    let snapshot = Snapshot::new(checkpoint, args.tensor.as_deref())?;
+    let sim = args.alloc.then(|| alloc::simulate(checkpoint));
+    Ok(match format {
         InspectFormat::Text => {
             let mut out = text::render(&snapshot, args.addresses)?;
             if let Some(sim) = &sim {
@@ -124,7 +140,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
         }
         InspectFormat::Json => json::render(&snapshot, sim.as_ref().map(alloc::json))?,
         InspectFormat::Layout => {
-            let mut layout = Manifest::of(&checkpoint);
+            let mut layout = Manifest::of(checkpoint);
             if let Some(only) = &args.tensor {
                 layout.tensors.retain(|t| &t.name == only);
             }
@@ -132,7 +148,5 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
             out.push('\n');
             out
         }
-    };
-    crate::exit::print(&rendered)?;
-    Ok(ExitStatus::Success)
+    })
 }

@@ -18,6 +18,7 @@ mod gguf;
 mod index;
 mod json;
 mod limits;
+pub mod live;
 mod numpy;
 mod pickle_file;
 mod pickle_start;

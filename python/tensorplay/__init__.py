@@ -1,0 +1,96 @@
+"""tensorplay: audit machine-learning checkpoints without executing them, and probe live
+PyTorch tensors with the same rules.
+
+File API (no torch needed): ``audit_file(path, **options)`` → ``Report``,
+``inspect_file(path)`` → ``Inspection``.
+
+Live API (torch imported when called): ``inspect``, ``show_view_chain``,
+``list_shared_storages``, ``verify_data_ptr_consistency``, ``is_safe_view``,
+``recommend_fix``, ``audit``. See docs/python.md.
+"""
+
+import os
+
+from . import _options
+from ._live import (
+    DataPtrError,
+    Layers,
+    SharedStorage,
+    TensorLayers,
+    ViewChain,
+    audit,
+    inspect,
+    is_safe_view,
+    list_shared_storages,
+    recommend_fix,
+    show_view_chain,
+    verify_data_ptr_consistency,
+)
+from ._report import Finding, Inspection, Report
+from .errors import Error, InternalError, ReadError, UsageError
+
+__all__ = [
+    "DataPtrError",
+    "Error",
+    "Finding",
+    "Inspection",
+    "InternalError",
+    "Layers",
+    "ReadError",
+    "Report",
+    "SharedStorage",
+    "TensorLayers",
+    "UsageError",
+    "ViewChain",
+    "audit",
+    "audit_file",
+    "inspect",
+    "inspect_file",
+    "is_safe_view",
+    "list_shared_storages",
+    "recommend_fix",
+    "show_view_chain",
+    "verify_data_ptr_consistency",
+]
+
+
+def _paths(function, path):
+    paths = [path] if isinstance(path, (str, os.PathLike)) else path
+    if not isinstance(paths, (list, tuple)) or not paths or not all(
+        isinstance(p, (str, os.PathLike)) for p in paths
+    ):
+        raise TypeError(
+            f"{function}() takes a path (str or os.PathLike) or a list of them, "
+            f"not {type(path).__name__}"
+        )
+    return [os.fspath(p) for p in paths]
+
+
+def audit_file(path, **options):
+    """``tensorplay audit PATH``: the report of a checkpoint file, sharded index or directory
+    (or a list of them), nothing printed. Options are the command's flags:
+    ``select``, ``ignore``, ``fail_on``, ``config``, ``baseline``, ``metadata_only``,
+    ``gpu_budget``, ``max_memory``, ``expect``, ``load_to``, ``allow_empty``,
+    ``timeout_per_file``. Raises ``ReadError`` where the command exits 2, ``UsageError`` for
+    a value it refuses, ``TypeError`` for an argument of the wrong kind."""
+    from . import _tensorplay
+
+    paths = _paths("audit_file", path)
+    args = ["audit", *_options.flags("audit_file", _options.FILE_OPTIONS, options), "--", *paths]
+    return Report(_tensorplay.audit(args))
+
+
+def inspect_file(path, tensor=None):
+    """``tensorplay inspect PATH``: the four layers of a checkpoint as the command shows them
+    (``repr()``) and as its JSON document (``.data``); ``tensor`` shows only that one."""
+    from . import _tensorplay
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"inspect_file() takes a path (str or os.PathLike), not {type(path).__name__}")
+    args = ["inspect"]
+    if tensor is not None:
+        if not isinstance(tensor, str):
+            raise TypeError(f"inspect_file(): tensor={tensor!r}: expected a tensor name (str)")
+        args.extend(["--tensor", tensor])
+    text, document = _tensorplay.inspect([*args, "--", os.fspath(path)])
+    return Inspection(text, document)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The Python package's tests (python/tests/) against the wheel scripts/check-wheel.sh built:
+# the wheel is installed offline into a fresh virtual environment, and the suite runs twice,
+# first without torch (the command and the file API must work; the live probes skip), then
+# with the pinned torch (fixtures/requirements-torch.txt) added, every probe on real tensors.
+#
+# Usage: scripts/check-python.sh [WHEEL_DIR]   (default target/wheels). Needs python3 (3.9+)
+# with venv, and PyPI once for pytest (pinned in python/tests/requirements.txt, kept as wheels
+# under target/ci-tools) and torch (scripts/torch-venv.sh).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+out=${1:-target/wheels}
+fail() { echo "check-python: $*" >&2; exit 1; }
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+shopt -s nullglob
+wheels=("$out"/tensorplay_audit-"$version"-*.whl)
+[ "${#wheels[@]}" -eq 1 ] || fail "expected one tensorplay $version wheel in $out (run scripts/check-wheel.sh), found ${#wheels[@]}"
+
+# pytest as wheels, fetched once: the fresh environment installs them with pip offline.
+pytest_wheels=target/ci-tools/pytest-$(sha256sum python/tests/requirements.txt | cut -c1-12)
+if [ ! -f "$pytest_wheels/ok" ]; then
+    rm -rf "$pytest_wheels"
+    python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+        --dest "$pytest_wheels" -r python/tests/requirements.txt
+    touch "$pytest_wheels/ok"
+fi
+torch_venv=$(bash scripts/torch-venv.sh)
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+python3 -m venv "$scratch/venv"
+py=$scratch/venv/bin/python
+"$py" -m pip install --quiet --disable-pip-version-check --no-index \
+    --find-links "$pytest_wheels" "${wheels[0]}" -r python/tests/requirements.txt
+"$py" -c "import torch" 2>/dev/null && fail "the fresh environment has torch before it was added"
+
+# -p no:cacheprovider: nothing written into the checkout.
+suite() { (cd python/tests && "$py" -m pytest -p no:cacheprovider -q -rs "$@" .); }
+
+echo "check-python: without torch"
+suite >"$scratch/no-torch.txt" 2>&1 || { cat "$scratch/no-torch.txt" >&2; fail "the suite failed without torch"; }
+tail -n 3 "$scratch/no-torch.txt"
+# The live tests must have been skipped for want of torch, not passed by accident.
+grep -q "could not import 'torch'" "$scratch/no-torch.txt" || fail "the live tests did not skip without torch"
+
+# torch from the shared pinned environment, seen through a .pth file: the wheel's environment
+# stays fresh, and torch is not installed twice.
+site=$("$torch_venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+fresh_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "$site" >"$fresh_site/torch-from-ci-tools.pth"
+"$py" -c "import torch; assert torch.__version__.startswith('2.9.1'), torch.__version__"
+echo "check-python: with torch $("$py" -c 'import torch; print(torch.__version__)')"
+suite
+echo "check-python: ok"

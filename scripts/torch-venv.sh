@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Prints the path of the virtual environment holding the pinned torch (fixtures/requirements*.txt)
+# that the differential harness and the Python suite share, making it on first use under
+# target/ci-tools (a large download: torch and its CUDA libraries). Needs python3 with venv.
+# TENSORPLAY_TORCH_VENV names an existing environment with that torch to use instead.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [ -n "${TENSORPLAY_TORCH_VENV:-}" ]; then
+    echo "$(cd "$TENSORPLAY_TORCH_VENV" && pwd)"
+    exit 0
+fi
+
+venv=target/ci-tools/differential-venv
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+        -r fixtures/requirements.txt -r fixtures/requirements-torch.txt >&2
+fi
+echo "$PWD/$venv"
