@@ -47,9 +47,13 @@ pub(crate) fn mount_s3(arg: &str, options: &Options) -> Result<PathBuf, Error> {
     if bucket.is_empty() {
         return Err(refused("expected s3://BUCKET[/KEY-or-PREFIX]".to_owned()));
     }
+    // These options replace those `from_env` read, so AWS_ALLOW_HTTP is honoured here.
+    let allow_http = options.allow_http
+        || loopback_endpoint()
+        || std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
     let client = ClientOptions::new()
         .with_timeout(options.timeout)
-        .with_allow_http(options.allow_http || loopback_endpoint());
+        .with_allow_http(allow_http);
     let retry = RetryConfig {
         max_retries: 3,
         retry_timeout: Duration::from_secs(60),
