@@ -33,6 +33,9 @@ mod partition;
 mod pt2;
 mod pytorch;
 mod read_only;
+// Remote objects are read through sparse maps, which only Linux's mincore can watch.
+#[cfg(target_os = "linux")]
+mod remote;
 mod renderers;
 mod report_limits;
 mod robustness;

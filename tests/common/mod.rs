@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests.
 
+#[cfg(target_os = "linux")]
+pub mod range_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tensorplay_audit::config::Config;
 use tensorplay_audit::report::Skipped;
+use tensorplay_engine::files;
 use tensorplay_engine::load::{self, Probe, ShardIndex, Sniffed};
 
 /// Extensions that say a file was meant to be a checkpoint. Content alone picks the reader;
@@ -90,6 +91,14 @@ impl Target {
 pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Discovered> {
     let mut walk = Walk::default();
     for path in paths {
+        if files::is_dir(path) && !path.exists() {
+            walk.remote_dir(path);
+            continue;
+        }
+        if files::is_remote(path) {
+            walk.file(path, true);
+            continue;
+        }
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => walk.dir(path, &mut Vec::new()),
             // Named explicitly: always audited, so unreadable content is reported, never skipped.
@@ -154,22 +163,10 @@ impl Walk {
             }
         }
         paths.sort();
-        // A checkpoint directory (torch.distributed.checkpoint) is audited as one checkpoint;
-        // its files are its parts.
-        let mut parts = Vec::new();
-        let mut kind = "";
-        if let Some(probe) = load::probe_directory(dir) {
-            parts = probe.files();
-            kind = probe.directory().unwrap_or_default();
-            self.found.checkpoints.push(Target {
-                path: dir.to_owned(),
-                probe: Ok(probe),
-            });
-        }
+        let parts = self.checkpoint_directory(dir);
         ancestors.push(real);
         for path in paths {
-            if parts.contains(&path) {
-                let reason = format!("part of the {kind} {}", dir.display());
+            if let Some(reason) = parts.as_ref().and_then(|parts| parts(&path)) {
                 self.skip(&path, reason);
                 continue;
             }
@@ -182,6 +179,40 @@ impl Walk {
             }
         }
         ancestors.pop();
+    }
+
+    /// Walks a directory of mounted remote objects: no links, no loops, every entry a file
+    /// or a directory.
+    fn remote_dir(&mut self, dir: &Path) {
+        let mut paths = files::list_dir(dir).unwrap_or_default();
+        paths.sort();
+        let parts = self.checkpoint_directory(dir);
+        for path in paths {
+            if let Some(reason) = parts.as_ref().and_then(|parts| parts(&path)) {
+                self.skip(&path, reason);
+            } else if files::is_dir(&path) {
+                self.remote_dir(&path);
+            } else {
+                self.file(&path, false);
+            }
+        }
+    }
+
+    /// A checkpoint directory (torch.distributed.checkpoint) is audited as one checkpoint:
+    /// queued here, with what says why each of its files is skipped as its part.
+    fn checkpoint_directory(&mut self, dir: &Path) -> Option<impl Fn(&Path) -> Option<String>> {
+        let probe = load::probe_directory(dir)?;
+        let parts = probe.files();
+        let reason = format!(
+            "part of the {} {}",
+            probe.directory().unwrap_or_default(),
+            dir.display()
+        );
+        self.found.checkpoints.push(Target {
+            path: dir.to_owned(),
+            probe: Ok(probe),
+        });
+        Some(move |path: &Path| parts.contains(&path.to_path_buf()).then(|| reason.clone()))
     }
 
     fn file(&mut self, path: &Path, named: bool) {

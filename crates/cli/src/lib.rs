@@ -16,6 +16,7 @@ mod merge;
 mod partition;
 mod peak;
 mod progress;
+mod remote;
 mod render;
 mod rules_cmd;
 mod size;

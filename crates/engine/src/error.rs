@@ -18,6 +18,35 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A remote object could not be read: the store was unreachable or refused (after bounded
+    /// retries). Nothing can be said about the checkpoint.
+    #[error("{}: cannot read: {detail}", .path.display())]
+    Remote {
+        /// The object, as its path was given.
+        path: PathBuf,
+        /// What the store or the transport said.
+        detail: String,
+    },
+
+    /// A remote object answered with bytes that cannot be its own: it changed between reads,
+    /// or a range request was answered with other bytes.
+    #[error("{}: the remote object is not what was read before: {detail}", .path.display())]
+    RemoteInconsistent {
+        /// The object.
+        path: PathBuf,
+        /// What disagreed.
+        detail: String,
+    },
+
+    /// Reading a remote object would fetch more than the run allows.
+    #[error("{}: exceeds the remote read budget: {what}", .path.display())]
+    RemoteBudget {
+        /// The object.
+        path: PathBuf,
+        /// Which bound, and its value.
+        what: String,
+    },
+
     /// The file has no bytes at all.
     #[error("{}: empty file", .path.display())]
     Empty {
@@ -433,7 +462,7 @@ impl Error {
     /// classified where it is declared.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Io { .. } => ErrorKind::Unopenable,
+            Error::Io { .. } | Error::Remote { .. } => ErrorKind::Unopenable,
             Error::IndexShardPath { .. }
             | Error::IndexEmpty { .. }
             | Error::IndexTensorAbsent { .. }
@@ -476,6 +505,8 @@ impl Error {
             | Error::AmbiguousFormat { .. }
             // Refused unread: fail closed, as for any file that cannot be checked.
             | Error::MemoryBudget { .. }
+            | Error::RemoteBudget { .. }
+            | Error::RemoteInconsistent { .. }
             | Error::Overflow { .. }
             | Error::RankMismatch { .. }
             | Error::DataPtrInconsistent { .. }

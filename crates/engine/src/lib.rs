@@ -16,6 +16,7 @@ pub mod device;
 pub mod dtype;
 pub mod elements;
 pub mod error;
+pub mod files;
 mod inflate;
 pub mod layout;
 pub mod load;

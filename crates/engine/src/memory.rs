@@ -19,6 +19,9 @@ pub struct HostBuffer {
 enum Backing {
     Mapped(Mmap),
     Heap(Box<[u8]>),
+    /// A remote object's fetched bytes in a map of its whole length (see `files`).
+    #[cfg(target_os = "linux")]
+    Remote(crate::files::Backed),
     /// A byte range of another buffer (one item of a file that holds several), sharing its
     /// bytes; the range was checked against the buffer when the window was made.
     Window {
@@ -43,6 +46,8 @@ pub enum HostBackend {
     Mmap,
     /// Bytes owned on the heap (decompressed or byte-swapped data, tests).
     Heap,
+    /// Byte ranges of a remote object, fetched as they are read.
+    Remote,
     /// Memory of a live tensor in this process, read in place.
     Live,
 }
@@ -53,6 +58,7 @@ impl HostBackend {
         match self {
             HostBackend::Mmap => "mmap",
             HostBackend::Heap => "heap",
+            HostBackend::Remote => "remote",
             HostBackend::Live => "live",
         }
     }
@@ -87,6 +93,24 @@ impl HostBuffer {
             source: source.into(),
             backing: Backing::Heap(bytes.into_boxed_slice()),
         })
+    }
+
+    /// A remote object's bytes, fetched as `files` fetches them.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn remote(source: PathBuf, backed: crate::files::Backed) -> Arc<Self> {
+        Arc::new(HostBuffer {
+            source,
+            backing: Backing::Remote(backed),
+        })
+    }
+
+    /// For a remote object's buffer, the bytes read from it that were never fetched.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn unfetched_reads(&self) -> Option<crate::files::Ranges> {
+        match &self.backing {
+            Backing::Remote(backed) => Some(backed.map.touched()),
+            _ => None,
+        }
     }
 
     /// The `len` bytes at `address` in this process, read where they are, with `owner` held
@@ -133,6 +157,8 @@ impl HostBuffer {
         match &self.backing {
             Backing::Mapped(map) => map,
             Backing::Heap(bytes) => bytes,
+            #[cfg(target_os = "linux")]
+            Backing::Remote(backed) => backed.map.bytes(),
             Backing::Window { parent, start, end } => {
                 parent.bytes().get(*start..*end).unwrap_or_default()
             }
@@ -152,6 +178,8 @@ impl HostBuffer {
                 parent.file_offset().saturating_add(*start as u64)
             }
             Backing::Mapped(_) | Backing::Heap(_) | Backing::Borrowed { .. } => 0,
+            #[cfg(target_os = "linux")]
+            Backing::Remote(_) => 0,
         }
     }
 
@@ -203,6 +231,8 @@ impl HostBuffer {
         match &self.backing {
             Backing::Mapped(_) => HostBackend::Mmap,
             Backing::Heap(_) => HostBackend::Heap,
+            #[cfg(target_os = "linux")]
+            Backing::Remote(_) => HostBackend::Remote,
             Backing::Window { parent, .. } => parent.backend(),
             Backing::Borrowed { .. } => HostBackend::Live,
         }

@@ -20,8 +20,8 @@ use tensorplay_audit::report::{FailOn, FileReport, Report};
 use tensorplay_audit::text::{plural, printable};
 use tensorplay_engine::alloc::cuda::{gpu_status, GpuStatus};
 use tensorplay_engine::alloc::device_load::load_to_device;
-use tensorplay_engine::load;
 use tensorplay_engine::Error as ReadError;
+use tensorplay_engine::{files, load};
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
@@ -92,6 +92,12 @@ pub struct AuditArgs {
     /// Worker threads [default: one per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
+    /// For remote paths, read tensor bytes too (TP401): every byte is fetched, within
+    /// --max-remote-bytes. Remote audits read metadata only otherwise.
+    #[arg(long)]
+    deep: bool,
+    #[command(flatten)]
+    remote: crate::remote::RemoteArgs,
     /// Seconds one file may take before it fails TP502 unjudged, never a hang.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_per_file: u64,
@@ -173,7 +179,12 @@ pub fn audit_paths(
     let (config, mut options, fail_on) = (Arc::clone(config), options.clone(), *fail_on);
     let gpu = gpu_target(args.load_to.as_deref())?;
     let gpu_lock = Arc::new(Mutex::new(()));
-    let mut found = discover(&args.paths)?;
+    let paths = args
+        .paths
+        .iter()
+        .map(|p| args.remote.resolve(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut found = discover(&paths)?;
     let declared = skip_declared(&mut found, &config);
     // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder); files
     // the configuration declares are not checkpoints were judged, so they are not nothing (a
@@ -214,8 +225,10 @@ pub fn audit_paths(
                 .map(|file| Audited::Judged(Box::new(file)))
                 .ok_or_else(|| error.to_string())
         };
-        let (config, options, gpu_lock) =
+        let (config, mut options, gpu_lock) =
             (Arc::clone(&config), options.clone(), Arc::clone(&gpu_lock));
+        // A remote checkpoint is audited from its metadata unless --deep asks for every byte.
+        options.metadata_only |= files::is_remote(target.path()) && !args.deep;
         let work = {
             let shown = shown.clone();
             move || {
@@ -348,6 +361,9 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         verbose: args.verbose,
     };
     crate::exit::print(&render::stdout::render(&report, format, style)?)?;
+    for note in crate::remote::read_notes() {
+        eprintln!("note: {note}");
+    }
     // A pattern that matched nothing is most likely misspelt; a part of a partitioned run
     // sees only its share of the files, so it cannot tell.
     if report.partition.is_none() {
@@ -403,6 +419,35 @@ enum Audited {
 }
 
 fn audit_one(
+    target: Target,
+    shown: &str,
+    config: &Config,
+    options: &Options,
+    deferrable: bool,
+    gpu: Option<usize>,
+    gpu_lock: &Mutex<()>,
+) -> Result<Audited, String> {
+    let path = target.path().to_owned();
+    if !files::is_remote(&path) {
+        return audit_read(target, shown, config, options, deferrable, gpu, gpu_lock);
+    }
+    // Remote: audited again until the audit used only bytes that were fetched (the reading
+    // itself settles on its own).
+    let mut target = Some(target);
+    let settled = files::settle(&path, || {
+        let target = target.take().unwrap_or_else(|| Target::again(path.clone()));
+        audit_read(target, shown, config, options, deferrable, gpu, gpu_lock)
+    });
+    match settled {
+        Ok(audited) => audited,
+        Err(e) => read_failure(shown, &e)
+            .map(|file| Audited::Judged(Box::new(file)))
+            .ok_or_else(|| e.to_string()),
+    }
+}
+
+/// Reads one checkpoint and audits it.
+fn audit_read(
     target: Target,
     shown: &str,
     config: &Config,

@@ -5,7 +5,6 @@ use super::json::Entries;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 /// Indexes are small; a larger file is not an index.
@@ -31,15 +30,7 @@ impl ShardIndex {
             path: path.to_owned(),
             detail,
         };
-        let io = |source| Error::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut text = Vec::new();
-        file.take(MAX_INDEX_LEN + 1)
-            .read_to_end(&mut text)
-            .map_err(io)?;
+        let text = crate::files::read_prefix(path, MAX_INDEX_LEN + 1)?;
         if text.len() as u64 > MAX_INDEX_LEN {
             return Err(syntax(format!(
                 "larger than the {MAX_INDEX_LEN}-byte limit for an index"

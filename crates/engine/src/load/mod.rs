@@ -41,7 +41,7 @@ pub use probe::{probe, probe_directory, Probe};
 pub use sniff::{sniff, Sniffed};
 
 use crate::error::{Error, Result};
-use crate::{Checkpoint, Format, HostBuffer};
+use crate::{files, Checkpoint, Format, HostBuffer};
 use probe::Found;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -116,15 +116,22 @@ pub fn read(probe: Probe) -> Result<Checkpoint> {
 /// directory with its row (one budget for the whole set).
 pub fn read_with(probe: Probe, limits: ReadLimits) -> Result<Checkpoint> {
     match probe.found {
-        Found::File(reader) => {
-            read_file_with(reader.read, &HostBuffer::map_file(&probe.path)?, limits)
-        }
-        Found::Index(index) => sharded::read(&probe.path, &index, limits),
-        Found::Directory(row, _) => {
+        Found::File(reader) => files::settled(&probe.path, || {
+            read_file_with(reader.read, &files::open(&probe.path)?, limits)
+        })?,
+        Found::Index(index) => files::settled(&index_root(&probe.path), || {
+            sharded::read(&probe.path, &index, limits)
+        })?,
+        Found::Directory(row, _) => files::settled(&probe.path, || {
             sink::gather(&probe.path, limits, |sink| (row.read)(&probe.path, sink))
-        }
+        })?,
         Found::Refused(error) => Err(error),
     }
+}
+
+/// Where an index's shards lie: beside it.
+fn index_root(index: &Path) -> PathBuf {
+    index.parent().unwrap_or(index).to_owned()
 }
 
 /// Reads a single-file checkpoint already in memory (any format but an index), picking the

@@ -5,8 +5,7 @@ use super::{
     directory_readers, reader, sniff_nonempty, unknown, DirReader, Reader, ShardIndex, Sniffed,
 };
 use crate::error::{Error, Result};
-use crate::HostBuffer;
-use std::io::Read;
+use crate::files;
 use std::path::{Path, PathBuf};
 
 /// What one look at a path found; [`read`](super::read) reads it.
@@ -53,26 +52,28 @@ pub fn probe(path: &Path) -> Result<Probe> {
     if let Some(probe) = probe_directory(path) {
         return Ok(probe);
     }
-    let prefix = read_prefix(path)?;
-    let sniffed = sniff_nonempty(path, &prefix, || HostBuffer::map_file(path))?;
-    let found = match (reader(sniffed), sniffed) {
-        (Some(reader), _) => Found::File(reader),
-        (None, Sniffed::JsonIndex) => {
-            ShardIndex::read(path).map_or_else(Found::Refused, Found::Index)
-        }
-        (None, _) => Found::Refused(refusal(path, sniffed, &prefix)),
-    };
-    Ok(Probe {
-        path: path.to_owned(),
-        sniffed,
-        found,
-    })
+    files::settled(path, || {
+        let prefix = read_prefix(path)?;
+        let sniffed = sniff_nonempty(path, &prefix, || files::open(path))?;
+        let found = match (reader(sniffed), sniffed) {
+            (Some(reader), _) => Found::File(reader),
+            (None, Sniffed::JsonIndex) => {
+                ShardIndex::read(path).map_or_else(Found::Refused, Found::Index)
+            }
+            (None, _) => Found::Refused(refusal(path, sniffed, &prefix)),
+        };
+        Ok(Probe {
+            path: path.to_owned(),
+            sniffed,
+            found,
+        })
+    })?
 }
 
 /// The directory-table row that reads `dir` as one checkpoint, probed; `None` when no row
 /// takes it (a plain folder, a file).
 pub fn probe_directory(dir: &Path) -> Option<Probe> {
-    if !dir.is_dir() {
+    if !files::is_dir(dir) {
         return None;
     }
     directory_readers().into_iter().find_map(|row| {
@@ -144,36 +145,5 @@ pub(super) fn refusal(path: &Path, sniffed: Sniffed, prefix: &[u8]) -> Error {
 
 /// Up to [`SNIFF_LEN`](super::sniff::SNIFF_LEN) leading bytes, without mapping the file.
 pub(super) fn read_prefix(path: &Path) -> Result<Vec<u8>> {
-    let io = |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(|e| open_error(path, e))?;
-    let mut prefix = Vec::with_capacity(super::sniff::SNIFF_LEN);
-    file.take(super::sniff::SNIFF_LEN as u64)
-        .read_to_end(&mut prefix)
-        .map_err(io)?;
-    Ok(prefix)
-}
-
-/// An error opening `path`; through a symlink whose target is missing or which loops, that
-/// link, with what it points to.
-fn open_error(path: &Path, source: std::io::Error) -> Error {
-    match std::fs::read_link(path) {
-        Ok(target) if source.kind() != std::io::ErrorKind::PermissionDenied => {
-            let detail = match source.kind() {
-                std::io::ErrorKind::NotFound => "its target does not exist".to_owned(),
-                _ => source.to_string(),
-            };
-            Error::BrokenLink {
-                path: path.to_owned(),
-                target,
-                detail,
-            }
-        }
-        _ => Error::Io {
-            path: path.to_owned(),
-            source,
-        },
-    }
+    files::read_prefix(path, super::sniff::SNIFF_LEN as u64)
 }

@@ -5,7 +5,7 @@ use super::limits::ReadLimits;
 use super::probe::read_prefix;
 use super::{single_file, sink, Reader, ShardIndex, Sink};
 use crate::error::{Error, Result};
-use crate::{Checkpoint, Format, HostBuffer};
+use crate::{files, Checkpoint, Format};
 use std::path::Path;
 
 /// Reads every shard the index names (in sorted name order) into one checkpoint, whose format
@@ -48,9 +48,7 @@ fn shard_readers<'a>(path: &Path, index: &'a ShardIndex) -> Result<Vec<(&'a str,
     for shard in shards {
         let shard_path = ShardIndex::shard_path(path, shard);
         let reader = read_prefix(&shard_path)
-            .and_then(|prefix| {
-                single_file(&shard_path, &prefix, || HostBuffer::map_file(&shard_path))
-            })
+            .and_then(|prefix| single_file(&shard_path, &prefix, || files::open(&shard_path)))
             .map_err(in_shard(path))?;
         if let Some((_, first)) = readers.first() {
             if first.index != reader.index {
@@ -68,7 +66,7 @@ fn shard_readers<'a>(path: &Path, index: &'a ShardIndex) -> Result<Vec<(&'a str,
 }
 
 fn read_shard(path: &Path, shard: &str, reader: &Reader, sink: &mut Sink<'_>) -> Result<()> {
-    let buffer = HostBuffer::map_file(&ShardIndex::shard_path(path, shard))?;
+    let buffer = files::open(&ShardIndex::shard_path(path, shard))?;
     // The first bytes say zip; only the archive itself says TorchScript, which is never a shard.
     if (reader.read)(&buffer, sink)? == Format::Torchscript {
         return Err(Error::UnsupportedFormat {

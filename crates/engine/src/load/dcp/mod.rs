@@ -17,7 +17,7 @@ use super::limits::{Meter, ReadLimits};
 use super::torch::archive;
 use super::{Scope, Sink};
 use crate::error::{Error, ErrorKind, Result};
-use crate::{ChunkedTensor, Format, HostBuffer, Tensor, TensorChunk};
+use crate::{files, ChunkedTensor, Format, HostBuffer, Tensor, TensorChunk};
 use metadata::{ChunkMeta, Metadata, StorageInfo, TensorMeta};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -84,13 +84,12 @@ const MAX_CHUNK_PAIRS: u64 = 1 << 24;
 /// then every `.distcp` file in name order; `None` when it is not one or cannot be listed.
 pub(super) fn parts(dir: &Path) -> Option<Vec<PathBuf>> {
     let metadata = dir.join(METADATA);
-    if !metadata.is_file() {
+    if !files::is_file(&metadata) {
         return None;
     }
-    let mut parts: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|p| is_part(p) && p.is_file())
+    let mut parts: Vec<PathBuf> = files::list_dir(dir)?
+        .into_iter()
+        .filter(|p| is_part(p) && files::is_file(p))
         .collect();
     if parts.is_empty() {
         return None;
@@ -108,7 +107,7 @@ pub(super) fn is_part(path: &Path) -> bool {
 /// Reads the directory `dir` as one checkpoint through `sink`.
 pub(super) fn read_into(dir: &Path, sink: &mut Sink<'_>) -> Result<Format> {
     let metadata_path = metadata::path_in(dir);
-    let buffer = HostBuffer::map_file(&metadata_path)?;
+    let buffer = files::open(&metadata_path)?;
     let metadata = metadata::parse(
         buffer.bytes(),
         &metadata_path,
@@ -549,7 +548,7 @@ impl<'a> Reading<'a> {
         }
         let path = self.dir.join(name);
         // A file the metadata names and the directory lacks is a disagreement between them.
-        let buffer = HostBuffer::map_file(&path).map_err(|source| match source.kind() {
+        let buffer = files::open(&path).map_err(|source| match source.kind() {
             ErrorKind::Unopenable => mismatch(self.dir, format!("item file {source}")),
             _ => Error::Shard {
                 path: self.dir.to_owned(),
@@ -595,7 +594,7 @@ fn every_byte_in_an_item(
             .file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| mapped.contains_key(n));
-        let len = std::fs::metadata(part).map_or(0, |m| m.len());
+        let len = files::len(part).unwrap_or(0);
         if !named && len > 0 {
             let name = part.file_name().unwrap_or_default().to_string_lossy();
             return Err(mismatch(

@@ -1,0 +1,68 @@
+//! Remote paths on the command line: mounted in the engine's read layer before anything reads
+//! them, then handled like local paths.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tensorplay_audit::text::{human_bytes, plural, printable};
+use tensorplay_engine::files::{self, RemoteLimits};
+
+/// How remote paths are read, from the flags every reading command shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RemoteArgs {
+    /// Read plain http:// URLs beyond loopback addresses too (also TENSORPLAY_ALLOW_HTTP=1).
+    #[arg(long)]
+    allow_http: bool,
+    /// Bytes all remote reads of the run may fetch; a checkpoint needing more fails TP502.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size, default_value = "256MiB")]
+    max_remote_bytes: u64,
+    /// Range requests the run may make in all.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_requests: u64,
+}
+
+impl RemoteArgs {
+    /// The path to read for `path`: a remote one mounted (its files listed, its revision
+    /// resolved), a local one as it is.
+    pub fn resolve(&self, path: &Path) -> anyhow::Result<PathBuf> {
+        let arg = path.to_string_lossy();
+        if !tensorplay_remote::is_remote(&arg) {
+            return Ok(path.to_owned());
+        }
+        files::set_limits(RemoteLimits {
+            max_bytes: self.max_remote_bytes,
+            max_requests: self.max_requests,
+        });
+        let mut options = tensorplay_remote::Options::from_env();
+        options.allow_http |= self.allow_http;
+        let Some(mounted) = tensorplay_remote::mount(&arg, &options)? else {
+            return Ok(path.to_owned());
+        };
+        MOUNTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(mounted.clone());
+        Ok(mounted)
+    }
+}
+
+/// The remote paths this run mounted, as they resolved.
+static MOUNTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// For each remote path of the run, what was read of it: "hf://org/model@…: read 31.0 MiB of
+/// 756.0 GiB in 412 requests".
+pub fn read_notes() -> Vec<String> {
+    let mounted = MOUNTED.lock().unwrap_or_else(|e| e.into_inner());
+    mounted
+        .iter()
+        .filter_map(|path| {
+            let stats = files::stats_under(path)?;
+            Some(format!(
+                "{}: read {} of {} in {}",
+                printable(&path.display().to_string(), false),
+                human_bytes(stats.bytes_read),
+                human_bytes(stats.len),
+                plural(stats.requests as usize, "request"),
+            ))
+        })
+        .collect()
+}

@@ -1,0 +1,125 @@
+//! The read layer below every reader: a path is a local file (mapped) or a mounted remote
+//! object (fetched by byte ranges into a sparse map), and readers cannot tell which.
+//!
+//! Readers and probes open, list and measure paths only through this module, so a remote
+//! checkpoint is read by the same code, to the same result, as a local one.
+
+mod ranges;
+pub(crate) use ranges::Ranges;
+#[cfg(target_os = "linux")]
+mod remote;
+#[cfg(target_os = "linux")]
+mod sparse;
+
+#[cfg(target_os = "linux")]
+pub(crate) use remote::Backed;
+#[cfg(target_os = "linux")]
+pub use remote::{
+    is_remote, mount, set_limits, settle, stats, stats_under, RemoteError, RemoteLimits,
+    RemoteObject, RemoteStats,
+};
+
+use crate::error::{Error, Result};
+use crate::HostBuffer;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The bytes of the file at `path`.
+pub(crate) fn open(path: &Path) -> Result<Arc<HostBuffer>> {
+    #[cfg(target_os = "linux")]
+    if let Some(mounted) = remote::mounted(path) {
+        return mounted.open();
+    }
+    HostBuffer::map_file(path)
+}
+
+/// Up to `max` leading bytes of the file at `path`, without mapping a local file.
+pub(crate) fn read_prefix(path: &Path, max: u64) -> Result<Vec<u8>> {
+    #[cfg(target_os = "linux")]
+    if remote::mounted(path).is_some() {
+        let buffer = open(path)?;
+        let bytes = buffer.bytes();
+        let len = usize::try_from(max).map_or(bytes.len(), |max| max.min(bytes.len()));
+        return Ok(bytes.get(..len).unwrap_or_default().to_vec());
+    }
+    let file = std::fs::File::open(path).map_err(|e| open_error(path, e))?;
+    let mut prefix = Vec::with_capacity(usize::try_from(max.min(1 << 20)).unwrap_or(0));
+    file.take(max)
+        .read_to_end(&mut prefix)
+        .map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(prefix)
+}
+
+/// Whether `path` is a file (a local regular file, or a mounted object).
+pub fn is_file(path: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    if remote::mounted(path).is_some() {
+        return true;
+    }
+    path.is_file()
+}
+
+/// Whether `path` is a directory (local, or above mounted objects).
+pub fn is_dir(path: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    if remote::is_dir(path) {
+        return true;
+    }
+    path.is_dir()
+}
+
+/// The entries of the directory `dir`, unsorted; `None` when it cannot be listed.
+pub fn list_dir(dir: &Path) -> Option<Vec<PathBuf>> {
+    #[cfg(target_os = "linux")]
+    if let Some(children) = remote::children(dir) {
+        return Some(children);
+    }
+    let entries = std::fs::read_dir(dir).ok()?;
+    Some(entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+}
+
+/// The length of the file at `path`, when it can be measured.
+pub(crate) fn len(path: &Path) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    if let Some(stats) = remote::stats(path) {
+        return Some(stats.len);
+    }
+    std::fs::metadata(path).ok().map(|m| m.len())
+}
+
+/// Runs `work` once for a local `root`; for a remote one, until it used only fetched bytes.
+pub(crate) fn settled<T>(root: &Path, work: impl FnMut() -> T) -> Result<T> {
+    #[cfg(target_os = "linux")]
+    return remote::settle(root, work);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let mut work = work;
+        Ok(work())
+    }
+}
+
+/// An error opening `path`; through a symlink whose target is missing or which loops, that
+/// link, with what it points to.
+pub(crate) fn open_error(path: &Path, source: std::io::Error) -> Error {
+    match std::fs::read_link(path) {
+        Ok(target) if source.kind() != std::io::ErrorKind::PermissionDenied => {
+            let detail = match source.kind() {
+                std::io::ErrorKind::NotFound => "its target does not exist".to_owned(),
+                _ => source.to_string(),
+            };
+            Error::BrokenLink {
+                path: path.to_owned(),
+                target,
+                detail,
+            }
+        }
+        _ => Error::Io {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}

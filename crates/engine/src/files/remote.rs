@@ -1,0 +1,407 @@
+//! Remote objects mounted at paths: each read through a [`SparseMap`] of what was fetched, in
+//! rounds, until a reading used no byte that was not fetched.
+//!
+//! The engine names no transport: whoever mounts an object (the CLI, for `https://`, `hf://`…)
+//! supplies a [`RemoteObject`] that reads byte ranges. Every fetch is counted against one
+//! run-wide budget ([`set_limits`]).
+
+use super::ranges::Ranges;
+use super::sparse::{page_aligned, page_size, SparseMap};
+use crate::error::{Error, Result};
+use crate::HostBuffer;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+
+/// One object of a remote store, read by byte ranges.
+pub trait RemoteObject: Send + Sync + std::fmt::Debug {
+    /// Its length in bytes, as the store listed it.
+    fn size(&self) -> u64;
+
+    /// Exactly the bytes of `range` (inside `0..size()`), or why not. A store must refuse an
+    /// answer that is not those bytes (a whole body for a range, a short body, another version
+    /// of the object) rather than return it.
+    fn read_range(&self, range: Range<u64>) -> std::result::Result<Vec<u8>, RemoteError>;
+}
+
+/// Why a remote read failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RemoteError {
+    /// The store could not be reached or refused the request (status, timeout, truncated
+    /// transfer after retries): nothing can be said about the object.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The store answered with bytes that cannot be the object's: it changed between reads,
+    /// or the answer was not the range asked for.
+    #[error("{0}")]
+    Inconsistent(String),
+}
+
+/// The run-wide bounds on remote reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteLimits {
+    /// Bytes fetched in all, over every object.
+    pub max_bytes: u64,
+    /// Range requests made in all.
+    pub max_requests: u64,
+}
+
+impl Default for RemoteLimits {
+    fn default() -> Self {
+        RemoteLimits {
+            max_bytes: 256 << 20,
+            max_requests: 10_000,
+        }
+    }
+}
+
+/// What was read of one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// The object's length.
+    pub len: u64,
+    /// Bytes fetched.
+    pub bytes_read: u64,
+    /// Range requests made.
+    pub requests: u64,
+}
+
+/// The first bytes fetched of every object before any reading: a safetensors header, a
+/// pickle's start, a `.npy` or GGUF header lie there. Anything else (a zip's end records) is
+/// fetched when a reading reaches it.
+const HEAD: u64 = 128 << 10;
+/// A missing byte is fetched with the aligned block around it: readers read near where they
+/// last read.
+const READ_AHEAD: u64 = 64 << 10;
+
+static MOUNTS: RwLock<BTreeMap<PathBuf, Arc<Mounted>>> = RwLock::new(BTreeMap::new());
+static LIMITS: RwLock<RemoteLimits> = RwLock::new(RemoteLimits {
+    max_bytes: 256 << 20,
+    max_requests: 10_000,
+});
+static BYTES: AtomicU64 = AtomicU64::new(0);
+static REQUESTS: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug)]
+pub(crate) struct Mounted {
+    path: PathBuf,
+    object: Arc<dyn RemoteObject>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Fetched bytes by offset: page-aligned, disjoint.
+    chunks: BTreeMap<u64, Vec<u8>>,
+    filled: Ranges,
+    /// Pages that buffers since dropped read without their being fetched.
+    missing: Ranges,
+    buffers: Vec<Weak<HostBuffer>>,
+    primed: bool,
+    bytes_read: u64,
+    requests: u64,
+}
+
+/// A sparse buffer's bytes and the object they are of; dropping it records what it read
+/// without its being fetched.
+#[derive(Debug)]
+pub(crate) struct Backed {
+    pub(crate) map: SparseMap,
+    mounted: Arc<Mounted>,
+}
+
+impl Drop for Backed {
+    fn drop(&mut self) {
+        let touched = self.map.touched();
+        let mut state = self.mounted.lock();
+        for range in touched.iter() {
+            state.missing.insert(range);
+        }
+    }
+}
+
+/// Makes `path` read `object`'s bytes wherever tensorplay reads a file: every path beneath a
+/// mounted one's parent directories is a directory. Mounting a path again replaces its object.
+pub fn mount(path: impl Into<PathBuf>, object: Arc<dyn RemoteObject>) {
+    let path = path.into();
+    let mounted = Arc::new(Mounted {
+        path: path.clone(),
+        object,
+        state: Mutex::default(),
+    });
+    MOUNTS
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(path, mounted);
+}
+
+/// Sets the run-wide bounds on remote reading.
+pub fn set_limits(limits: RemoteLimits) {
+    *LIMITS.write().unwrap_or_else(|e| e.into_inner()) = limits;
+}
+
+/// What was read of the object mounted at `path`.
+pub fn stats(path: &Path) -> Option<RemoteStats> {
+    let mounted = mounted(path)?;
+    let state = mounted.lock();
+    Some(RemoteStats {
+        len: mounted.object.size(),
+        bytes_read: state.bytes_read,
+        requests: state.requests,
+    })
+}
+
+/// What was read of every object at or under `root`, together; `None` when there is none.
+pub fn stats_under(root: &Path) -> Option<RemoteStats> {
+    let mounts: Vec<Arc<Mounted>> = MOUNTS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(p, _)| p.starts_with(root))
+        .map(|(_, m)| Arc::clone(m))
+        .collect();
+    let mut total: Option<RemoteStats> = None;
+    for mounted in mounts {
+        let state = mounted.lock();
+        let sum = total.get_or_insert(RemoteStats {
+            len: 0,
+            bytes_read: 0,
+            requests: 0,
+        });
+        sum.len = sum.len.saturating_add(mounted.object.size());
+        sum.bytes_read += state.bytes_read;
+        sum.requests += state.requests;
+    }
+    total
+}
+
+/// Whether `path` is a mounted object or lies above one.
+pub fn is_remote(path: &Path) -> bool {
+    mounted(path).is_some() || is_dir(path)
+}
+
+/// Runs `work` until it reads no byte of an object mounted at or under `root` that was not
+/// fetched: after each run, what it read without its being fetched is fetched, and the run's
+/// result thrown away. Only a run that used fetched bytes alone is returned. For local paths,
+/// `work` runs once.
+pub fn settle<T>(root: &Path, mut work: impl FnMut() -> T) -> Result<T> {
+    if !is_remote(root) {
+        return Ok(work());
+    }
+    loop {
+        let out = work();
+        let missing = missing_under(root);
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        // The result rests on zeros that stood for bytes not yet fetched.
+        drop(out);
+        for (mounted, ranges) in missing {
+            mounted.fetch(&ranges)?;
+        }
+    }
+}
+
+pub(super) fn mounted(path: &Path) -> Option<Arc<Mounted>> {
+    MOUNTS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(path)
+        .cloned()
+}
+
+/// Whether some object is mounted beneath `path`.
+pub(super) fn is_dir(path: &Path) -> bool {
+    let mounts = MOUNTS.read().unwrap_or_else(|e| e.into_inner());
+    let found = mounts
+        .range(path.to_path_buf()..)
+        .next()
+        .is_some_and(|(p, _)| p != path && p.starts_with(path));
+    found
+}
+
+/// The entries directly beneath `dir`: mounted objects and the directories above deeper ones.
+pub(super) fn children(dir: &Path) -> Option<Vec<PathBuf>> {
+    let mounts = MOUNTS.read().unwrap_or_else(|e| e.into_inner());
+    let mut out: Vec<PathBuf> = Vec::new();
+    for path in mounts.keys().filter(|p| *p != dir && p.starts_with(dir)) {
+        let rest = path.strip_prefix(dir).ok()?;
+        let first = rest.components().next()?;
+        let child = dir.join(first);
+        if out.last() != Some(&child) {
+            out.push(child);
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Every object at or under `root` with the pages its buffers read unfetched, which are
+/// forgotten as missing once returned (they are about to be fetched).
+fn missing_under(root: &Path) -> Vec<(Arc<Mounted>, Ranges)> {
+    let under: Vec<Arc<Mounted>> = MOUNTS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(p, _)| p.starts_with(root))
+        .map(|(_, m)| Arc::clone(m))
+        .collect();
+    under
+        .into_iter()
+        .filter_map(|mounted| {
+            let live: Vec<Arc<HostBuffer>> = {
+                let mut state = mounted.lock();
+                state.buffers.retain(|b| b.strong_count() > 0);
+                state.buffers.iter().filter_map(Weak::upgrade).collect()
+            };
+            let mut touched = Ranges::default();
+            for buffer in &live {
+                if let Some(ranges) = buffer.unfetched_reads() {
+                    touched.extend(&ranges);
+                }
+            }
+            // Dropping the last handle on a buffer outside the lock records its reads there.
+            drop(live);
+            let mut state = mounted.lock();
+            let missing = std::mem::take(&mut state.missing);
+            touched.extend(&missing);
+            let touched = touched.subtract(&state.filled);
+            drop(state);
+            (!touched.is_empty()).then_some((mounted, touched))
+        })
+        .collect()
+}
+
+impl Mounted {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A buffer over the object's whole length with everything fetched so far in place; the
+    /// first one fetches the object's head.
+    pub(super) fn open(self: &Arc<Self>) -> Result<Arc<HostBuffer>> {
+        let len = self.object.size();
+        if len == 0 {
+            return Err(Error::Empty {
+                path: self.path.clone(),
+            });
+        }
+        if !self.lock().primed {
+            let mut first = Ranges::default();
+            first.insert(0..HEAD.min(len));
+            self.fetch_exact(&first)?;
+            self.lock().primed = true;
+        }
+        let mut state = self.lock();
+        let map = SparseMap::new(
+            len,
+            state
+                .chunks
+                .iter()
+                .map(|(start, bytes)| (*start, bytes.as_slice())),
+            state.filled.clone(),
+        )
+        .map_err(|source| Error::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        let buffer = HostBuffer::remote(
+            self.path.clone(),
+            Backed {
+                map,
+                mounted: Arc::clone(self),
+            },
+        );
+        state.buffers.push(Arc::downgrade(&buffer));
+        Ok(buffer)
+    }
+
+    /// Fetches the blocks around `ranges` that are not fetched yet.
+    fn fetch(&self, ranges: &Ranges) -> Result<()> {
+        let len = self.object.size();
+        let mut wanted = Ranges::default();
+        for range in ranges.iter() {
+            let start = range.start - range.start % READ_AHEAD;
+            let end = range.end.div_ceil(READ_AHEAD).saturating_mul(READ_AHEAD);
+            wanted.insert(start..end.min(len));
+        }
+        self.fetch_exact(&wanted)
+    }
+
+    /// Fetches `ranges`, widened to pages, less what is fetched already: one request a range.
+    fn fetch_exact(&self, ranges: &Ranges) -> Result<()> {
+        let len = self.object.size();
+        let page = page_size() as u64;
+        let mut wanted = Ranges::default();
+        for range in ranges.iter() {
+            wanted.insert(page_aligned(range, len, page));
+        }
+        let wanted = wanted.subtract(&self.lock().filled);
+        for range in wanted.iter() {
+            self.charge(range.end - range.start)?;
+            let bytes = self.object.read_range(range.clone()).map_err(|e| match e {
+                RemoteError::Unreachable(detail) => Error::Remote {
+                    path: self.path.clone(),
+                    detail,
+                },
+                RemoteError::Inconsistent(detail) => Error::RemoteInconsistent {
+                    path: self.path.clone(),
+                    detail,
+                },
+            })?;
+            if bytes.len() as u64 != range.end - range.start {
+                return Err(Error::RemoteInconsistent {
+                    path: self.path.clone(),
+                    detail: format!(
+                        "asked for bytes {}..{}, received {}",
+                        range.start,
+                        range.end,
+                        bytes.len()
+                    ),
+                });
+            }
+            let mut state = self.lock();
+            state.bytes_read += bytes.len() as u64;
+            state.requests += 1;
+            // Another reader of the same object may have fetched some of it meanwhile: chunks
+            // stay disjoint, so the copy fetched second is dropped.
+            let mut fresh = Ranges::default();
+            fresh.insert(range.clone());
+            if fresh.subtract(&state.filled) == fresh {
+                state.filled.insert(range.clone());
+                state.chunks.insert(range.start, bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts one request of `bytes` against the run's limits, or refuses it.
+    fn charge(&self, bytes: u64) -> Result<()> {
+        let limits = *LIMITS.read().unwrap_or_else(|e| e.into_inner());
+        let requests = REQUESTS.fetch_add(1, Ordering::Relaxed) + 1;
+        let total = BYTES
+            .fetch_add(bytes, Ordering::Relaxed)
+            .saturating_add(bytes);
+        let over = if requests > limits.max_requests {
+            Some(format!(
+                "more than {} range requests (--max-requests)",
+                limits.max_requests
+            ))
+        } else if total > limits.max_bytes {
+            Some(format!(
+                "more than {} bytes fetched (--max-remote-bytes)",
+                limits.max_bytes
+            ))
+        } else {
+            None
+        };
+        match over {
+            Some(what) => Err(Error::RemoteBudget {
+                path: self.path.clone(),
+                what,
+            }),
+            None => Ok(()),
+        }
+    }
+}

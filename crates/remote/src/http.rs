@@ -1,0 +1,227 @@
+//! One object behind an HTTP(S) URL, read by `Range` requests that must be answered exactly.
+
+use reqwest::blocking::{Client, Response};
+use reqwest::header::{self, HeaderMap};
+use reqwest::StatusCode;
+use std::io::Read;
+use std::ops::Range;
+use std::sync::OnceLock;
+use std::time::Duration;
+use tensorplay_engine::files::{RemoteError, RemoteObject};
+
+/// Attempts at one request when the store is briefly unavailable (429, 5xx, a broken transfer).
+const ATTEMPTS: u32 = 4;
+/// The longest wait a `Retry-After` is honoured for.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// An HTTP(S) object of known length, pinned to the validator it was first seen with.
+#[derive(Debug)]
+pub(crate) struct HttpObject {
+    client: Client,
+    url: String,
+    len: u64,
+    /// The object's strong ETag when first seen (none if the server gives none): every later
+    /// answer must carry it.
+    etag: OnceLock<Option<String>>,
+    headers: HeaderMap,
+}
+
+impl HttpObject {
+    /// The object at `url` of the length a listing gave.
+    pub(crate) fn listed(client: &Client, url: &str, len: u64, headers: HeaderMap) -> Self {
+        HttpObject {
+            client: client.clone(),
+            url: url.to_owned(),
+            len,
+            etag: OnceLock::new(),
+            headers,
+        }
+    }
+
+    /// The object at `url`, its length and validator from a `HEAD`.
+    pub(crate) fn open(
+        client: &Client,
+        url: &str,
+        headers: HeaderMap,
+    ) -> Result<Self, RemoteError> {
+        let response = send(|| client.head(url).headers(headers.clone()))?;
+        let len = response
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| {
+                RemoteError::Unreachable("the server gives no length for the object".to_owned())
+            })?;
+        let object = HttpObject::listed(client, url, len, headers);
+        let _ = object.etag.set(strong_etag(response.headers()));
+        Ok(object)
+    }
+
+    fn get(&self, range: &Range<u64>) -> Result<Vec<u8>, RemoteError> {
+        let want = range.end - range.start;
+        let mut last = String::new();
+        for _ in 0..ATTEMPTS {
+            let response = send(|| {
+                let mut request = self
+                    .client
+                    .get(&self.url)
+                    .headers(self.headers.clone())
+                    .header(
+                        header::RANGE,
+                        format!("bytes={}-{}", range.start, range.end - 1),
+                    );
+                if let Some(Some(etag)) = self.etag.get() {
+                    request = request.header(header::IF_MATCH, etag);
+                }
+                request
+            })?;
+            self.check_answer(&response, range)?;
+            let mut body = Vec::new();
+            // One byte more than asked for, to tell a long body from an exact one.
+            match response.take(want + 1).read_to_end(&mut body) {
+                Ok(_) if body.len() as u64 == want => return Ok(body),
+                Ok(_) if body.len() as u64 > want => {
+                    return Err(RemoteError::Inconsistent(format!(
+                        "answered bytes {}..{} with more bytes than asked for",
+                        range.start, range.end
+                    )))
+                }
+                result => {
+                    let why = result.err().map(|e| format!(" ({e})")).unwrap_or_default();
+                    last = format!(
+                        "bytes {}..{}: the body ended after {} of {want} bytes{why}",
+                        range.start,
+                        range.end,
+                        body.len()
+                    )
+                }
+            }
+        }
+        Err(RemoteError::Unreachable(last))
+    }
+
+    /// A range answer is `206` with the range asked for, of this object, in this version.
+    fn check_answer(&self, response: &Response, range: &Range<u64>) -> Result<(), RemoteError> {
+        if response.status() == StatusCode::OK {
+            // The whole object for a range: reading it is what range reads exist to avoid.
+            return Err(RemoteError::Unreachable(
+                "the server answered a range request with the whole object (200, not 206): \
+                 it does not serve byte ranges"
+                    .to_owned(),
+            ));
+        }
+        if response.status() != StatusCode::PARTIAL_CONTENT {
+            return Err(RemoteError::Unreachable(format!(
+                "HTTP {} for bytes {}..{}",
+                response.status(),
+                range.start,
+                range.end
+            )));
+        }
+        let expected = format!("bytes {}-{}/{}", range.start, range.end - 1, self.len);
+        let got = response
+            .headers()
+            .get(header::CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if got != expected {
+            return Err(RemoteError::Inconsistent(format!(
+                "asked for {expected}, answered with '{}'",
+                got.escape_default()
+            )));
+        }
+        let now = strong_etag(response.headers());
+        if let Some(first) = self.etag.get_or_init(|| now.clone()) {
+            if now.as_ref() != Some(first) {
+                let now = now.as_deref().unwrap_or("none");
+                return Err(RemoteError::Inconsistent(format!(
+                    "the object changed while it was read (ETag {first} became {now})"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RemoteObject for HttpObject {
+    fn size(&self) -> u64 {
+        self.len
+    }
+
+    fn read_range(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
+        self.get(&range)
+    }
+}
+
+/// Sends the request `make` builds, again after a `429` (waiting as `Retry-After` says,
+/// bounded), a `5xx` or a failed connection; a `412` says the object changed; any other
+/// status but success is final. Messages leave the URL to the caller.
+pub(crate) fn send(
+    make: impl Fn() -> reqwest::blocking::RequestBuilder,
+) -> Result<Response, RemoteError> {
+    let mut last = String::new();
+    for attempt in 0..ATTEMPTS {
+        match make().send() {
+            Ok(response) => {
+                let status = response.status();
+                if status.is_success() {
+                    return Ok(response);
+                }
+                if status == StatusCode::PRECONDITION_FAILED {
+                    return Err(RemoteError::Inconsistent(
+                        "the object changed while it was read (412 Precondition Failed)".to_owned(),
+                    ));
+                }
+                last = format!("HTTP {status}");
+                if status == StatusCode::TOO_MANY_REQUESTS {
+                    std::thread::sleep(retry_after(response.headers(), attempt));
+                } else if status.is_server_error() {
+                    std::thread::sleep(backoff(attempt));
+                } else {
+                    return Err(RemoteError::Unreachable(last));
+                }
+            }
+            Err(e) => {
+                last = without_url(&e);
+                std::thread::sleep(backoff(attempt));
+            }
+        }
+    }
+    Err(RemoteError::Unreachable(format!(
+        "{last} (after {ATTEMPTS} attempts)"
+    )))
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(100u64 << attempt.min(6))
+}
+
+fn retry_after(headers: &HeaderMap, attempt: u32) -> Duration {
+    headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or_else(|| backoff(attempt), Duration::from_secs)
+        .min(MAX_RETRY_AFTER)
+}
+
+/// A strong ETag: a weak one (`W/…`) promises no byte-for-byte sameness.
+fn strong_etag(headers: &HeaderMap) -> Option<String> {
+    let etag = headers.get(header::ETAG)?.to_str().ok()?;
+    (!etag.starts_with("W/")).then(|| etag.to_owned())
+}
+
+/// A transport error's message without the URL reqwest appends (the caller names it once).
+fn without_url(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    if let Some(url) = error.url() {
+        text = text.replace(&format!(" for url ({url})"), "");
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        text = format!("{text}: {inner}");
+        source = inner.source();
+    }
+    text
+}

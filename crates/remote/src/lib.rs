@@ -1,0 +1,163 @@
+//! Checkpoints where they are stored: an `https://` URL, a Hugging Face repository
+//! (`hf://ORG/REPO[@REVISION][/PATH]`) or an S3 object or prefix (`s3://BUCKET/KEY`) is mounted as paths of the engine's read layer
+//! (`tensorplay_engine::files`), whose readers then fetch only the byte ranges they read.
+//!
+//! This crate resolves and lists; it reads nothing itself but what a listing needs.
+
+mod hf;
+mod http;
+mod store;
+
+use reqwest::blocking::Client;
+use reqwest::header::HeaderMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tensorplay_engine::files::{self, RemoteError};
+
+/// How remote paths are reached.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Whether plain `http://` may be used beyond loopback addresses.
+    pub allow_http: bool,
+    /// The longest one request may take.
+    pub timeout: Duration,
+    /// The Hugging Face endpoint (`HF_ENDPOINT`), without a trailing slash.
+    pub hf_endpoint: String,
+    /// The Hugging Face token (`HF_TOKEN`), sent only to the endpoint.
+    pub hf_token: Option<String>,
+}
+
+impl Options {
+    /// The options the environment sets: `HF_ENDPOINT`, `HF_TOKEN` (as `huggingface_hub`
+    /// reads them), `TENSORPLAY_ALLOW_HTTP=1`.
+    pub fn from_env() -> Self {
+        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        Options {
+            allow_http: var("TENSORPLAY_ALLOW_HTTP").is_some_and(|v| v == "1"),
+            timeout: Duration::from_secs(60),
+            hf_endpoint: var("HF_ENDPOINT")
+                .unwrap_or_else(|| "https://huggingface.co".to_owned())
+                .trim_end_matches('/')
+                .to_owned(),
+            hf_token: var("HF_TOKEN"),
+        }
+    }
+}
+
+/// Why a remote path could not be mounted.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Not a remote path tensorplay can reach, or one it may not (plain http).
+    #[error("{path}: {reason}")]
+    Refused {
+        /// The path as given.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store could not be read or answered what cannot be right.
+    #[error("{path}: {source}")]
+    Store {
+        /// The path as given.
+        path: String,
+        /// What the store said.
+        source: RemoteError,
+    },
+}
+
+/// Whether `arg` names a remote path (a URL scheme tensorplay knows, reachable or not).
+pub fn is_remote(arg: &str) -> bool {
+    SCHEMES.iter().any(|s| arg.starts_with(s))
+}
+
+const SCHEMES: &[&str] = &[
+    "https://", "http://", "hf://", "s3://", "gs://", "az://", "abfs://",
+];
+
+/// Mounts what `arg` names and returns the path to audit (a file, or a directory of the
+/// repository's files); `None` when `arg` is a local path.
+pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
+    if !is_remote(arg) {
+        return Ok(None);
+    }
+    let refused = |reason: &str| Error::Refused {
+        path: arg.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let store = |source| Error::Store {
+        path: arg.to_owned(),
+        source,
+    };
+    let client = client(options).map_err(|e| refused(&e))?;
+    if let Some(rest) = arg.strip_prefix("hf://") {
+        return hf::mount(&client, rest, options).map(Some);
+    }
+    if arg.starts_with("http://") || arg.starts_with("https://") {
+        check_scheme(arg, options).map_err(|e| refused(&e))?;
+        let object = http::HttpObject::open(&client, arg, HeaderMap::new()).map_err(store)?;
+        let path = PathBuf::from(arg);
+        files::mount(path.clone(), Arc::new(object));
+        return Ok(Some(path));
+    }
+    if arg.starts_with("s3://") {
+        return store::mount_s3(arg, options).map(Some);
+    }
+    Err(refused(
+        "GCS and Azure paths are not supported yet; use an https:// URL of the object",
+    ))
+}
+
+/// Plain `http://` only to a loopback address, unless allowed.
+fn check_scheme(url: &str, options: &Options) -> Result<(), String> {
+    if url.starts_with("https://") || options.allow_http {
+        return Ok(());
+    }
+    let host = reqwest::Url::parse(url)
+        .map_err(|e| format!("not a URL: {e}"))?
+        .host_str()
+        .unwrap_or_default()
+        .to_owned();
+    if is_loopback(&host) {
+        return Ok(());
+    }
+    Err(
+        "plain http:// is used only for loopback addresses; pass --allow-http (or set \
+         TENSORPLAY_ALLOW_HTTP=1) to read it unencrypted"
+            .to_owned(),
+    )
+}
+
+pub(crate) fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A client that follows a redirect only to https, or to the host it was sent to.
+fn client(options: &Options) -> Result<Client, String> {
+    let allow_http = options.allow_http;
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let Some(from) = attempt.previous().last().cloned() else {
+            return attempt.follow();
+        };
+        if attempt.previous().len() > 10 {
+            return attempt.error("more than 10 redirects");
+        }
+        let to = attempt.url().clone();
+        let same_host = to.host_str() == from.host_str();
+        if to.scheme() == "https" || same_host || allow_http {
+            attempt.follow()
+        } else {
+            attempt.error(format!("redirected to plain http on another host ({to})"))
+        }
+    });
+    Client::builder()
+        .redirect(policy)
+        .timeout(options.timeout)
+        .user_agent(concat!("tensorplay/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| e.to_string())
+}

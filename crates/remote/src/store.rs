@@ -1,0 +1,185 @@
+//! Objects of a cloud store (`s3://`), through `object_store` with the cloud's own credential
+//! chain and environment: one object, or every object under a prefix.
+
+use crate::{Error, Options};
+use futures_util::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as StorePath;
+use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tensorplay_engine::files::{self, RemoteError, RemoteObject};
+
+/// Objects listed under one prefix, at most: a listing larger than this is refused.
+const MAX_OBJECTS: usize = 100_000;
+
+/// The runtime that drives `object_store`'s requests for the blocking readers.
+fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("tensorplay-remote")
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the remote reader: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Mounts `s3://BUCKET/KEY` (one object) or `s3://BUCKET/PREFIX` (every object under it) and
+/// returns the path to audit.
+pub(crate) fn mount_s3(arg: &str, options: &Options) -> Result<PathBuf, Error> {
+    let refused = |reason: String| Error::Refused {
+        path: arg.to_owned(),
+        reason,
+    };
+    let store_error = |source| Error::Store {
+        path: arg.to_owned(),
+        source,
+    };
+    let rest = arg.strip_prefix("s3://").unwrap_or(arg);
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(refused("expected s3://BUCKET[/KEY-or-PREFIX]".to_owned()));
+    }
+    // These options replace those `from_env` read, so AWS_ALLOW_HTTP is honoured here.
+    let allow_http = options.allow_http
+        || loopback_endpoint()
+        || std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+    let client = ClientOptions::new()
+        .with_timeout(options.timeout)
+        .with_allow_http(allow_http);
+    let retry = RetryConfig {
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(60),
+        ..RetryConfig::default()
+    };
+    let store: Arc<dyn ObjectStore> = Arc::new(
+        AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_client_options(client)
+            .with_retry(retry)
+            .build()
+            .map_err(|e| refused(e.to_string()))?,
+    );
+    let runtime = runtime().map_err(refused)?;
+    let key = key.trim_end_matches('/');
+    let root = PathBuf::from(format!("s3://{bucket}"));
+    let exact = StorePath::from(key);
+    // A key names one object when it is one; otherwise it is a prefix.
+    if !key.is_empty() {
+        if let Ok(meta) = runtime.block_on(store.head(&exact)) {
+            let path = root.join(key);
+            files::mount(path.clone(), Arc::new(StoreObject::new(&store, meta)));
+            return Ok(path);
+        }
+    }
+    let prefix = (!key.is_empty()).then_some(&exact);
+    let listed: Vec<object_store::ObjectMeta> = runtime
+        .block_on(async {
+            let mut stream = store.list(prefix);
+            let mut all = Vec::new();
+            while let Some(meta) = stream.try_next().await? {
+                if all.len() == MAX_OBJECTS {
+                    return Ok(None);
+                }
+                all.push(meta);
+            }
+            Ok::<_, object_store::Error>(Some(all))
+        })
+        .map_err(|e| store_error(unreachable(&e)))?
+        .ok_or_else(|| refused(format!("more than {MAX_OBJECTS} objects under the prefix")))?;
+    if listed.is_empty() {
+        return Err(refused("no object with that key or prefix".to_owned()));
+    }
+    for meta in listed {
+        let path = root.join(meta.location.as_ref());
+        files::mount(path, Arc::new(StoreObject::new(&store, meta)));
+    }
+    Ok(if key.is_empty() { root } else { root.join(key) })
+}
+
+/// Whether `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT`) is a plain-http loopback address, which is
+/// read without `--allow-http` as any loopback URL is.
+fn loopback_endpoint() -> bool {
+    ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"].iter().any(|name| {
+        std::env::var(name).is_ok_and(|url| {
+            url.strip_prefix("http://")
+                .and_then(|rest| reqwest::Url::parse(&format!("http://{rest}")).ok())
+                .and_then(|url| url.host_str().map(crate::is_loopback))
+                .unwrap_or(false)
+        })
+    })
+}
+
+#[derive(Debug)]
+struct StoreObject {
+    store: Arc<dyn ObjectStore>,
+    location: StorePath,
+    size: u64,
+    /// The ETag the listing gave: every range must be of that version.
+    etag: Option<String>,
+}
+
+impl StoreObject {
+    fn new(store: &Arc<dyn ObjectStore>, meta: object_store::ObjectMeta) -> Self {
+        StoreObject {
+            store: Arc::clone(store),
+            location: meta.location,
+            size: meta.size,
+            etag: meta.e_tag,
+        }
+    }
+}
+
+impl RemoteObject for StoreObject {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_range(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
+        let runtime = runtime().map_err(RemoteError::Unreachable)?;
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(range.clone())),
+            if_match: self.etag.clone(),
+            ..GetOptions::default()
+        };
+        runtime.block_on(async {
+            let result =
+                self.store
+                    .get_opts(&self.location, options)
+                    .await
+                    .map_err(|e| match e {
+                        object_store::Error::Precondition { .. } => RemoteError::Inconsistent(
+                            "the object changed while it was read (its ETag no longer matches)"
+                                .to_owned(),
+                        ),
+                        e => unreachable(&e),
+                    })?;
+            if result.range != range {
+                return Err(RemoteError::Inconsistent(format!(
+                    "asked for bytes {}..{}, answered with {}..{}",
+                    range.start, range.end, result.range.start, result.range.end
+                )));
+            }
+            if result.meta.e_tag.is_some() && result.meta.e_tag != self.etag {
+                return Err(RemoteError::Inconsistent(format!(
+                    "the object changed while it was read (ETag {} became {})",
+                    self.etag.as_deref().unwrap_or("none"),
+                    result.meta.e_tag.as_deref().unwrap_or("none")
+                )));
+            }
+            let bytes = result.bytes().await.map_err(|e| unreachable(&e))?;
+            Ok(bytes.to_vec())
+        })
+    }
+}
+
+fn unreachable(error: &object_store::Error) -> RemoteError {
+    RemoteError::Unreachable(error.to_string())
+}

@@ -1,0 +1,247 @@
+//! Remote checkpoints (`https://`, `hf://`) read by byte ranges from a loopback server: the
+//! same findings as the same files audited locally, far fewer bytes read than they weigh, and
+//! every fault of the store a refusal (exit 2 or TP502), never a pass.
+
+use crate::common::range_server::{Fault, RangeServer, BUCKET, SHA};
+use crate::common::{root, stderr, stdout};
+use std::process::{Command, Output};
+
+fn audit(args: &[&str], endpoint: Option<&str>) -> Output {
+    audit_env(args, endpoint, &[])
+}
+
+fn audit_env(args: &[&str], endpoint: Option<&str>, env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tensorplay"));
+    command
+        .arg("audit")
+        .args(["--format", "json", "--color", "never"])
+        .args(args)
+        .current_dir(root())
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("HF_TOKEN")
+        .env_remove("TENSORPLAY_ALLOW_HTTP");
+    if let Some(endpoint) = endpoint {
+        command.env("HF_ENDPOINT", endpoint);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("tensorplay runs")
+}
+
+/// Each audited file's findings as JSON text, its path (and every mention of it) replaced by
+/// what follows `prefix`, keyed by that.
+fn findings(out: &Output, prefix: &str) -> Vec<(String, String)> {
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout(out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(out)));
+    let mut files: Vec<(String, String)> = report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|file| {
+            let path = file["path"].as_str().expect("path");
+            let rel = path.strip_prefix(prefix).unwrap_or(path).to_owned();
+            // A fingerprint covers the path; the rest of a finding must not depend on it.
+            let mut findings = file["findings"].clone();
+            for finding in findings.as_array_mut().expect("findings") {
+                finding
+                    .as_object_mut()
+                    .expect("finding")
+                    .remove("fingerprint");
+            }
+            let text = findings.to_string().replace(path, "<file>");
+            let text = match prefix {
+                "" => text,
+                prefix => text.replace(prefix, "<root>/"),
+            };
+            (rel, text)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// A safetensors file of one F32 tensor of `mib` MiB of zeros.
+fn zeros_safetensors(path: &std::path::Path, mib: u64) {
+    let len = mib << 20;
+    let header = format!(
+        r#"{{"w":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{len}]}}}}"#,
+        len / 4
+    );
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.resize(bytes.len() + len as usize, 0);
+    std::fs::write(path, &bytes).unwrap();
+}
+
+fn server() -> RangeServer {
+    RangeServer::start(&root().join("fixtures"))
+}
+
+#[test]
+fn every_fixture_family_audited_from_the_hub_gives_the_local_findings() {
+    let server = server();
+    for family in ["safetensors", "pytorch", "dcp", "pt2", "numpy", "gguf"] {
+        let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
+        let remote = audit(&[&format!("hf://org/{family}")], Some(&server.endpoint()));
+        assert_eq!(
+            remote.status.code(),
+            local.status.code(),
+            "{family}: {}",
+            stderr(&remote)
+        );
+        let local = findings(&local, &format!("fixtures/{family}/"));
+        let remote = findings(&remote, &format!("hf://org/{family}@{SHA}/"));
+        assert!(local.len() > 3, "{family}: {local:?}");
+        assert_eq!(remote, local, "{family}");
+    }
+}
+
+#[test]
+fn an_s3_prefix_and_an_s3_object_give_the_local_findings() {
+    let server = server();
+    let endpoint = server.endpoint();
+    // Credentials the loopback server ignores: without them the chain would ask the instance
+    // metadata service, beyond loopback.
+    let env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ];
+    for family in ["safetensors", "pytorch"] {
+        let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
+        let remote = audit_env(&[&format!("s3://{BUCKET}/{family}")], None, &env);
+        assert_eq!(
+            remote.status.code(),
+            local.status.code(),
+            "{}",
+            stderr(&remote)
+        );
+        let local = findings(&local, &format!("fixtures/{family}/"));
+        let remote = findings(&remote, &format!("s3://{BUCKET}/{family}/"));
+        assert_eq!(remote, local, "{family}");
+    }
+    let one = audit_env(
+        &[&format!("s3://{BUCKET}/pytorch/overlapping_params.pt")],
+        None,
+        &env,
+    );
+    assert_eq!(one.status.code(), Some(1), "{}", stderr(&one));
+    assert!(stdout(&one).contains("TP101"));
+    // The store's faults, through object_store: a whole body for a range cannot be judged; a
+    // changed object is refused.
+    let dir = crate::common::TempDir::new("remote-s3-faults");
+    zeros_safetensors(&dir.0.join("f.safetensors"), 1);
+    let server = RangeServer::start(&dir.0);
+    let endpoint = server.endpoint();
+    let env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        env[1],
+        env[2],
+        env[3],
+    ];
+    let url = format!("s3://{BUCKET}/f.safetensors");
+    for (fault, code) in [(Fault::WholeBody, 2), (Fault::ChangesAfter(1), 1)] {
+        server.set_fault(fault);
+        let out = audit_env(&["--deep", &url], None, &env);
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(code), "{fault:?}: {all}");
+        assert!(all.contains(&url), "{fault:?}: {all}");
+    }
+}
+
+#[test]
+fn an_https_file_is_audited_from_a_few_ranges_of_it() {
+    let server = server();
+    let file = "pytorch/overlapping_params.pt";
+    let local = audit(&["--metadata-only", &format!("fixtures/{file}")], None);
+    let url = server.url(file);
+    let remote = audit(&[&url], None);
+    assert_eq!(remote.status.code(), Some(1), "{}", stderr(&remote));
+    let mut local = findings(&local, "");
+    let mut remote = findings(&remote, "");
+    local.iter_mut().for_each(|f| f.0.clear());
+    remote.iter_mut().for_each(|f| f.0.clear());
+    assert_eq!(remote, local);
+    assert!(remote[0].1.contains("TP101"), "{remote:?}");
+    assert!(stderr(&audit(&[&url], None)).contains(&format!("note: {url}: read ")));
+}
+
+#[test]
+fn a_large_safetensors_file_is_audited_reading_under_one_percent_of_it() {
+    // 64 MiB of zeros behind a small header: the audit needs the header only.
+    let dir = crate::common::TempDir::new("remote-large");
+    zeros_safetensors(&dir.0.join("big.safetensors"), 64);
+    let server = RangeServer::start(&dir.0);
+    let out = audit(&[&server.url("big.safetensors")], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let note = stderr(&out);
+    // Its first 128 KiB, as every object is first read: the header lies there.
+    assert!(
+        note.contains("read 128.0 KiB of 64.0 MiB in 1 request"),
+        "{note}"
+    );
+}
+
+#[test]
+fn every_fault_of_the_store_is_a_refusal_naming_the_url() {
+    // Larger than the first ranges fetched, so that --deep reads a second range.
+    let dir = crate::common::TempDir::new("remote-faults");
+    zeros_safetensors(&dir.0.join("f.safetensors"), 1);
+    let server = RangeServer::start(&dir.0);
+    let url = server.url("f.safetensors");
+    let cases = [
+        (Fault::WholeBody, 2, "whole object (200, not 206)"),
+        (Fault::ShortBody, 2, "the body ended after"),
+        (Fault::Status(500), 2, "HTTP 500"),
+        (Fault::Status(403), 2, "HTTP 403"),
+        (Fault::ChangesAfter(1), 1, "changed while it was read"),
+    ];
+    for (fault, code, message) in cases {
+        server.set_fault(fault);
+        // A larger file than the first ranges cover, so a second range is read.
+        let out = audit(&["--deep", &url], None);
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(code), "{fault:?}: {all}");
+        assert!(all.contains(message), "{fault:?}: {all}");
+        assert!(all.contains(&url), "{fault:?}: {all}");
+        if code == 1 {
+            assert!(all.contains("TP502"), "{fault:?}: {all}");
+        }
+    }
+    // A 429 with Retry-After is waited for, and the read goes on.
+    server.set_fault(Fault::RateLimitedOnce);
+    let out = audit(&[&url], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(server.range_requests() >= 2);
+}
+
+#[test]
+fn plain_http_beyond_loopback_and_unknown_schemes_are_refused_before_any_read() {
+    let out = audit(&["http://example.invalid/model.safetensors"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--allow-http"), "{}", stderr(&out));
+    let out = audit(&["gs://bucket/model.safetensors"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not supported yet"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn the_remote_read_budget_refuses_a_deep_read_it_cannot_hold() {
+    let dir = crate::common::TempDir::new("remote-budget");
+    zeros_safetensors(&dir.0.join("f.safetensors"), 1);
+    let server = RangeServer::start(&dir.0);
+    let url = server.url("f.safetensors");
+    let out = audit(&["--deep", "--max-remote-bytes", "512KiB", &url], None);
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("TP502") && all.contains("--max-remote-bytes"),
+        "{all}"
+    );
+}
