@@ -38,6 +38,8 @@ pub enum Format {
     NumpyArchive,
     /// A GGUF file (llama.cpp, `gguf.GGUFWriter`): metadata and tensors, many in blocks.
     Gguf,
+    /// A joblib file (`joblib.dump`, scikit-learn models): a pickle with NumPy arrays in it.
+    Joblib,
 }
 
 impl Format {
@@ -56,6 +58,7 @@ impl Format {
             Format::Numpy => "numpy-npy",
             Format::NumpyArchive => "numpy-npz",
             Format::Gguf => "gguf",
+            Format::Joblib => "joblib",
         }
     }
 }
