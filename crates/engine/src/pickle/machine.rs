@@ -63,7 +63,15 @@ pub fn unpickle_inline(
     budget: &Budget,
     inline: &dyn Inline,
 ) -> Result<Unpickled> {
-    run_stream(bytes, path, member, base, Loader::Python, budget, Some(inline))
+    run_stream(
+        bytes,
+        path,
+        member,
+        base,
+        Loader::Python,
+        budget,
+        Some(inline),
+    )
 }
 
 fn run_stream(

@@ -114,7 +114,8 @@ mod tests {
     #[test]
     fn a_compressed_pickle_is_told_from_other_compressed_data() {
         let mut z = ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-        z.write_all(b"\x80\x04\x95\x05\0\0\0\0\0\0\0K\x01.").expect("write");
+        z.write_all(b"\x80\x04\x95\x05\0\0\0\0\0\0\0K\x01.")
+            .expect("write");
         let pickle = z.finish().expect("finish");
         assert!(sniff_compressed(&pickle));
         let mut z = ZlibEncoder::new(Vec::new(), flate2::Compression::default());

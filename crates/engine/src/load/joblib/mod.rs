@@ -34,7 +34,11 @@ pub(crate) struct InlineStorages<'a> {
 }
 
 impl<'a> InlineStorages<'a> {
-    pub(crate) fn new(buffer: &'a Arc<HostBuffer>, meter: &'a Meter, arrays: Vec<InlineArray>) -> Self {
+    pub(crate) fn new(
+        buffer: &'a Arc<HostBuffer>,
+        meter: &'a Meter,
+        arrays: Vec<InlineArray>,
+    ) -> Self {
         let arrays = arrays.into_iter().map(|a| (a.key(), a)).collect();
         InlineStorages {
             buffer,

@@ -137,8 +137,15 @@ impl Arrays<'_> {
         let elements = elements(heap, get("dtype")?, 0)?;
         if elements.objects {
             // A nested pickle, run with a fresh unpickler: its globals are named.
-            let nested = unpickle(rest, self.path, self.member, at, Loader::Python, self.budget)
-                .map_err(|e| format!("the object array's nested pickle: {e}"))?;
+            let nested = unpickle(
+                rest,
+                self.path,
+                self.member,
+                at,
+                Loader::Python,
+                self.budget,
+            )
+            .map_err(|e| format!("the object array's nested pickle: {e}"))?;
             return Ok(Inlined {
                 len: nested.len,
                 array: None,
@@ -252,8 +259,12 @@ fn elements(heap: &Heap, dtype: Id, depth: u32) -> std::result::Result<Elements,
         _ => None,
     };
     let shown = format!("'{order}{descr}'");
-    let subarray = state.get(2).filter(|&&id| !matches!(heap.get(id), Node::None));
-    let fields = state.get(4).filter(|&&id| !matches!(heap.get(id), Node::None));
+    let subarray = state
+        .get(2)
+        .filter(|&&id| !matches!(heap.get(id), Node::None));
+    let fields = state
+        .get(4)
+        .filter(|&&id| !matches!(heap.get(id), Node::None));
     if subarray.is_some() || fields.is_some() {
         // A record or sub-array dtype: bytes unless a field holds objects.
         let mut objects = false;
