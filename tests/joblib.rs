@@ -5,8 +5,8 @@
 //! compressed files inflated or refused naming the compressor; discovery.
 
 use crate::common::{
-    audit_json as audit, error_findings, inspect_json as inspect, read_json, root, stdout,
-    tensorplay, TempConfig, TempDir,
+    audit_json as audit, audit_json_with, error_findings, inspect_json as inspect, read_json, root,
+    stdout, tensorplay, TempConfig, TempDir,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -181,19 +181,7 @@ fn the_sklearn_preset_accepts_the_estimators_and_still_refuses_the_payload() {
         "sklearn-preset",
         "[pickle]\nallow_presets = [\"sklearn\"]\n",
     );
-    let report = |path: &str| -> Value {
-        let out = tensorplay(&[
-            "audit",
-            "--format",
-            "json",
-            "--fail-on",
-            "never",
-            "--config",
-            config.path(),
-            path,
-        ]);
-        serde_json::from_str(&stdout(&out)).expect("audit JSON")
-    };
+    let report = |path: &str| audit_json_with(&["--config", config.path()], path);
     for name in [
         "linear_regression.joblib",
         "standard_scaler.joblib",
