@@ -18,8 +18,9 @@ use super::joblib::{Arrays, InlineStorages};
 use super::torch::{add_member, Member, StorageRecord, StorageSource};
 use super::{pickle_start, Scope, Sink};
 use crate::error::{Error, Result};
+use crate::pickle::allowlist::Loader;
 use crate::pickle::weights_only::{replay, Persistent};
-use crate::pickle::{unpickle_inline, Budget, UnsafeGlobal, WeightsOnly};
+use crate::pickle::{unpickle, unpickle_inline, Budget, UnsafeGlobal, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::path::Path;
 use std::sync::Arc;
@@ -93,6 +94,23 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
             named.extend(unpickled.unsafe_globals);
             named.extend(after);
             return Err(refused.with_unsafe_globals(named));
+        }
+        if unpickled.inlined > 0 {
+            // `pickle.load` (and `torch.load`) read the bytes joblib writes after a wrapper's
+            // BUILD as opcodes, not data: what that reading would run is named too.
+            let plain = match unpickle(rest, path, MEMBER, pos, Loader::Python, &budget) {
+                Ok(plain) => plain.unsafe_globals,
+                Err(e) => e.unsafe_globals().to_vec(),
+            };
+            for global in plain {
+                let named = unpickled.unsafe_globals.iter().any(|g| {
+                    (&g.module, &g.name, g.position)
+                        == (&global.module, &global.name, global.position)
+                });
+                if !named {
+                    unpickled.unsafe_globals.push(global);
+                }
+            }
         }
         // A pickle ends with its STOP, inside `rest`: the next one starts within the file.
         let len = unpickled.len.max(1);
@@ -182,6 +200,43 @@ impl StorageSource for NoStorages<'_> {
 mod tests {
     use crate::load::from_buffer;
     use crate::HostBuffer;
+
+    #[test]
+    fn globals_pickle_load_would_run_in_joblib_padding_are_named() {
+        // joblib.load skips the padding it finds after a wrapper's BUILD, whatever its bytes;
+        // pickle.load reads them as opcodes. A padding length of 99 is the opcode GLOBAL to
+        // pickle.load, and the 99 bytes after it a call of os.system.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let file = std::fs::read(root.join("fixtures/joblib/arrays.joblib")).unwrap();
+        // The first array's BUILD, padding length 8 and its eight padding bytes.
+        let build = file
+            .windows(5)
+            .position(|w| w == b"K\x10ub\x08")
+            .expect("the first wrapper's BUILD")
+            + 3;
+        let mut payload = b"cos\nsystem\n(S'true'\ntR0".to_vec();
+        payload.resize(100, b'N');
+        let mut bytes = file[..=build].to_vec();
+        bytes.extend_from_slice(&payload);
+        bytes.extend_from_slice(&file[build + 10..]);
+        let checkpoint =
+            from_buffer(HostBuffer::from_vec("a.joblib", bytes)).expect("joblib reads it");
+        let plain = from_buffer(HostBuffer::from_vec("b.joblib", file)).expect("the fixture");
+        assert_eq!(
+            checkpoint.tensors.len(),
+            plain.tensors.len(),
+            "joblib's reading is unchanged"
+        );
+        let named: Vec<(&str, &str, u64)> = checkpoint
+            .unsafe_globals
+            .iter()
+            .map(|g| (g.module.as_str(), g.name.as_str(), g.position))
+            .collect();
+        assert!(
+            named.contains(&("os", "system", build as u64 + 1)),
+            "{named:?}"
+        );
+    }
 
     #[test]
     fn a_refused_stream_names_the_globals_of_the_streams_after_it() {
