@@ -95,14 +95,20 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
             named.extend(after);
             return Err(refused.with_unsafe_globals(named));
         }
-        if unpickled.inlined > 0 {
-            // `pickle.load` (and `torch.load`) read the bytes joblib writes after a wrapper's
-            // BUILD as opcodes, not data: what that reading would run is named too.
+        if !inline.is_empty() {
+            // `pickle.load` (and `torch.load`) read an array's bytes written right after its
+            // wrapper's BUILD (joblib < 1.2 pads nothing) as opcodes, not data: the globals
+            // that reading names there are named too. (Padded arrays stop it at their padding.)
             let plain = match unpickle(rest, path, MEMBER, pos, Loader::Python, &budget) {
                 Ok(plain) => plain.unsafe_globals,
                 Err(e) => e.unsafe_globals().to_vec(),
             };
-            for global in plain {
+            let in_array = |at: u64| {
+                inline
+                    .iter()
+                    .any(|a| (a.start..a.start.saturating_add(a.nbytes)).contains(&at))
+            };
+            for global in plain.into_iter().filter(|g| in_array(g.position)) {
                 let named = unpickled.unsafe_globals.iter().any(|g| {
                     (&g.module, &g.name, g.position)
                         == (&global.module, &global.name, global.position)
@@ -201,41 +207,76 @@ mod tests {
     use crate::load::from_buffer;
     use crate::HostBuffer;
 
-    #[test]
-    fn globals_pickle_load_would_run_in_joblib_padding_are_named() {
-        // joblib.load skips the padding it finds after a wrapper's BUILD, whatever its bytes;
-        // pickle.load reads them as opcodes. A padding length of 99 is the opcode GLOBAL to
-        // pickle.load, and the 99 bytes after it a call of os.system.
+    /// `arrays.joblib`, its first array's BUILD, and what follows it rewritten by `patch`,
+    /// which is given the bytes after the BUILD up to its `numpy_array_alignment_bytes`-marked
+    /// padding and data (9 + 24 bytes).
+    fn first_array_patched(unaligned: bool, after_build: &[u8]) -> Vec<u8> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let file = std::fs::read(root.join("fixtures/joblib/arrays.joblib")).unwrap();
-        // The first array's BUILD, padding length 8 and its eight padding bytes.
-        let build = file
+        // `K\x10u b` ends the first wrapper's state (alignment 16) and BUILDs it; then the
+        // padding length 8, eight 0xff and the 24 bytes of the float32 array.
+        let at = file
             .windows(5)
             .position(|w| w == b"K\x10ub\x08")
-            .expect("the first wrapper's BUILD")
+            .expect("the BUILD");
+        let mut bytes = file[..at].to_vec();
+        if unaligned {
+            // Without the alignment attribute (joblib < 1.2) the data follows the BUILD at
+            // once; `None` is a byte shorter than `K\x10`, and so is the FRAME holding it.
+            let frame = (0..at)
+                .rev()
+                .find(|&p| {
+                    bytes[p] == 0x95
+                        && bytes.get(p + 1..p + 9).is_some_and(|n| {
+                            p + 9 + u64::from_le_bytes(n.try_into().unwrap()) as usize == at + 4
+                        })
+                })
+                .expect("the FRAME ending at the BUILD");
+            let len = u64::from_le_bytes(bytes[frame + 1..frame + 9].try_into().unwrap()) - 1;
+            bytes[frame + 1..frame + 9].copy_from_slice(&len.to_le_bytes());
+            bytes.extend_from_slice(b"Nub");
+        } else {
+            bytes.extend_from_slice(b"K\x10ub");
+        }
+        bytes.extend_from_slice(after_build);
+        bytes.extend_from_slice(&file[at + 4 + 9 + 24..]);
+        bytes
+    }
+
+    #[test]
+    fn padding_joblib_does_not_write_is_refused() {
+        // A padding length of 99 is GLOBAL to pickle.load, and the padding a call of os.system.
+        let mut padding = b"cos\nsystem\n(S'true'\ntR0".to_vec();
+        padding.resize(100, b'N');
+        padding.extend_from_slice(&[0u8; 24]);
+        let bytes = first_array_patched(false, &padding);
+        let error = from_buffer(HostBuffer::from_vec("a.joblib", bytes)).expect_err("refused");
+        assert!(
+            error.to_string().contains("not what joblib writes"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn globals_pickle_load_would_run_in_unpadded_array_bytes_are_named() {
+        // joblib < 1.2 writes the data right after the BUILD: joblib.load reads 24 bytes of
+        // float32, pickle.load a call of os.system.
+        let data = b"cos\nsystem\n(S'true'\ntR0N";
+        assert_eq!(data.len(), 24);
+        let bytes = first_array_patched(true, data);
+        let start = bytes
+            .windows(3)
+            .position(|w| w == b"Nub")
+            .expect("the BUILD") as u64
             + 3;
-        let mut payload = b"cos\nsystem\n(S'true'\ntR0".to_vec();
-        payload.resize(100, b'N');
-        let mut bytes = file[..=build].to_vec();
-        bytes.extend_from_slice(&payload);
-        bytes.extend_from_slice(&file[build + 10..]);
         let checkpoint =
             from_buffer(HostBuffer::from_vec("a.joblib", bytes)).expect("joblib reads it");
-        let plain = from_buffer(HostBuffer::from_vec("b.joblib", file)).expect("the fixture");
-        assert_eq!(
-            checkpoint.tensors.len(),
-            plain.tensors.len(),
-            "joblib's reading is unchanged"
-        );
         let named: Vec<(&str, &str, u64)> = checkpoint
             .unsafe_globals
             .iter()
             .map(|g| (g.module.as_str(), g.name.as_str(), g.position))
             .collect();
-        assert!(
-            named.contains(&("os", "system", build as u64 + 1)),
-            "{named:?}"
-        );
+        assert!(named.contains(&("os", "system", start)), "{named:?}");
     }
 
     #[test]

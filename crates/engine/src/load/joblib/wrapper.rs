@@ -171,6 +171,17 @@ impl Arrays<'_> {
                 let &len = rest
                     .first()
                     .ok_or("the file ends before the array's padding byte")?;
+                // joblib writes 1 to 16 bytes of 0xff after a length byte: none of those is
+                // an opcode, so pickle.load of the file stops there. Other padding joblib.load
+                // skips but pickle.load would run.
+                let padding = rest.get(1..1 + usize::from(len));
+                if len > 16 || !padding.is_some_and(|p| p.iter().all(|&b| b == 0xff)) {
+                    return Err(format!(
+                        "the array's padding ({len} bytes after its length byte) is not what \
+                         joblib writes (1 to 16 bytes of 0xff): joblib.load skips it, but \
+                         pickle.load reads it as opcodes"
+                    ));
+                }
                 1 + u64::from(len)
             }
         };
