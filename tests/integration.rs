@@ -26,6 +26,7 @@ mod gguf;
 mod hostile_memory;
 mod html_report;
 mod inspect;
+mod joblib;
 mod legacy_streams;
 mod models;
 mod numpy;

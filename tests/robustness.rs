@@ -35,9 +35,11 @@ enum Family {
     Numpy,
     /// `fixtures/gguf/truth.json`: GGUF files gguf-py wrote, each ending with its last tensor.
     Gguf,
+    /// `fixtures/joblib/truth.json`: joblib files joblib wrote, uncompressed.
+    Joblib,
 }
 
-const FAMILIES: [Family; 9] = [
+const FAMILIES: [Family; 10] = [
     Family::TruthFile,
     Family::ShardedIndex,
     Family::Pt2,
@@ -47,6 +49,7 @@ const FAMILIES: [Family; 9] = [
     Family::Dcp,
     Family::Numpy,
     Family::Gguf,
+    Family::Joblib,
 ];
 
 /// Every format the engine reads. Each names the one after it in a match without a wildcard:
@@ -65,7 +68,8 @@ fn every_format() -> Vec<Format> {
         Format::Pt2 => Some(Format::Numpy),
         Format::Numpy => Some(Format::NumpyArchive),
         Format::NumpyArchive => Some(Format::Gguf),
-        Format::Gguf => None,
+        Format::Gguf => Some(Format::Joblib),
+        Format::Joblib => None,
         // Not read from a file: a live process's tensors (the Python module) are this.
         Format::Live => None,
     };
@@ -228,6 +232,15 @@ fn fixtures() -> &'static [Fixture] {
         let gguf = read_json("fixtures/gguf/truth.json");
         for path in gguf["files"].as_object().expect("files").keys() {
             all.push(one(Family::Gguf, path.clone(), Some(Format::Gguf)));
+        }
+        // Uncompressed joblib files end with their pickle's STOP: every cut cuts something
+        // joblib.load reads. (A compressed one cut in its checksum still inflates whole.)
+        let joblib = read_json("fixtures/joblib/truth.json");
+        for (name, truth) in joblib.as_object().expect("truth") {
+            if truth.get("arrays").is_some() && truth.get("compressor").is_none() {
+                let path = format!("fixtures/joblib/{name}");
+                all.push(one(Family::Joblib, path, Some(Format::Joblib)));
+            }
         }
         all
     })

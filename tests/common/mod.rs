@@ -180,7 +180,15 @@ pub fn inspect_json(path: &str) -> serde_json::Value {
 
 /// `tensorplay audit --format json --fail-on never PATH`: the report, whatever it finds.
 pub fn audit_json(path: &str) -> serde_json::Value {
-    let out = tensorplay(&["audit", "--format", "json", "--fail-on", "never", path]);
+    audit_json_with(&[], path)
+}
+
+/// [`audit_json`] with more options (`--config FILE`) before the path.
+pub fn audit_json_with(options: &[&str], path: &str) -> serde_json::Value {
+    let mut args = vec!["audit", "--format", "json", "--fail-on", "never"];
+    args.extend_from_slice(options);
+    args.push(path);
+    let out = tensorplay(&args);
     assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
     serde_json::from_str(&stdout(&out)).expect("audit JSON")
 }

@@ -38,6 +38,8 @@ pub enum Format {
     NumpyArchive,
     /// A GGUF file (llama.cpp, `gguf.GGUFWriter`): metadata and tensors, many in blocks.
     Gguf,
+    /// A joblib file (`joblib.dump`, scikit-learn models): a pickle with NumPy arrays in it.
+    Joblib,
     /// No file: tensors of a running process, described by it (`load::live`).
     Live,
 }
@@ -58,6 +60,7 @@ impl Format {
             Format::Numpy => "numpy-npy",
             Format::NumpyArchive => "numpy-npz",
             Format::Gguf => "gguf",
+            Format::Joblib => "joblib",
             Format::Live => "live",
         }
     }

@@ -309,6 +309,18 @@ pub enum Error {
         detail: String,
     },
 
+    /// A joblib file (`joblib.dump`) whose arrays or compression `joblib.load` refuses, or that
+    /// tensorplay does not read (a compressor it does not decompress, arrays in other files).
+    #[error("{}: {part}: {detail}", .path.display())]
+    Joblib {
+        /// The file.
+        path: PathBuf,
+        /// The part at fault (`array at byte N`, `compression`).
+        part: String,
+        /// What is wrong.
+        detail: String,
+    },
+
     /// A GGUF file that gguf-py's `GGUFReader` refuses, that ggml refuses where gguf-py reads
     /// it (a tensor offset off the alignment), or whose bytes no one reading holds.
     #[error("{}: {part}: {detail}", .path.display())]
@@ -495,6 +507,7 @@ impl Error {
             | Error::Archive { .. }
             | Error::Numpy { .. }
             | Error::Gguf { .. }
+            | Error::Joblib { .. }
             | Error::LfsPointer { .. }
             | Error::DirectoryPart { .. }
             // A link in a checkpoint tree that leads nowhere is a finding about the tree (a

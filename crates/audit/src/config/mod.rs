@@ -4,6 +4,7 @@
 //! compiles globs and checks values. Both report every problem with its line.
 
 mod parse;
+mod presets;
 mod size;
 mod validate;
 

@@ -39,6 +39,8 @@ pub(crate) struct Parsed {
     pub allocator_conf: Option<At<String>>,
     /// `[pickle] allow_globals`, checked by validate.
     pub allow_globals: Vec<At<String>>,
+    /// `[pickle] allow_presets`, checked by validate.
+    pub allow_presets: Vec<At<String>>,
     /// `max_memory` as written: a size string or a number of bytes, checked by `validate`.
     pub max_memory: Option<At<MaxMemory>>,
 }
@@ -272,11 +274,15 @@ impl Reader<'_> {
         Some(reason)
     }
 
-    /// `[pickle]`: the globals TP501 accepts, as written (names are checked by validate).
+    /// `[pickle]`: the globals and presets TP501 accepts, as written (checked by validate).
     fn pickle(&mut self, value: &Value<'_>, out: &mut Parsed) {
         if let Some(table) = self.table("pickle", value) {
-            for (key, value) in self.entries(table, &["allow_globals"]) {
-                out.allow_globals = self.strings(key, value).unwrap_or_default();
+            for (key, value) in self.entries(table, &["allow_globals", "allow_presets"]) {
+                let strings = self.strings(key, value).unwrap_or_default();
+                match key {
+                    "allow_presets" => out.allow_presets = strings,
+                    _ => out.allow_globals = strings,
+                }
             }
         }
     }

@@ -74,7 +74,10 @@ pub(super) fn validate(parsed: Parsed, problems: &mut Vec<Problem>) -> Config {
             allowed_devices: parsed.allowed_devices.unwrap_or(defaults.allowed_devices),
             thresholds: parsed.thresholds,
             tied_allow: glob_set(&parsed.tied_allow, problems),
-            allow_globals: allow_globals(&parsed.allow_globals, problems),
+            allow_globals: allow_globals(&parsed.allow_globals, problems)
+                .into_iter()
+                .chain(allow_presets(&parsed.allow_presets, problems))
+                .collect(),
         },
         allocator,
         max_memory,
@@ -119,6 +122,28 @@ fn allow_globals(entries: &[At<String>], problems: &mut Vec<Problem>) -> Vec<Str
             continue;
         };
         problems.push(Problem::new(entry.spot, detail));
+    }
+    kept
+}
+
+/// `[pickle] allow_presets`: the globals of each named preset ([`super::presets`]).
+fn allow_presets(entries: &[At<String>], problems: &mut Vec<Problem>) -> Vec<String> {
+    let mut kept = Vec::new();
+    for entry in entries {
+        match super::presets::globals(&entry.value) {
+            Some(names) => kept.extend(names.map(str::to_owned)),
+            None => {
+                let known: Vec<&str> = super::presets::PRESETS.iter().map(|(n, _)| *n).collect();
+                problems.push(Problem::new(
+                    entry.spot,
+                    format!(
+                        "allow_presets: '{}' is not a preset (known: {})",
+                        entry.value,
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
     }
     kept
 }

@@ -7,6 +7,8 @@
 //! already in memory. A single file, bytes in memory and each shard of an index all get their
 //! reader from the file table below, `reader`; every reader writes through one `Sink`.
 //! NumPy's `.npy` and `.npz` (`numpy/`) are read here too: an `.npz` is a row of the zip table.
+//! A joblib file is a pickle (the plain pickle row reads its arrays, `joblib/`) or, compressed,
+//! a row of its own.
 //!
 //! Adding a format is one reader file (a `ReadFn`), one row in `reader` (or in
 //! `directory_readers`, or in the zip table `zip::kind::ZIP_KINDS`), and one [`Format`]
@@ -16,6 +18,7 @@ mod dcp;
 mod flatten;
 mod gguf;
 mod index;
+mod joblib;
 mod json;
 mod limits;
 pub mod live;
@@ -73,6 +76,7 @@ pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
         Sniffed::Zip          => row(zip::kind::read_into,     Format::PytorchIndex,     "a PyTorch zip archive"),
         Sniffed::LegacyPickle => row(torch::legacy::read_into, Format::PytorchIndex,     "a legacy PyTorch pickle"),
         Sniffed::Pickle       => row(pickle_file::read_into,  Format::PytorchIndex,     "a plain pickle"),
+        Sniffed::Joblib       => row(joblib::read_into,       Format::Joblib,           "a compressed joblib file"),
         Sniffed::Tar          => row(torch::tar::read_into,    Format::PytorchIndex,     "an old PyTorch tar archive"),
         Sniffed::Polyglot     => row(polyglot::read_into,     Format::PytorchIndex,     "both safetensors and a pickle"),
         Sniffed::JsonIndex | Sniffed::LfsPointer | Sniffed::Unknown => None,
@@ -221,6 +225,16 @@ fn sniff_nonempty(
 }
 
 fn unknown(path: &Path, prefix: &[u8]) -> Error {
+    if let Some(name) = joblib::refused_compressor(prefix) {
+        return Error::Joblib {
+            path: path.to_owned(),
+            part: "compression".into(),
+            detail: format!(
+                "begins with {name}'s magic, as joblib.dump(..., compress='{name}') writes: \
+                 tensorplay inflates zlib and gzip only, so what it holds is not read"
+            ),
+        };
+    }
     let first_bytes: Vec<String> = prefix.iter().take(16).map(|b| format!("{b:02x}")).collect();
     Error::UnknownFormat {
         path: path.to_owned(),

@@ -9,12 +9,18 @@
 //! global outside the allowlist that no tensor is rebuilt from (the machine refuses the
 //! rebuild). So the tensors listed are those saved without storage (meta tensors); a pickle
 //! of numpy arrays or Python values lists none, and its globals are what the audit judges.
+//!
+//! A joblib file (`joblib.dump`) is such a pickle with each array's bytes written after the
+//! BUILD of the `NumpyArrayWrapper` standing for it: every stream is read with joblib's
+//! [`Arrays`], so those arrays are tensors over the file's bytes and the file is a joblib one.
 
+use super::joblib::{Arrays, InlineStorages};
 use super::torch::{add_member, Member, StorageRecord, StorageSource};
 use super::{pickle_start, Scope, Sink};
 use crate::error::{Error, Result};
+use crate::pickle::allowlist::Loader;
 use crate::pickle::weights_only::{replay, Persistent};
-use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal, WeightsOnly};
+use crate::pickle::{unpickle, unpickle_inline, Budget, UnsafeGlobal, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::path::Path;
 use std::sync::Arc;
@@ -26,24 +32,39 @@ pub const MEMBER: &str = "<pickle>";
 /// STOP, but a caller that loads again runs the next stream, so all are read; bytes after a
 /// STOP that do not form a pickle are an error, not ignored.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
-    let budget = sink.meter().pickle_budget();
-    let path = buffer.source();
-    let mut pos = 0u64;
-    let mut index = 0usize;
-    // The globals read so far are in the sink: any refusal that follows names them (taken
-    // from there, never copied: a pickle can name thousands of long globals).
     // torch.load reads a file that is neither zip nor tar as a legacy stream, whose first
     // pickle must be the magic number: it refuses every plain pickle, the question is why.
     let reason = replay(buffer.bytes(), Persistent::Refused)
         .err()
         .unwrap_or_else(|| "Invalid magic number; corrupt file?".into());
     sink.weights_only(WeightsOnly::refuses(MEMBER, reason));
+    match read_streams(buffer, sink)? {
+        true => Ok(Format::Joblib),
+        false => Ok(Format::Pickle),
+    }
+}
+
+/// Reads every stream of `buffer` (a file, or a compressed joblib file's inflated stream)
+/// through `sink`; says whether joblib arrays were among what they hold.
+pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<bool> {
+    let budget = sink.meter().pickle_budget();
+    let path = buffer.source();
+    let arrays = Arrays {
+        path,
+        member: MEMBER,
+        budget: &budget,
+    };
+    let mut pos = 0u64;
+    let mut index = 0usize;
+    let mut joblib = false;
+    // The globals read so far are in the sink: any refusal that follows names them (taken
+    // from there, never copied: a pickle can name thousands of long globals).
     while pos < buffer.len() {
         let rest = usize::try_from(pos)
             .ok()
             .and_then(|p| buffer.bytes().get(p..))
             .unwrap_or_default();
-        let unpickled = match unpickle(rest, path, MEMBER, pos, Loader::Python, &budget) {
+        let mut unpickled = match unpickle_inline(rest, path, MEMBER, pos, &budget, &arrays) {
             Ok(unpickled) => unpickled,
             Err(e) => {
                 // Refused though CPython runs it to its STOP (its frames, say): the streams
@@ -55,7 +76,9 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
                 return Err(e.with_unsafe_globals(named));
             }
         };
-        if !unpickled.persistent.is_empty() {
+        // Each joblib array is a storage among the persistent ids; any other is the stream's.
+        let inline = std::mem::take(&mut unpickled.inline);
+        if unpickled.persistent.len() > inline.len() {
             let refused = Error::Pickle {
                 path: path.to_owned(),
                 member: MEMBER.to_owned(),
@@ -63,7 +86,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
                 detail: format!(
                     "the stream holds {} persistent ids, which plain `pickle.load` refuses \
                      (it has no persistent_load): no storage data exists for them",
-                    unpickled.persistent.len()
+                    unpickled.persistent.len() - inline.len()
                 ),
             };
             let after = globals_after(buffer, pos + unpickled.len.max(1), &budget);
@@ -72,8 +95,32 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
             named.extend(after);
             return Err(refused.with_unsafe_globals(named));
         }
+        if !inline.is_empty() {
+            // `pickle.load` (and `torch.load`) read an array's bytes written right after its
+            // wrapper's BUILD (joblib < 1.2 pads nothing) as opcodes, not data: the globals
+            // that reading names there are named too. (Padded arrays stop it at their padding.)
+            let plain = match unpickle(rest, path, MEMBER, pos, Loader::Python, &budget) {
+                Ok(plain) => plain.unsafe_globals,
+                Err(e) => e.unsafe_globals().to_vec(),
+            };
+            let in_array = |at: u64| {
+                inline
+                    .iter()
+                    .any(|a| (a.start..a.start.saturating_add(a.nbytes)).contains(&at))
+            };
+            for global in plain.into_iter().filter(|g| in_array(g.position)) {
+                let named = unpickled.unsafe_globals.iter().any(|g| {
+                    (&g.module, &g.name, g.position)
+                        == (&global.module, &global.name, global.position)
+                });
+                if !named {
+                    unpickled.unsafe_globals.push(global);
+                }
+            }
+        }
         // A pickle ends with its STOP, inside `rest`: the next one starts within the file.
         let len = unpickled.len.max(1);
+        joblib |= unpickled.inlined > 0;
         let name_prefix = match index {
             0 => String::new(),
             i => format!("<pickle {i}>."),
@@ -83,8 +130,17 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
             name: MEMBER,
             unpickled,
         };
+        let mut inline_storages;
+        let mut no_storages = NoStorages { path };
+        let storages: &mut dyn StorageSource = match inline.is_empty() {
+            true => &mut no_storages,
+            false => {
+                inline_storages = InlineStorages::new(buffer, sink.meter(), inline);
+                &mut inline_storages
+            }
+        };
         let mut stream = sink.nested(Scope::default().name_prefix(name_prefix));
-        if let Err(e) = add_member(member, &mut NoStorages { path }, &budget, &mut stream) {
+        if let Err(e) = add_member(member, storages, &budget, &mut stream) {
             let mut named = sink.take_unsafe_globals(0);
             named.extend(globals_after(buffer, pos + len, &budget));
             // The refused stream's own globals are the error's, named after these.
@@ -93,20 +149,25 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
         pos += len;
         index += 1;
     }
-    Ok(Format::Pickle)
+    Ok(joblib)
 }
 
 /// The globals of the streams from `pos` on, up to the first that does not parse: a stream
 /// refused for what it holds (not how it parses) still leaves the next for a caller that loads
 /// again, and the refusal names what they would run.
 fn globals_after(buffer: &HostBuffer, mut pos: u64, budget: &Budget) -> Vec<UnsafeGlobal> {
+    let arrays = Arrays {
+        path: buffer.source(),
+        member: MEMBER,
+        budget,
+    };
     let mut globals = Vec::new();
     while let Some(rest) = usize::try_from(pos)
         .ok()
         .and_then(|p| buffer.bytes().get(p..))
         .filter(|r| !r.is_empty())
     {
-        match unpickle(rest, buffer.source(), MEMBER, pos, Loader::Python, budget) {
+        match unpickle_inline(rest, buffer.source(), MEMBER, pos, budget, &arrays) {
             Ok(u) => {
                 globals.extend(u.unsafe_globals);
                 pos += u.len.max(1);
@@ -145,6 +206,78 @@ impl StorageSource for NoStorages<'_> {
 mod tests {
     use crate::load::from_buffer;
     use crate::HostBuffer;
+
+    /// `arrays.joblib`, its first array's BUILD, and what follows it rewritten by `patch`,
+    /// which is given the bytes after the BUILD up to its `numpy_array_alignment_bytes`-marked
+    /// padding and data (9 + 24 bytes).
+    fn first_array_patched(unaligned: bool, after_build: &[u8]) -> Vec<u8> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let file = std::fs::read(root.join("fixtures/joblib/arrays.joblib")).unwrap();
+        // `K\x10u b` ends the first wrapper's state (alignment 16) and BUILDs it; then the
+        // padding length 8, eight 0xff and the 24 bytes of the float32 array.
+        let at = file
+            .windows(5)
+            .position(|w| w == b"K\x10ub\x08")
+            .expect("the BUILD");
+        let mut bytes = file[..at].to_vec();
+        if unaligned {
+            // Without the alignment attribute (joblib < 1.2) the data follows the BUILD at
+            // once; `None` is a byte shorter than `K\x10`, and so is the FRAME holding it.
+            let frame = (0..at)
+                .rev()
+                .find(|&p| {
+                    bytes[p] == 0x95
+                        && bytes.get(p + 1..p + 9).is_some_and(|n| {
+                            p + 9 + u64::from_le_bytes(n.try_into().unwrap()) as usize == at + 4
+                        })
+                })
+                .expect("the FRAME ending at the BUILD");
+            let len = u64::from_le_bytes(bytes[frame + 1..frame + 9].try_into().unwrap()) - 1;
+            bytes[frame + 1..frame + 9].copy_from_slice(&len.to_le_bytes());
+            bytes.extend_from_slice(b"Nub");
+        } else {
+            bytes.extend_from_slice(b"K\x10ub");
+        }
+        bytes.extend_from_slice(after_build);
+        bytes.extend_from_slice(&file[at + 4 + 9 + 24..]);
+        bytes
+    }
+
+    #[test]
+    fn padding_joblib_does_not_write_is_refused() {
+        // A padding length of 99 is GLOBAL to pickle.load, and the padding a call of os.system.
+        let mut padding = b"cos\nsystem\n(S'true'\ntR0".to_vec();
+        padding.resize(100, b'N');
+        padding.extend_from_slice(&[0u8; 24]);
+        let bytes = first_array_patched(false, &padding);
+        let error = from_buffer(HostBuffer::from_vec("a.joblib", bytes)).expect_err("refused");
+        assert!(
+            error.to_string().contains("not what joblib writes"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn globals_pickle_load_would_run_in_unpadded_array_bytes_are_named() {
+        // joblib < 1.2 writes the data right after the BUILD: joblib.load reads 24 bytes of
+        // float32, pickle.load a call of os.system.
+        let data = b"cos\nsystem\n(S'true'\ntR0N";
+        assert_eq!(data.len(), 24);
+        let bytes = first_array_patched(true, data);
+        let start = bytes
+            .windows(3)
+            .position(|w| w == b"Nub")
+            .expect("the BUILD") as u64
+            + 3;
+        let checkpoint =
+            from_buffer(HostBuffer::from_vec("a.joblib", bytes)).expect("joblib reads it");
+        let named: Vec<(&str, &str, u64)> = checkpoint
+            .unsafe_globals
+            .iter()
+            .map(|g| (g.module.as_str(), g.name.as_str(), g.position))
+            .collect();
+        assert!(named.contains(&("os", "system", start)), "{named:?}");
+    }
 
     #[test]
     fn a_refused_stream_names_the_globals_of_the_streams_after_it() {

@@ -23,8 +23,11 @@ pub enum Sniffed {
     JsonIndex,
     /// A Git LFS pointer: text standing for a file git has not fetched.
     LfsPointer,
-    /// A plain pickle stream of any protocol (`pickle.dump`, `.pkl`).
+    /// A plain pickle stream of any protocol (`pickle.dump`, `.pkl`), joblib's uncompressed
+    /// files among them.
     Pickle,
+    /// A zlib or gzip stream that inflates to a pickle: `joblib.dump(..., compress=...)`.
+    Joblib,
     /// A safetensors header that may also begin a pickle: `safe_open` reads the one,
     /// `torch.load` (which unpickles whatever is neither zip nor tar) runs the other. Its
     /// reader settles it from the whole file and its name.
@@ -95,6 +98,9 @@ pub fn sniff(prefix: &[u8]) -> Sniffed {
     }
     if super::pickle_start::begins_pickle(prefix) {
         return Sniffed::Pickle;
+    }
+    if super::joblib::sniff_compressed(prefix) {
+        return Sniffed::Joblib;
     }
     Sniffed::Unknown
 }

@@ -3,7 +3,8 @@
 
 use super::allowlist::{map_module, resolves, Class, Loader};
 use super::dict_keys;
-use super::heap::{Global, Heap, Id, Node, Object};
+use super::heap::{Global, Heap, Id, Node, Object, TensorSpec};
+use super::inline::{Inline, InlineArray};
 use super::literals::{
     decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape, utf8_surrogatepass,
 };
@@ -31,6 +32,11 @@ pub struct Unpickled {
     pub persistent: Vec<Id>,
     /// Whether TorchScript classes (`__torch__.*`) appear.
     pub torchscript_classes: bool,
+    /// Arrays whose bytes lie in the stream ([`Inline`]), in stream order: each is a tensor
+    /// whose storage is an untyped storage keyed [`InlineArray::key`], among `persistent`.
+    pub inline: Vec<InlineArray>,
+    /// How many objects had data after their BUILD ([`Inline`]), arrays or not.
+    pub inlined: usize,
 }
 
 /// Runs one pickle stream from the start of `bytes`, stopping at its `STOP`.
@@ -44,7 +50,41 @@ pub fn unpickle(
     loader: Loader,
     budget: &Budget,
 ) -> Result<Unpickled> {
+    run_stream(bytes, path, member, base, loader, budget, None)
+}
+
+/// [`unpickle`] for a format that writes data into the stream after a BUILD ([`Inline`]):
+/// `inline` says how much follows each object and what it becomes.
+pub fn unpickle_inline(
+    bytes: &[u8],
+    path: &Path,
+    member: &str,
+    base: u64,
+    budget: &Budget,
+    inline: &dyn Inline,
+) -> Result<Unpickled> {
+    run_stream(
+        bytes,
+        path,
+        member,
+        base,
+        Loader::Python,
+        budget,
+        Some(inline),
+    )
+}
+
+fn run_stream(
+    bytes: &[u8],
+    path: &Path,
+    member: &str,
+    base: u64,
+    loader: Loader,
+    budget: &Budget,
+    inline: Option<&dyn Inline>,
+) -> Result<Unpickled> {
     let mut m = Machine::new(bytes, path, member, base, loader, budget, Reading::Buffered);
+    m.inline = inline;
     // A pickle refused part-way has still named its globals: a loader that got that far ran them.
     let read = m.run().and_then(|root| m.no_repeated_keys().map(|()| root));
     m.hash_payloads();
@@ -64,6 +104,7 @@ pub fn unpickle(
                     budget,
                     Reading::Sequential,
                 );
+                other.inline = inline;
                 let read = other.run();
                 other.hash_payloads();
                 let mut more = std::mem::take(&mut other.unsafe_globals);
@@ -90,6 +131,8 @@ pub fn unpickle(
         unsafe_globals: m.unsafe_globals,
         persistent: m.persistent,
         torchscript_classes: m.torchscript_classes,
+        inline: m.inline_arrays,
+        inlined: m.inlined,
     })
 }
 
@@ -140,6 +183,10 @@ pub(super) struct Machine<'a> {
     reading: Reading,
     /// The end of the C unpickler's buffer while it holds a FRAME's bytes ([`Reading::Buffered`]).
     buffer_end: Option<usize>,
+    /// What a format writes after a BUILD, when the stream's format writes anything.
+    inline: Option<&'a dyn Inline>,
+    inline_arrays: Vec<InlineArray>,
+    inlined: usize,
 }
 
 impl<'a> Machine<'a> {
@@ -178,6 +225,9 @@ impl<'a> Machine<'a> {
             framing_anomaly: false,
             reading,
             buffer_end: None,
+            inline: None,
+            inline_arrays: Vec::new(),
+            inlined: 0,
         }
     }
 
@@ -820,19 +870,16 @@ impl<'a> Machine<'a> {
     fn global(&mut self, module: &str, name: &str) -> Result<Id> {
         let module = map_module(module);
         if !resolves(self.loader, module, name) {
-            let record = block(module.len() as u64)
-                .saturating_add(block(name.len() as u64))
-                .saturating_add(block(self.member.len() as u64))
-                .saturating_add(std::mem::size_of::<UnsafeGlobal>() as u64);
-            self.charge(record)?;
-            self.unsafe_globals.push(UnsafeGlobal {
+            let global = UnsafeGlobal {
                 module: module.to_owned(),
                 name: name.to_owned(),
                 member: self.member.to_owned(),
                 position: self.position(),
                 // Set once the stream has been read.
                 payload: String::new(),
-            });
+            };
+            self.charge(global_bytes(&global))?;
+            self.unsafe_globals.push(global);
         }
         let global = Global::new(module, name);
         if global.class() == Class::TorchScript {
@@ -902,7 +949,70 @@ impl<'a> Machine<'a> {
         }
         // Dicts (an OrderedDict's `_metadata`), tensors (Parameter state) and the rest
         // would run `__setstate__`; their contents are already known.
+        match self.inline {
+            Some(inline) => self.inline_data(inline, target),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads past the data a format wrote after the BUILD of `target` and, when it is an
+    /// array, puts the tensor in the object's place on the stack, as joblib's
+    /// `NumpyUnpickler.load_build` puts the array there (the memo keeps the object).
+    fn inline_data(&mut self, inline: &dyn Inline, target: Id) -> Result<()> {
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
+        let at = self.base.saturating_add(self.pos as u64);
+        let Some(inlined) = inline.after_build(&self.heap, target, rest, at)? else {
+            return Ok(());
+        };
+        // joblib ends the FRAME before an array's bytes (`commit_frame(force=True)`): its
+        // pure-Python unpickler reads them from the file, after the frame's bytes.
+        if self.frame_end.is_some_and(|end| end != self.pos) {
+            return Err(self.err(
+                "data follows a BUILD inside a FRAME: joblib ends the frame before an array's \
+                 bytes, and its unpickler would read them from after the frame",
+            ));
+        }
+        self.frame_end = None;
+        self.buffer_end = None;
+        self.take(inlined.len)?;
+        self.inlined += 1;
+        for global in &inlined.globals {
+            self.charge(global_bytes(global))?;
+        }
+        self.unsafe_globals.extend(inlined.globals);
+        let Some(array) = inlined.array else {
+            return Ok(());
+        };
+        let tensor = self.inline_tensor(&array)?;
+        self.pop()?;
+        self.push_id(tensor)?;
+        self.inline_arrays.push(array);
         Ok(())
+    }
+
+    /// The tensor an inline array is, over an untyped storage keyed by where its bytes start,
+    /// described as a `torch.save` persistent id is so the storages are read as any other.
+    fn inline_tensor(&mut self, array: &InlineArray) -> Result<Id> {
+        let numel = i64::try_from(array.nbytes)
+            .map_err(|_| self.err(format!("an array of {} bytes", array.nbytes)))?;
+        let fields = [
+            Node::Str("storage".into()),
+            Node::Global(Box::new(Global::new("torch.storage", "UntypedStorage"))),
+            Node::Str(array.key().into()),
+            Node::Str("cpu".into()),
+            Node::Int(numel),
+        ];
+        let mut ids = Vec::with_capacity(fields.len());
+        for field in fields {
+            ids.push(self.alloc(field)?);
+        }
+        let pid = self.alloc(Node::Tuple(ids.into()))?;
+        let persistent = self.alloc(Node::Persistent(pid))?;
+        self.persistent.push(persistent);
+        let mut spec = TensorSpec::new(Some(persistent), 0, &array.sizes, &array.strides)
+            .ok_or_else(|| self.err("an array of too many dimensions"))?;
+        spec.dtype = Some(array.dtype);
+        self.alloc(Node::Tensor(Box::new(spec)))
     }
 
     /// PERSID, BINPERSID: the archive, not the pickle, says what the id stands for.
@@ -1014,6 +1124,14 @@ fn block(len: u64) -> u64 {
         0 => 0,
         len => len.saturating_add(len / 4).saturating_add(16),
     }
+}
+
+/// What a recorded global takes: its strings and its record.
+fn global_bytes(global: &UnsafeGlobal) -> u64 {
+    block(global.module.len() as u64)
+        .saturating_add(block(global.name.len() as u64))
+        .saturating_add(block(global.member.len() as u64))
+        .saturating_add(std::mem::size_of::<UnsafeGlobal>() as u64)
 }
 
 /// What a value takes on the heap: its slot and whatever it owns.

@@ -12,6 +12,7 @@ mod budget;
 mod calls;
 mod dict_keys;
 mod heap;
+mod inline;
 mod literals;
 mod machine;
 mod memo;
@@ -23,7 +24,8 @@ pub use crate::weights_only::WeightsOnly;
 pub use allowlist::Loader;
 pub use budget::Budget;
 pub use heap::{CompositeSpec, Global, Heap, Id, Node, Object, TensorSpec};
-pub use machine::{unpickle, Unpickled};
+pub use inline::{Inline, InlineArray, Inlined};
+pub use machine::{unpickle, unpickle_inline, Unpickled};
 
 #[cfg(test)]
 mod tests;

@@ -409,7 +409,7 @@ pub(super) struct Header {
 
 /// What the header's `descr` says the data is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Descr {
+pub(crate) enum Descr {
     /// Elements of a tensor dtype; `swap` when their bytes are big-endian.
     Plain { dtype: DType, swap: bool },
     /// Python objects: the data is a pickle (`descr` as written, for messages).
@@ -535,7 +535,7 @@ fn holds_objects(descr: &Value) -> bool {
 
 /// A type string as `dtype.str` writes it: a byte order (`<` little, `>` big, `|` not
 /// applicable, `=` native), a kind and a width in bytes (`<f4`, `|b1`, `>c16`, `|O`).
-fn type_string(s: &str) -> Descr {
+pub(crate) fn type_string(s: &str) -> Descr {
     let (order, rest) = match s.chars().next() {
         Some(c @ ('<' | '>' | '|' | '=')) => (c, s.get(1..).unwrap_or_default()),
         _ => ('=', s),
