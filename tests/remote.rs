@@ -165,6 +165,25 @@ fn an_https_file_is_audited_from_a_few_ranges_of_it() {
     remote.iter_mut().for_each(|f| f.0.clear());
     assert_eq!(remote, local);
     assert!(remote[0].1.contains("TP101"), "{remote:?}");
+    // The JSON report says what was read of it, as the schema describes; the HTML shows it.
+    let dir = crate::common::TempDir::new("remote-report");
+    let html = dir.0.join("report.html");
+    let out = audit(&["--html", html.to_str().unwrap(), &url], None);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let size = std::fs::metadata(root().join("fixtures").join(file))
+        .unwrap()
+        .len();
+    assert_eq!(report["files"][0]["remote"]["size"], size);
+    assert_eq!(
+        report["files"][0]["remote"]["bytes_read"], size,
+        "a small file is read whole"
+    );
+    assert_eq!(report["files"][0]["remote"]["requests"], 1);
+    let validator = crate::report_limits::validator();
+    let errors = crate::report_limits::schema_errors(&validator, &report);
+    assert!(errors.is_empty(), "{errors:?}");
+    let html = std::fs::read_to_string(html).unwrap();
+    assert!(html.contains("<dt>read remotely</dt>"), "{html}");
     assert!(stderr(&audit(&[&url], None)).contains(&format!("note: {url}: read ")));
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use tensorplay_audit::report::RemoteFacts;
 use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::files::{self, RemoteLimits};
 
@@ -43,6 +44,26 @@ impl RemoteArgs {
             .push(mounted.clone());
         Ok(mounted)
     }
+}
+
+/// What was fetched of the objects `parts` (a checkpoint's files), together; `None` when
+/// none is remote.
+pub fn facts(parts: &[PathBuf]) -> Option<RemoteFacts> {
+    parts
+        .iter()
+        .filter_map(|part| files::stats(part))
+        .fold(None, |sum: Option<RemoteFacts>, s| {
+            let sum = sum.unwrap_or(RemoteFacts {
+                size: 0,
+                bytes_read: 0,
+                requests: 0,
+            });
+            Some(RemoteFacts {
+                size: sum.size.saturating_add(s.len),
+                bytes_read: sum.bytes_read.saturating_add(s.bytes_read),
+                requests: sum.requests.saturating_add(s.requests),
+            })
+        })
 }
 
 /// The remote paths this run mounted, as they resolved.
