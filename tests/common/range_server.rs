@@ -28,6 +28,8 @@ pub enum Fault {
     RateLimitedOnce,
     /// Answers every range request with this status.
     Status(u16),
+    /// Answers range requests after three seconds.
+    Slow,
 }
 
 pub struct RangeServer {
@@ -177,6 +179,9 @@ fn serve_file(
     let n = ranges.fetch_add(1, Ordering::SeqCst);
     let changed = matches!(fault, Fault::ChangesAfter(after) if n >= after);
     let etag = if changed { "\"v2\"" } else { "\"v1\"" };
+    if fault == Fault::Slow {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
     match fault {
         Fault::WholeBody => return respond(out, "200 OK", &[("ETag", etag)], bytes, method),
         Fault::RateLimitedOnce if n == 0 => {

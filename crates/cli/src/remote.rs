@@ -19,6 +19,10 @@ pub struct RemoteArgs {
     /// Range requests the run may make in all.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_requests: u64,
+    /// Seconds one remote request may take before it is retried (and, after its retries,
+    /// fails the checkpoint unjudged).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    request_timeout: u64,
 }
 
 impl RemoteArgs {
@@ -35,6 +39,7 @@ impl RemoteArgs {
         });
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;
+        options.timeout = std::time::Duration::from_secs(self.request_timeout);
         let Some(mounted) = tensorplay_remote::mount(&arg, &options)? else {
             return Ok(path.to_owned());
         };
