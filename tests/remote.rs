@@ -152,6 +152,30 @@ fn an_s3_prefix_and_an_s3_object_give_the_local_findings() {
 }
 
 #[test]
+fn an_azure_container_gives_the_local_findings() {
+    let server = server();
+    let endpoint = server.endpoint();
+    // The emulator's well-known account and key, at the loopback server.
+    let env = [
+        ("AZURE_STORAGE_USE_EMULATOR", "true"),
+        ("AZURITE_BLOB_STORAGE_URL", endpoint.as_str()),
+    ];
+    for family in ["safetensors", "dcp"] {
+        let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
+        let remote = audit_env(&[&format!("az://{BUCKET}/{family}")], None, &env);
+        assert_eq!(
+            remote.status.code(),
+            local.status.code(),
+            "{}",
+            stderr(&remote)
+        );
+        let local = findings(&local, &format!("fixtures/{family}/"));
+        let remote = findings(&remote, &format!("az://{BUCKET}/{family}/"));
+        assert_eq!(remote, local, "{family}");
+    }
+}
+
+#[test]
 fn an_https_file_is_audited_from_a_few_ranges_of_it() {
     let server = server();
     let file = "pytorch/overlapping_params.pt";
