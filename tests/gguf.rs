@@ -1,11 +1,12 @@
 //! GGUF files against what gguf-py's `GGUFReader` read from them (`fixtures/gguf/truth.json`,
 //! written by `fixtures/make_gguf.py`): every good file's tensors (name, type, shape, bytes,
 //! data offset) and metadata; every bad file's refusal, its TP code and its message, or,
-//! where gguf-py reads it, the finding; NaN and Inf as TP401; `.gguf` found by discovery.
+//! where gguf-py reads it, the finding; NaN and Inf as TP401, in elements and in the
+//! float16 scales of quantised blocks; `.gguf` found by discovery.
 
 use crate::common::{
-    audit_json as audit, corrupt_refusal, error_findings, inspect_json as inspect, read_json, root,
-    stderr, stdout, tensorplay, TempDir,
+    audit_json as audit, audit_json_with, corrupt_refusal, error_findings, inspect_json as inspect,
+    read_json, root, stderr, stdout, tensorplay, TempDir,
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -373,6 +374,44 @@ fn the_nan_rule_fires_on_a_nan_and_an_inf_and_not_on_the_clean_tensor() {
     );
     let clean = audit("fixtures/gguf/dtypes.gguf");
     assert_eq!(clean["files"][0]["findings"], json!([]));
+}
+
+/// A NaN float16 scale inside a Q8_0 block is TP401 on the blocks' tensor, naming the block
+/// gguf-py's reading of the scales names; the quantised fixtures' scales, all finite, are not.
+#[test]
+fn a_nan_block_scale_is_tp401_and_finite_scales_are_not() {
+    let truth = truth();
+    let file = &truth["files"]["fixtures/gguf/nan_scale.gguf"];
+    assert_eq!(file["nan_scale_blocks"], json!([1]));
+    let report = audit("fixtures/gguf/nan_scale.gguf");
+    let tp401: Vec<String> = error_findings(&report)[0]
+        .iter()
+        .filter(|(code, _)| code == "TP401")
+        .map(|(_, message)| message.clone())
+        .collect();
+    // Four rows of two blocks, one scale each.
+    assert_eq!(
+        tp401,
+        [
+            "'blk.0.ffn_up.weight' (Q8_0 blocks) holds 1 NaN, 0 +Inf, 0 -Inf among its 8 float16 \
+          block scales (d); first in block 1: every value of such a block dequantises to NaN \
+          or ±Inf"
+        ],
+    );
+    let finding = &report["files"][0]["findings"][0];
+    assert_eq!(finding["tensors"], json!(["blk.0.ffn_up.weight"]));
+    // gguf-py's own quantisations, one block of every type, and a big-endian file's blocks
+    // (not scanned): no finding.
+    for clean in [
+        "fixtures/gguf/quantized.gguf",
+        "fixtures/gguf/block_types.gguf",
+        "fixtures/gguf/big_endian.gguf",
+    ] {
+        assert_eq!(audit(clean)["files"][0]["findings"], json!([]), "{clean}");
+    }
+    // --metadata-only reads no value, so no scale either.
+    let report = audit_json_with(&["--metadata-only"], "fixtures/gguf/nan_scale.gguf");
+    assert_eq!(report["files"][0]["findings"], json!([]));
 }
 
 /// A block-quantised tensor is no plain tensor to convert: refused naming its GGML type.

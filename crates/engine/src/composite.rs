@@ -27,7 +27,9 @@ pub struct CompositeTensor {
     /// Whether it was saved as an `nn.Parameter`.
     pub is_parameter: bool,
     /// Its components in the rebuild call's order: role (`indices`, `values`, an inner
-    /// tensor's attribute name) and the component tensor's name in the checkpoint.
+    /// tensor's attribute name; a GGML block type's `blocks`, or `big-endian blocks` from a
+    /// big-endian GGUF, whose scales are not scanned) and the component tensor's name in the
+    /// checkpoint.
     pub components: Vec<Component>,
     /// A DTensor's placements (`Shard(dim=0)`, `Replicate()`), where they read as plain data.
     pub placements: Option<Vec<String>>,

@@ -38,6 +38,8 @@ mod zip;
 pub use flatten::ROOT_NAME;
 pub(crate) use sink::{NewStorage, Scope, Sink};
 
+#[cfg(test)]
+pub(crate) use gguf::block_bytes as gguf_block_sizes;
 pub use index::ShardIndex;
 pub use limits::{ReadLimits, DEFAULT_MAX_MEMORY};
 pub use probe::{probe, probe_directory, Probe};

@@ -3,7 +3,7 @@
 //! storages left compressed in the file are inflated piece by piece, once each.
 
 use super::deferred::scan_deferred;
-use super::{scan_bytes, scan_tensor, scannable, NonFinite};
+use super::{scaled_blocks, scan_block_scales, scan_bytes, scan_tensor, scannable, NonFinite};
 use crate::data_ptr::Owner;
 use crate::inflate::INFLATE_CHUNK;
 use crate::storage::Storage;
@@ -85,6 +85,20 @@ pub fn scan_checkpoint(
         *total = total.merge(found, offset);
     }
     merged.extend(streamed);
+    // Quantised blocks are uint8, never scannable above: their scales, keyed by the blocks'
+    // tensor like a float tensor's elements.
+    let scaled: Vec<(usize, NonFinite)> = scaled_blocks(ckpt)
+        .par_iter()
+        .filter_map(|&(i, scales)| {
+            let imp = ckpt.tensors.get(i)?.tensor_impl();
+            let found = scan_block_scales(imp, scales)?;
+            if let Some(counter) = progress {
+                counter.fetch_add(imp.nbytes().unwrap_or(0), Ordering::Relaxed);
+            }
+            Some((i, found))
+        })
+        .collect();
+    merged.extend(scaled);
     merged
 }
 

@@ -23,18 +23,25 @@
 //! | `complex32`, `complex64`, `complex128` | either part non-finite; counted once |
 //!
 //! A complex element counts once: as NaN if either part is NaN, otherwise with the sign of the
+//! first infinite part.
+//!
+//! GGUF's quantised blocks are `uint8` tensors, no floats; their float16 scales (`d`, and
+//! `m`/`dmin` where the type has one) are scanned instead, each scale one count and the first
+//! index that of its block ([`scan_block_scales`], `scales.rs`).
 
 mod checkpoint;
 mod deferred;
 mod fast;
 mod non_finite;
 mod reference;
+mod scales;
 mod tensor;
 
 pub use checkpoint::scan_checkpoint;
 pub use fast::scan_bytes;
 pub use non_finite::NonFinite;
 pub use reference::{classify, classify_element, Class};
+pub use scales::{block_scales, scaled_blocks, scan_block_scales, scan_scale_bytes, BlockScales};
 pub use tensor::scan_tensor;
 
 use crate::dtype::DType;

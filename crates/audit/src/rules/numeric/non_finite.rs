@@ -1,8 +1,9 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
 use crate::Severity;
-use tensorplay_engine::numeric::NonFinite;
-use tensorplay_engine::{Checkpoint, Format};
+use std::collections::HashMap;
+use tensorplay_engine::numeric::{scaled_blocks, BlockScales, NonFinite};
+use tensorplay_engine::{Checkpoint, Format, Tensor};
 
 declare_rule!(NonFiniteValues {
     code: "TP401",
@@ -16,7 +17,10 @@ What it checks
   Every element of every floating tensor (float64/32/16, bfloat16, the float8 variants,
   complex parts) for NaN and ±Inf, from the raw bits: a value is non-finite when its
   exponent bits are all ones, or per each float8 format's own NaN encoding. Reports the
-  counts and the first index. Reads every byte; `--metadata-only` skips it.
+  counts and the first index. A GGUF tensor of quantised blocks (little-endian Q4_0, Q4_1,
+  Q5_0, Q5_1, Q8_0, Q2_K … Q6_K) has its blocks' float16 scales (`d`, and `m`/`dmin` where
+  the type has one) checked instead: the counts are of scales, the first index a block's.
+  Reads every byte; `--metadata-only` skips it.
 
 Why it matters
   A checkpoint saved after training diverged loads without complaint and produces NaN
@@ -42,11 +46,17 @@ Lightning checkpoints
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     let Some(scans) = &ctx.scans else { return };
+    // GGUF's quantised blocks: their scans count float16 scales, not elements.
+    let scaled: HashMap<usize, BlockScales> = scaled_blocks(ctx.ckpt).into_iter().collect();
     for (index, t) in ctx.ckpt.tensors.iter().enumerate() {
         let Some(found) = scans.get(&index) else {
             continue;
         };
         if found.is_clean() {
+            continue;
+        }
+        if let Some(scales) = scaled.get(&index) {
+            out.push(scale_draft(t, scales, found));
             continue;
         }
         let numel = t.tensor_impl().layout().numel();
@@ -80,6 +90,31 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             fix: "find the step that diverged and re-save from the last healthy checkpoint".into(),
             ..Default::default()
         });
+    }
+}
+
+/// A finding on the float16 scales of a tensor of quantised blocks: as many scales as its
+/// blocks times the scales of one, the first named by its block.
+fn scale_draft(t: &Tensor, scales: &BlockScales, found: &NonFinite) -> Draft {
+    let bytes = t.tensor_impl().nbytes().unwrap_or(0);
+    let blocks = bytes / (scales.block_bytes.max(1) as u64);
+    let count = blocks.saturating_mul(scales.scales.len() as u64);
+    let names: Vec<&str> = scales.scales.iter().map(|&(name, _)| name).collect();
+    Draft {
+        tensors: vec![t.name().to_owned()],
+        storage: Some(t.tensor_impl().storage().id().index()),
+        message: format!(
+            "'{}' ({} blocks) holds {} NaN, {} +Inf, {} -Inf among its {count} float16 block scales ({}); first in block {}: every value of such a block dequantises to NaN or ±Inf",
+            t.name(),
+            scales.ggml,
+            found.nan,
+            found.pos_inf,
+            found.neg_inf,
+            names.join(", "),
+            found.first.map_or("?".to_owned(), |i| i.to_string())
+        ),
+        fix: "re-quantise from a healthy float checkpoint".into(),
+        ..Default::default()
     }
 }
 

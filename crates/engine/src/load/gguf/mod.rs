@@ -45,6 +45,16 @@ use std::sync::Arc;
 /// What every GGUF file begins with.
 pub(crate) const MAGIC: &[u8] = b"GGUF";
 
+/// Bytes of one block of the GGML type named `name`, as the reader sizes it: the numeric
+/// scan's scale table is held to it.
+#[cfg(test)]
+pub(crate) fn block_bytes(name: &str) -> Option<u64> {
+    types::GGML_TYPES
+        .iter()
+        .find(|t| t.name == name && t.is_blocks())
+        .map(|t| t.bytes)
+}
+
 /// A refusal before it names the file: the part at fault and what is wrong, or a refusal of
 /// the memory budget, which names the file itself.
 #[derive(Debug)]
@@ -126,7 +136,7 @@ fn read_gguf(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
         };
         placed.push(place(info, &at).map_err(|p| p.into_error(path))?);
     }
-    build(buffer, placed, sink)?;
+    build(buffer, placed, big_endian, sink)?;
     sink.set_metadata(metadata);
     Ok(Format::Gguf)
 }
@@ -272,8 +282,14 @@ fn overlapping(placed: &[Placed]) -> Vec<Vec<usize>> {
 }
 
 /// The four layers of the placed tensors, through `sink`: a storage per group of tensors
-/// whose bytes overlap, then the tensors in file order.
-fn build(buffer: &Arc<HostBuffer>, placed: Vec<Placed>, sink: &mut Sink<'_>) -> Result<()> {
+/// whose bytes overlap, then the tensors in file order; `big_endian` names the role of a
+/// block type's bytes.
+fn build(
+    buffer: &Arc<HostBuffer>,
+    placed: Vec<Placed>,
+    big_endian: bool,
+    sink: &mut Sink<'_>,
+) -> Result<()> {
     let path = buffer.source();
     let refuse = |name: &str, detail: String| Error::Gguf {
         path: path.to_owned(),
@@ -377,7 +393,12 @@ fn build(buffer: &Arc<HostBuffer>, placed: Vec<Placed>, sink: &mut Sink<'_>) -> 
                 requires_grad: false,
                 is_parameter: false,
                 components: vec![Component {
-                    role: "blocks".into(),
+                    // The numeric scan reads the float16 scales of little-endian blocks only
+                    // (`numeric/scales.rs`); the role tells it which these are.
+                    role: match big_endian {
+                        false => "blocks".into(),
+                        true => "big-endian blocks".into(),
+                    },
                     tensor: p.info.name.clone(),
                 }],
                 placements: None,
