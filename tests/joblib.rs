@@ -111,6 +111,11 @@ fn every_array_reads_as_joblib_read_it() {
                     .replace("copy_reg.", "copyreg.")
             })
             .collect();
+        // CPython's unpickler, reading the object array's nested pickle with the outer memo
+        // as a plain pickle.load does, resolves one more (the differential harness checks it).
+        if path.ends_with("object_array.joblib") {
+            resolved.push("NumpyArrayWrapper.dtype".to_owned());
+        }
         resolved.sort();
         assert_eq!(named, resolved, "{path}");
     }
@@ -188,7 +193,6 @@ fn the_sklearn_preset_accepts_the_estimators_and_still_refuses_the_payload() {
         "pipeline.joblib",
         "arrays.joblib",
         "arrays.joblib.z",
-        "object_array.joblib",
     ] {
         let path = format!("{DIR}/{name}");
         assert!(
@@ -199,6 +203,10 @@ fn the_sklearn_preset_accepts_the_estimators_and_still_refuses_the_payload() {
     }
     let path = format!("{DIR}/bad/estimator_payload.joblib");
     assert_eq!(tp501(&report(&path)), ["posix.system"], "{path}");
+    // An object array: what plain pickle.load would resolve in its nested pickle is no
+    // estimator, and stays TP501.
+    let path = format!("{DIR}/object_array.joblib");
+    assert_eq!(tp501(&report(&path)), ["NumpyArrayWrapper.dtype"], "{path}");
     let bad = TempConfig::new("unknown-preset", "[pickle]\nallow_presets = [\"torch\"]\n");
     let out = tensorplay(&[
         "audit",

@@ -152,6 +152,30 @@ fn an_s3_prefix_and_an_s3_object_give_the_local_findings() {
 }
 
 #[test]
+fn an_azure_container_gives_the_local_findings() {
+    let server = server();
+    let endpoint = server.endpoint();
+    // The emulator's well-known account and key, at the loopback server.
+    let env = [
+        ("AZURE_STORAGE_USE_EMULATOR", "true"),
+        ("AZURITE_BLOB_STORAGE_URL", endpoint.as_str()),
+    ];
+    for family in ["safetensors", "dcp"] {
+        let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
+        let remote = audit_env(&[&format!("az://{BUCKET}/{family}")], None, &env);
+        assert_eq!(
+            remote.status.code(),
+            local.status.code(),
+            "{}",
+            stderr(&remote)
+        );
+        let local = findings(&local, &format!("fixtures/{family}/"));
+        let remote = findings(&remote, &format!("az://{BUCKET}/{family}/"));
+        assert_eq!(remote, local, "{family}");
+    }
+}
+
+#[test]
 fn an_https_file_is_audited_from_a_few_ranges_of_it() {
     let server = server();
     let file = "pytorch/overlapping_params.pt";
@@ -165,6 +189,25 @@ fn an_https_file_is_audited_from_a_few_ranges_of_it() {
     remote.iter_mut().for_each(|f| f.0.clear());
     assert_eq!(remote, local);
     assert!(remote[0].1.contains("TP101"), "{remote:?}");
+    // The JSON report says what was read of it, as the schema describes; the HTML shows it.
+    let dir = crate::common::TempDir::new("remote-report");
+    let html = dir.0.join("report.html");
+    let out = audit(&["--html", html.to_str().unwrap(), &url], None);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let size = std::fs::metadata(root().join("fixtures").join(file))
+        .unwrap()
+        .len();
+    assert_eq!(report["files"][0]["remote"]["size"], size);
+    assert_eq!(
+        report["files"][0]["remote"]["bytes_read"], size,
+        "a small file is read whole"
+    );
+    assert_eq!(report["files"][0]["remote"]["requests"], 1);
+    let validator = crate::report_limits::validator();
+    let errors = crate::report_limits::schema_errors(&validator, &report);
+    assert!(errors.is_empty(), "{errors:?}");
+    let html = std::fs::read_to_string(html).unwrap();
+    assert!(html.contains("<dt>read remotely</dt>"), "{html}");
     assert!(stderr(&audit(&[&url], None)).contains(&format!("note: {url}: read ")));
 }
 
@@ -210,6 +253,15 @@ fn every_fault_of_the_store_is_a_refusal_naming_the_url() {
             assert!(all.contains("TP502"), "{fault:?}: {all}");
         }
     }
+    // A store slower than --request-timeout: retried, then not judged.
+    server.set_fault(Fault::Slow);
+    let out = audit(&["--request-timeout", "1", &url], None);
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("timed out") && all.contains("after 4 attempts"),
+        "{all}"
+    );
     // A 429 with Retry-After is waited for, and the read goes on.
     server.set_fault(Fault::RateLimitedOnce);
     let out = audit(&[&url], None);

@@ -18,13 +18,13 @@ const SARIF_RESULTS: usize = 25_000;
 /// What a CI log shows comfortably: the human report of the whole tree.
 const STDOUT_MAX: usize = 4 << 20;
 
-fn validator() -> jsonschema::Validator {
+pub fn validator() -> jsonschema::Validator {
     let text = std::fs::read_to_string(root().join("docs/report.schema.json")).expect("schema");
     let schema: serde_json::Value = serde_json::from_str(&text).expect("schema is JSON");
     jsonschema::validator_for(&schema).expect("a valid schema")
 }
 
-fn schema_errors(validator: &jsonschema::Validator, report: &serde_json::Value) -> Vec<String> {
+pub fn schema_errors(validator: &jsonschema::Validator, report: &serde_json::Value) -> Vec<String> {
     validator
         .iter_errors(report)
         .take(20)

@@ -28,6 +28,8 @@ pub enum Fault {
     RateLimitedOnce,
     /// Answers every range request with this status.
     Status(u16),
+    /// Answers range requests after three seconds.
+    Slow,
 }
 
 pub struct RangeServer {
@@ -133,6 +135,24 @@ fn serve(
                 &method,
             )
         }
+        // Azure Blob Storage as its emulator addresses it: a listing of the container, or a
+        // blob of it.
+        ["devstoreaccount1", BUCKET] if query.contains("comp=list") => {
+            let prefix = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("prefix="))
+                .unwrap_or("")
+                .replace("%2F", "/");
+            let body = list_container(dir, &prefix);
+            respond(&mut out, "200 OK", &[], body.as_bytes(), &method)
+        }
+        ["devstoreaccount1", BUCKET, rest @ ..] => {
+            let file = dir.join(rest.join("/"));
+            match std::fs::read(&file) {
+                Ok(bytes) => serve_file(&mut out, &method, &bytes, range, ranges, fault),
+                Err(_) => respond(&mut out, "404 Not Found", &[], b"", &method),
+            }
+        }
         // S3, path style: a listing of the bucket, or an object of it.
         [BUCKET] if query.contains("list-type=2") => {
             let prefix = query
@@ -177,6 +197,9 @@ fn serve_file(
     let n = ranges.fetch_add(1, Ordering::SeqCst);
     let changed = matches!(fault, Fault::ChangesAfter(after) if n >= after);
     let etag = if changed { "\"v2\"" } else { "\"v1\"" };
+    if fault == Fault::Slow {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
     match fault {
         Fault::WholeBody => return respond(out, "200 OK", &[("ETag", etag)], bytes, method),
         Fault::RateLimitedOnce if n == 0 => {
@@ -266,6 +289,28 @@ fn list_bucket(dir: &Path, prefix: &str) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>{BUCKET}</Name>\
          <Prefix>{prefix}</Prefix><IsTruncated>false</IsTruncated>{contents}</ListBucketResult>"
+    )
+}
+
+/// Azure's List Blobs answer for every file under `prefix` (one page).
+fn list_container(dir: &Path, prefix: &str) -> String {
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort();
+    let blobs: String = files
+        .into_iter()
+        .filter(|(key, _)| key.starts_with(prefix))
+        .map(|(key, size)| {
+            format!(
+                "<Blob><Name>{key}</Name><Properties><Last-Modified>{MODIFIED}</Last-Modified>\
+                 <Etag>&quot;v1&quot;</Etag><Content-Length>{size}</Content-Length>\
+                 <Content-Type>application/octet-stream</Content-Type></Properties></Blob>"
+            )
+        })
+        .collect();
+    format!(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults><Prefix>{prefix}</Prefix>\
+         <Blobs>{blobs}</Blobs><NextMarker/></EnumerationResults>"
     )
 }
 

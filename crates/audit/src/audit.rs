@@ -127,6 +127,7 @@ pub fn audit(
         allowed_globals: crate::rules::safety::allowed_seen(ckpt, &config.settings),
         memory: Some(memory_facts(&ctx.memory)),
         device: device_load.map(device_facts),
+        remote: None,
         layout: options.layout_facts.then(|| {
             layout(
                 ckpt,
@@ -208,6 +209,7 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         allowed_globals: Vec::new(),
         memory: None,
         device: None,
+        remote: None,
         layout: None,
     })
 }

@@ -145,6 +145,10 @@ pub struct FileReport {
     /// The real GPU load (`--load-to`), when one ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceFacts>,
+    /// What was read of a remote checkpoint (`https://`, `hf://`, `s3://`); absent for a
+    /// local one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteFacts>,
     /// What the HTML report draws. Never serialised: the JSON report's shape is fixed, and
     /// a segment map per file would swell it.
     #[serde(skip)]
@@ -196,6 +200,17 @@ pub struct BlockMap {
     pub size: u64,
     /// The storage it holds; `None` when free.
     pub storage: Option<usize>,
+}
+
+/// What a remote checkpoint's audit fetched of it, over all the objects it is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteFacts {
+    /// Bytes its objects hold.
+    pub size: u64,
+    /// Bytes fetched.
+    pub bytes_read: u64,
+    /// Range requests made.
+    pub requests: u64,
 }
 
 /// What loading the checkpoint onto a real GPU took and whether every DataPtr checked out.

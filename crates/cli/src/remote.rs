@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use tensorplay_audit::report::RemoteFacts;
 use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::files::{self, RemoteLimits};
 
@@ -18,6 +19,10 @@ pub struct RemoteArgs {
     /// Range requests the run may make in all.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_requests: u64,
+    /// Seconds one remote request may take before it is retried (and, after its retries,
+    /// fails the checkpoint unjudged).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    request_timeout: u64,
 }
 
 impl RemoteArgs {
@@ -34,6 +39,7 @@ impl RemoteArgs {
         });
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;
+        options.timeout = std::time::Duration::from_secs(self.request_timeout);
         let Some(mounted) = tensorplay_remote::mount(&arg, &options)? else {
             return Ok(path.to_owned());
         };
@@ -43,6 +49,26 @@ impl RemoteArgs {
             .push(mounted.clone());
         Ok(mounted)
     }
+}
+
+/// What was fetched of the objects `parts` (a checkpoint's files), together; `None` when
+/// none is remote.
+pub fn facts(parts: &[PathBuf]) -> Option<RemoteFacts> {
+    parts
+        .iter()
+        .filter_map(|part| files::stats(part))
+        .fold(None, |sum: Option<RemoteFacts>, s| {
+            let sum = sum.unwrap_or(RemoteFacts {
+                size: 0,
+                bytes_read: 0,
+                requests: 0,
+            });
+            Some(RemoteFacts {
+                size: sum.size.saturating_add(s.len),
+                bytes_read: sum.bytes_read.saturating_add(s.bytes_read),
+                requests: sum.requests.saturating_add(s.requests),
+            })
+        })
 }
 
 /// The remote paths this run mounted, as they resolved.

@@ -100,11 +100,12 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
         files::mount(path.clone(), Arc::new(object));
         return Ok(Some(path));
     }
-    if arg.starts_with("s3://") {
-        return store::mount_s3(arg, options).map(Some);
+    if arg.starts_with("s3://") || arg.starts_with("az://") {
+        return store::mount(arg, options).map(Some);
     }
     Err(refused(
-        "GCS and Azure paths are not supported yet; use an https:// URL of the object",
+        "GCS and abfs:// paths are not supported yet; use an https:// URL of the object, or \
+         az://CONTAINER/KEY for Azure Blob Storage",
     ))
 }
 

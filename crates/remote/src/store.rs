@@ -1,9 +1,10 @@
-//! Objects of a cloud store (`s3://`), through `object_store` with the cloud's own credential
+//! Objects of a cloud store (`s3://`, `az://`), through `object_store` with the cloud's own credential
 //! chain and environment: one object, or every object under a prefix.
 
 use crate::{Error, Options};
 use futures_util::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig};
 use std::ops::Range;
@@ -31,9 +32,9 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
         .map_err(Clone::clone)
 }
 
-/// Mounts `s3://BUCKET/KEY` (one object) or `s3://BUCKET/PREFIX` (every object under it) and
-/// returns the path to audit.
-pub(crate) fn mount_s3(arg: &str, options: &Options) -> Result<PathBuf, Error> {
+/// Mounts `SCHEME://BUCKET/KEY` (one object) or `SCHEME://BUCKET/PREFIX` (every object under
+/// it) of `s3://` or `az://` and returns the path to audit.
+pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
     let refused = |reason: String| Error::Refused {
         path: arg.to_owned(),
         reason,
@@ -42,34 +43,57 @@ pub(crate) fn mount_s3(arg: &str, options: &Options) -> Result<PathBuf, Error> {
         path: arg.to_owned(),
         source,
     };
-    let rest = arg.strip_prefix("s3://").unwrap_or(arg);
+    let (scheme, rest) = arg.split_once("://").unwrap_or(("", arg));
     let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
-        return Err(refused("expected s3://BUCKET[/KEY-or-PREFIX]".to_owned()));
+        return Err(refused(format!(
+            "expected {scheme}://BUCKET[/KEY-or-PREFIX]"
+        )));
     }
-    // These options replace those `from_env` read, so AWS_ALLOW_HTTP is honoured here.
-    let allow_http = options.allow_http
-        || loopback_endpoint()
-        || std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
-    let client = ClientOptions::new()
-        .with_timeout(options.timeout)
-        .with_allow_http(allow_http);
     let retry = RetryConfig {
         max_retries: 3,
         retry_timeout: Duration::from_secs(60),
         ..RetryConfig::default()
     };
-    let store: Arc<dyn ObjectStore> = Arc::new(
-        AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .with_client_options(client)
-            .with_retry(retry)
-            .build()
-            .map_err(|e| refused(e.to_string()))?,
-    );
+    let client = |allow_http: bool| {
+        ClientOptions::new()
+            .with_timeout(options.timeout)
+            .with_allow_http(options.allow_http || allow_http)
+    };
+    // The client options given replace those `from_env` read: each cloud's own switch for
+    // plain http is honoured here, and a loopback endpoint needs none.
+    let store: Arc<dyn ObjectStore> = match scheme {
+        "s3" => Arc::new(
+            AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_client_options(client(
+                    loopback_env(&["AWS_ENDPOINT_URL", "AWS_ENDPOINT"])
+                        || env_true("AWS_ALLOW_HTTP"),
+                ))
+                .with_retry(retry)
+                .build()
+                .map_err(|e| refused(e.to_string()))?,
+        ),
+        "az" => Arc::new(
+            MicrosoftAzureBuilder::from_env()
+                .with_container_name(bucket)
+                .with_client_options(client(
+                    loopback_env(&["AZURE_STORAGE_ENDPOINT", "AZURITE_BLOB_STORAGE_URL"])
+                        || env_true("AZURE_ALLOW_HTTP"),
+                ))
+                .with_retry(retry)
+                .build()
+                .map_err(|e| refused(e.to_string()))?,
+        ),
+        _ => {
+            return Err(refused(format!(
+                "{scheme}:// is not an object store tensorplay reads"
+            )))
+        }
+    };
     let runtime = runtime().map_err(refused)?;
     let key = key.trim_end_matches('/');
-    let root = PathBuf::from(format!("s3://{bucket}"));
+    let root = PathBuf::from(format!("{scheme}://{bucket}"));
     let exact = StorePath::from(key);
     // A key names one object when it is one; otherwise it is a prefix.
     if !key.is_empty() {
@@ -104,10 +128,14 @@ pub(crate) fn mount_s3(arg: &str, options: &Options) -> Result<PathBuf, Error> {
     Ok(if key.is_empty() { root } else { root.join(key) })
 }
 
-/// Whether `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT`) is a plain-http loopback address, which is
-/// read without `--allow-http` as any loopback URL is.
-fn loopback_endpoint() -> bool {
-    ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"].iter().any(|name| {
+fn env_true(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// Whether one of the variables `names` holds a plain-http loopback URL, which is read
+/// without `--allow-http` as any loopback URL is.
+fn loopback_env(names: &[&str]) -> bool {
+    names.iter().any(|name| {
         std::env::var(name).is_ok_and(|url| {
             url.strip_prefix("http://")
                 .and_then(|rest| reqwest::Url::parse(&format!("http://{rest}")).ok())
@@ -132,7 +160,13 @@ impl StoreObject {
             store: Arc::clone(store),
             location: meta.location,
             size: meta.size,
-            etag: meta.e_tag,
+            // A listing may give an ETag unquoted (Azure's does) where headers quote it.
+            etag: meta
+                .e_tag
+                .map(|e| match e.starts_with('"') || e.starts_with("W/") {
+                    true => e,
+                    false => format!("\"{e}\""),
+                }),
         }
     }
 }
@@ -167,7 +201,9 @@ impl RemoteObject for StoreObject {
                     range.start, range.end, result.range.start, result.range.end
                 )));
             }
-            if result.meta.e_tag.is_some() && result.meta.e_tag != self.etag {
+            let unquoted =
+                |e: &Option<String>| e.as_deref().map(|e| e.trim_matches('"').to_owned());
+            if result.meta.e_tag.is_some() && unquoted(&result.meta.e_tag) != unquoted(&self.etag) {
                 return Err(RemoteError::Inconsistent(format!(
                     "the object changed while it was read (ETag {} became {})",
                     self.etag.as_deref().unwrap_or("none"),

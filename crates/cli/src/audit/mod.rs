@@ -433,17 +433,22 @@ fn audit_one(
     }
     // Remote: audited again until the audit used only bytes that were fetched (the reading
     // itself settles on its own).
+    let parts = target.files();
     let mut target = Some(target);
     let settled = files::settle(&path, || {
         let target = target.take().unwrap_or_else(|| Target::again(path.clone()));
         audit_read(target, shown, config, options, deferrable, gpu, gpu_lock)
     });
-    match settled {
+    let mut audited = match settled {
         Ok(audited) => audited,
         Err(e) => read_failure(shown, &e)
             .map(|file| Audited::Judged(Box::new(file)))
             .ok_or_else(|| e.to_string()),
+    };
+    if let Ok(Audited::Judged(file)) = &mut audited {
+        file.remote = crate::remote::facts(&parts);
     }
+    audited
 }
 
 /// Reads one checkpoint and audits it.

@@ -188,6 +188,15 @@ fn checkpoint(i: usize, file: &FileReport, out: &mut String) -> anyhow::Result<(
         list(&file.dtypes),
         file.findings.len()
     )?;
+    if let Some(r) = &file.remote {
+        writeln!(
+            out,
+            "<dt>read remotely</dt><dd>{} of {} in {}</dd>",
+            human_bytes(r.bytes_read),
+            human_bytes(r.size),
+            plural(r.requests as usize, "request")
+        )?;
+    }
     if let Some(m) = &file.memory {
         writeln!(
             out,

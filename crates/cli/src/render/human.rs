@@ -199,6 +199,7 @@ mod tests {
         let code = RULES[0].code();
         let names: Vec<String> = (0..tensors).map(|i| format!("layers.{i}.weight")).collect();
         let file = FileReport {
+            remote: None,
             path: "many.safetensors".into(),
             format: Some("safetensors".into()),
             tensors,

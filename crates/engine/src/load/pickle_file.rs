@@ -95,20 +95,16 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
             named.extend(after);
             return Err(refused.with_unsafe_globals(named));
         }
-        if !inline.is_empty() {
-            // `pickle.load` (and `torch.load`) read an array's bytes written right after its
-            // wrapper's BUILD (joblib < 1.2 pads nothing) as opcodes, not data: the globals
-            // that reading names there are named too. (Padded arrays stop it at their padding.)
+        if unpickled.inlined > 0 {
+            // `pickle.load` (and `torch.load`) read what joblib writes after a wrapper's BUILD
+            // as opcodes: an array's bytes (joblib < 1.2 pads nothing), an object array's
+            // nested pickle run with the outer stream's memo. The globals that reading resolves
+            // are named too: the two loaders disagree, and what either runs is judged.
             let plain = match unpickle(rest, path, MEMBER, pos, Loader::Python, &budget) {
                 Ok(plain) => plain.unsafe_globals,
                 Err(e) => e.unsafe_globals().to_vec(),
             };
-            let in_array = |at: u64| {
-                inline
-                    .iter()
-                    .any(|a| (a.start..a.start.saturating_add(a.nbytes)).contains(&at))
-            };
-            for global in plain.into_iter().filter(|g| in_array(g.position)) {
+            for global in plain {
                 let named = unpickled.unsafe_globals.iter().any(|g| {
                     (&g.module, &g.name, g.position)
                         == (&global.module, &global.name, global.position)
