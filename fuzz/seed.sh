@@ -7,7 +7,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/fuzz/corpus"
-mkdir -p "$corpus"/{pickle,zip,legacy,safetensors,audit,tar,dcp_metadata,pt2_program,gguf}
+mkdir -p "$corpus"/{pickle,zip,legacy,safetensors,audit,tar,dcp_metadata,pt2_program,gguf,numpy,joblib}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -57,6 +57,10 @@ while IFS= read -r -d '' f; do
         add pickle "$f" "$name"
     elif [ "$first4" = 47475546 ]; then # "GGUF"
         add gguf "$f" "$name"
+    elif [ "$(hex "$f" 0 6)" = 934e554d5059 ]; then # "\x93NUMPY"
+        add numpy "$f" "$name"
+    elif [[ "$f" == */joblib/* ]]; then # joblib files, compressed or not
+        add joblib "$f" "$name"
     elif [ "$(hex "$f" 8 1)" = 7b ] || [[ "$f" == *.safetensors ]]; then # a length, then "{"
         add safetensors "$f" "$name"
     elif [ "$(hex "$f" 0 1)" = 80 ] || [[ "$f" == *.pkl ]] || [[ "$f" == *.metadata ]]; then
@@ -65,6 +69,6 @@ while IFS= read -r -d '' f; do
     fi
 done < <(find "$root/fixtures" -type f -print0 | sort -z)
 
-for t in pickle zip legacy safetensors audit tar dcp_metadata pt2_program gguf; do
+for t in pickle zip legacy safetensors audit tar dcp_metadata pt2_program gguf numpy joblib; do
     printf '%-12s %4d seeds\n' "$t" "$(find "$corpus/$t" -type f | wc -l)"
 done
