@@ -81,20 +81,35 @@ fn server() -> RangeServer {
 #[test]
 fn every_fixture_family_audited_from_the_hub_gives_the_local_findings() {
     let server = server();
+    let endpoint = server.endpoint();
     for family in ["safetensors", "pytorch", "dcp", "pt2", "numpy", "gguf"] {
-        let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
-        let remote = audit(&[&format!("hf://org/{family}")], Some(&server.endpoint()));
-        assert_eq!(
-            remote.status.code(),
-            local.status.code(),
-            "{family}: {}",
-            stderr(&remote)
-        );
-        let local = findings(&local, &format!("fixtures/{family}/"));
-        let remote = findings(&remote, &format!("hf://org/{family}@{SHA}/"));
-        assert!(local.len() > 3, "{family}: {local:?}");
-        assert_eq!(remote, local, "{family}");
+        let arg = format!("hf://org/{family}");
+        let shown = format!("hf://org/{family}@{SHA}/");
+        assert_as_local(family, &arg, &shown, Some(&endpoint), &[]);
     }
+}
+
+/// Audits `fixtures/FAMILY` locally (metadata only) and remotely as `arg`, whose files the
+/// report shows under `shown`, and asserts the same exit code and findings (paths aside).
+fn assert_as_local(
+    family: &str,
+    arg: &str,
+    shown: &str,
+    endpoint: Option<&str>,
+    env: &[(&str, &str)],
+) {
+    let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
+    let remote = audit_env(&[arg], endpoint, env);
+    assert_eq!(
+        remote.status.code(),
+        local.status.code(),
+        "{family}: {}",
+        stderr(&remote)
+    );
+    let local = findings(&local, &format!("fixtures/{family}/"));
+    let remote = findings(&remote, shown);
+    assert!(local.len() > 3, "{family}: {local:?}");
+    assert_eq!(remote, local, "{family}");
 }
 
 #[test]
@@ -110,17 +125,8 @@ fn an_s3_prefix_and_an_s3_object_give_the_local_findings() {
         ("AWS_DEFAULT_REGION", "us-east-1"),
     ];
     for family in ["safetensors", "pytorch"] {
-        let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
-        let remote = audit_env(&[&format!("s3://{BUCKET}/{family}")], None, &env);
-        assert_eq!(
-            remote.status.code(),
-            local.status.code(),
-            "{}",
-            stderr(&remote)
-        );
-        let local = findings(&local, &format!("fixtures/{family}/"));
-        let remote = findings(&remote, &format!("s3://{BUCKET}/{family}/"));
-        assert_eq!(remote, local, "{family}");
+        let arg = format!("s3://{BUCKET}/{family}");
+        assert_as_local(family, &arg, &format!("{arg}/"), None, &env);
     }
     let one = audit_env(
         &[&format!("s3://{BUCKET}/pytorch/overlapping_params.pt")],
@@ -161,17 +167,8 @@ fn an_azure_container_gives_the_local_findings() {
         ("AZURITE_BLOB_STORAGE_URL", endpoint.as_str()),
     ];
     for family in ["safetensors", "dcp"] {
-        let local = audit(&["--metadata-only", &format!("fixtures/{family}")], None);
-        let remote = audit_env(&[&format!("az://{BUCKET}/{family}")], None, &env);
-        assert_eq!(
-            remote.status.code(),
-            local.status.code(),
-            "{}",
-            stderr(&remote)
-        );
-        let local = findings(&local, &format!("fixtures/{family}/"));
-        let remote = findings(&remote, &format!("az://{BUCKET}/{family}/"));
-        assert_eq!(remote, local, "{family}");
+        let arg = format!("az://{BUCKET}/{family}");
+        assert_as_local(family, &arg, &format!("{arg}/"), None, &env);
     }
 }
 

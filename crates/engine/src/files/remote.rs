@@ -155,15 +155,8 @@ pub fn stats(path: &Path) -> Option<RemoteStats> {
 
 /// What was read of every object at or under `root`, together; `None` when there is none.
 pub fn stats_under(root: &Path) -> Option<RemoteStats> {
-    let mounts: Vec<Arc<Mounted>> = MOUNTS
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .filter(|(p, _)| p.starts_with(root))
-        .map(|(_, m)| Arc::clone(m))
-        .collect();
     let mut total: Option<RemoteStats> = None;
-    for mounted in mounts {
+    for mounted in mounted_under(root) {
         let state = mounted.lock();
         let sum = total.get_or_insert(RemoteStats {
             len: 0,
@@ -237,17 +230,21 @@ pub(super) fn children(dir: &Path) -> Option<Vec<PathBuf>> {
     (!out.is_empty()).then_some(out)
 }
 
-/// Every object at or under `root` with the pages its buffers read unfetched, which are
-/// forgotten as missing once returned (they are about to be fetched).
-fn missing_under(root: &Path) -> Vec<(Arc<Mounted>, Ranges)> {
-    let under: Vec<Arc<Mounted>> = MOUNTS
+/// Every object mounted at or under `root`.
+fn mounted_under(root: &Path) -> Vec<Arc<Mounted>> {
+    MOUNTS
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter(|(p, _)| p.starts_with(root))
         .map(|(_, m)| Arc::clone(m))
-        .collect();
-    under
+        .collect()
+}
+
+/// Every object at or under `root` with the pages its buffers read unfetched, which are
+/// forgotten as missing once returned (they are about to be fetched).
+fn missing_under(root: &Path) -> Vec<(Arc<Mounted>, Ranges)> {
+    mounted_under(root)
         .into_iter()
         .filter_map(|mounted| {
             let live: Vec<Arc<HostBuffer>> = {
