@@ -294,3 +294,54 @@ fn the_remote_read_budget_refuses_a_deep_read_it_cannot_hold() {
         "{all}"
     );
 }
+
+#[test]
+fn inspect_views_and_diff_read_remote_paths_as_local_ones() {
+    let server = server();
+    let endpoint = server.endpoint();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+            .args(args)
+            .current_dir(root())
+            .env("HF_ENDPOINT", &endpoint)
+            .env_remove("HF_TOKEN")
+            .output()
+            .expect("tensorplay runs");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let local = "fixtures/pytorch/overlapping_params.pt";
+    let remote = "hf://org/pytorch/overlapping_params.pt";
+    let shown = format!("hf://org/pytorch@{SHA}/overlapping_params.pt");
+    for command in ["inspect", "views"] {
+        let here = run(&[command, "--format", "json", local]);
+        // Where the bytes are held is the one difference: fetched pages, not a file's map.
+        let there = run(&[command, "--format", "json", remote])
+            .replace(&shown, local)
+            .replace("\"backend\": \"remote\"", "\"backend\": \"mmap\"");
+        assert_eq!(there, here, "{command}");
+    }
+    let other = "pytorch/legacy_views.pt";
+    let here = run(&[
+        "diff",
+        "--values",
+        "--format",
+        "json",
+        local,
+        &format!("fixtures/{other}"),
+    ]);
+    let there = run(&[
+        "diff",
+        "--values",
+        "--format",
+        "json",
+        remote,
+        &format!("hf://org/{other}"),
+    ])
+    .replace(&shown, local)
+    .replace(
+        &format!("hf://org/pytorch@{SHA}/legacy_views.pt"),
+        &format!("fixtures/{other}"),
+    );
+    assert_eq!(there, here, "diff");
+}

@@ -9,14 +9,16 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use tensorplay_audit::diff::{diff, DiffOptions};
-use tensorplay_engine::load;
+use tensorplay_engine::{files, load};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The checkpoint before (any format tensorplay reads).
+    /// The checkpoint before (any format tensorplay reads, local or remote).
     old: PathBuf,
     /// The checkpoint after.
     new: PathBuf,
+    #[command(flatten)]
+    remote: crate::remote::RemoteArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
     format: DiffFormat,
@@ -55,15 +57,21 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitStatus> {
         }
         _ => Ok(load::open(path)?),
     };
-    let old = open(&args.old, &args.old_label)?;
-    let new = open(&args.new, &args.new_label)?;
-    let mut result = diff(
-        &old,
-        &new,
-        DiffOptions {
-            values: args.values,
-        },
+    let (old_path, new_path) = (
+        args.remote.resolve(&args.old)?,
+        args.remote.resolve(&args.new)?,
     );
+    // Remote sides are compared again until the comparison used only fetched bytes.
+    let mut result = files::settle(&old_path, || {
+        files::settle(&new_path, || -> anyhow::Result<_> {
+            let old = open(&old_path, &args.old_label)?;
+            let new = open(&new_path, &args.new_label)?;
+            let options = DiffOptions {
+                values: args.values,
+            };
+            Ok(diff(&old, &new, options))
+        })
+    })???;
     // A side read from a temporary copy is named as the reader knows it, not by that copy.
     if let Some(label) = &args.old_label {
         result.old.path.clone_from(label);

@@ -10,12 +10,14 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tensorplay_audit::manifest::Manifest;
-use tensorplay_engine::{load, Checkpoint, CompositeTensor, Storage, Tensor};
+use tensorplay_engine::{files, load, Checkpoint, CompositeTensor, Storage, Tensor};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// Checkpoint file or sharded index (the format is read from the content).
+    /// Checkpoint file, sharded index or remote path (the format is read from the content).
     file: PathBuf,
+    #[command(flatten)]
+    remote: crate::remote::RemoteArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = InspectFormat::Text)]
     format: InspectFormat,
@@ -105,14 +107,20 @@ impl<'a> Snapshot<'a> {
 }
 
 pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
-    let checkpoint = read(args)?;
-    crate::exit::print(&render(args, &checkpoint, args.format)?)?;
+    let file = args.remote.resolve(&args.file)?;
+    // A remote file is shown again until what is shown used only fetched bytes.
+    let rendered = files::settle(&file, || render(args, &read_path(&file)?, args.format))??;
+    crate::exit::print(&rendered)?;
     Ok(ExitStatus::Success)
 }
 
 /// The checkpoint `args` name, refused when a tensor's data pointer disagrees with its storage.
 pub fn read(args: &InspectArgs) -> anyhow::Result<Checkpoint> {
-    let checkpoint = load::open(&args.file)?;
+    read_path(&args.file)
+}
+
+fn read_path(file: &std::path::Path) -> anyhow::Result<Checkpoint> {
+    let checkpoint = load::open(file)?;
     for tensor in &checkpoint.tensors {
         tensor
             .tensor_impl()

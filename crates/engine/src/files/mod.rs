@@ -4,20 +4,25 @@
 //! Readers and probes open, list and measure paths only through this module, so a remote
 //! checkpoint is read by the same code, to the same result, as a local one.
 
+#[cfg(not(target_os = "linux"))]
+mod elsewhere;
+mod object;
+#[cfg(target_os = "linux")]
 mod ranges;
-pub(crate) use ranges::Ranges;
 #[cfg(target_os = "linux")]
 mod remote;
 #[cfg(target_os = "linux")]
 mod sparse;
 
+#[cfg(not(target_os = "linux"))]
+pub use elsewhere::{is_remote, mount, set_limits, settle, stats, stats_under};
+pub use object::{RemoteError, RemoteLimits, RemoteObject, RemoteStats};
+#[cfg(target_os = "linux")]
+pub(crate) use ranges::Ranges;
 #[cfg(target_os = "linux")]
 pub(crate) use remote::Backed;
 #[cfg(target_os = "linux")]
-pub use remote::{
-    is_remote, mount, set_limits, settle, stats, stats_under, RemoteError, RemoteLimits,
-    RemoteObject, RemoteStats,
-};
+pub use remote::{is_remote, mount, set_limits, settle, stats, stats_under};
 
 use crate::error::{Error, Result};
 use crate::HostBuffer;
@@ -89,17 +94,6 @@ pub(crate) fn len(path: &Path) -> Option<u64> {
         return Some(stats.len);
     }
     std::fs::metadata(path).ok().map(|m| m.len())
-}
-
-/// Runs `work` once for a local `root`; for a remote one, until it used only fetched bytes.
-pub(crate) fn settled<T>(root: &Path, work: impl FnMut() -> T) -> Result<T> {
-    #[cfg(target_os = "linux")]
-    return remote::settle(root, work);
-    #[cfg(not(target_os = "linux"))]
-    {
-        let mut work = work;
-        Ok(work())
-    }
 }
 
 /// An error opening `path`; through a symlink whose target is missing or which loops, that

@@ -5,68 +5,15 @@
 //! supplies a [`RemoteObject`] that reads byte ranges. Every fetch is counted against one
 //! run-wide budget ([`set_limits`]).
 
+use super::object::{RemoteError, RemoteLimits, RemoteObject, RemoteStats};
 use super::ranges::Ranges;
 use super::sparse::{page_aligned, page_size, SparseMap};
 use crate::error::{Error, Result};
 use crate::HostBuffer;
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
-
-/// One object of a remote store, read by byte ranges.
-pub trait RemoteObject: Send + Sync + std::fmt::Debug {
-    /// Its length in bytes, as the store listed it.
-    fn size(&self) -> u64;
-
-    /// Exactly the bytes of `range` (inside `0..size()`), or why not. A store must refuse an
-    /// answer that is not those bytes (a whole body for a range, a short body, another version
-    /// of the object) rather than return it.
-    fn read_range(&self, range: Range<u64>) -> std::result::Result<Vec<u8>, RemoteError>;
-}
-
-/// Why a remote read failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum RemoteError {
-    /// The store could not be reached or refused the request (status, timeout, truncated
-    /// transfer after retries): nothing can be said about the object.
-    #[error("{0}")]
-    Unreachable(String),
-    /// The store answered with bytes that cannot be the object's: it changed between reads,
-    /// or the answer was not the range asked for.
-    #[error("{0}")]
-    Inconsistent(String),
-}
-
-/// The run-wide bounds on remote reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteLimits {
-    /// Bytes fetched in all, over every object.
-    pub max_bytes: u64,
-    /// Range requests made in all.
-    pub max_requests: u64,
-}
-
-impl Default for RemoteLimits {
-    fn default() -> Self {
-        RemoteLimits {
-            max_bytes: 256 << 20,
-            max_requests: 10_000,
-        }
-    }
-}
-
-/// What was read of one object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteStats {
-    /// The object's length.
-    pub len: u64,
-    /// Bytes fetched.
-    pub bytes_read: u64,
-    /// Range requests made.
-    pub requests: u64,
-}
 
 /// The first bytes fetched of every object before any reading: a safetensors header, a
 /// pickle's start, a `.npy` or GGUF header lie there. Anything else (a zip's end records) is

@@ -122,13 +122,13 @@ pub fn read(probe: Probe) -> Result<Checkpoint> {
 /// directory with its row (one budget for the whole set).
 pub fn read_with(probe: Probe, limits: ReadLimits) -> Result<Checkpoint> {
     match probe.found {
-        Found::File(reader) => files::settled(&probe.path, || {
+        Found::File(reader) => files::settle(&probe.path, || {
             read_file_with(reader.read, &files::open(&probe.path)?, limits)
         })?,
-        Found::Index(index) => files::settled(&index_root(&probe.path), || {
+        Found::Index(index) => files::settle(&index_root(&probe.path), || {
             sharded::read(&probe.path, &index, limits)
         })?,
-        Found::Directory(row, _) => files::settled(&probe.path, || {
+        Found::Directory(row, _) => files::settle(&probe.path, || {
             sink::gather(&probe.path, limits, |sink| (row.read)(&probe.path, sink))
         })?,
         Found::Refused(error) => Err(error),

@@ -52,7 +52,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
     if let Some(probe) = probe_directory(path) {
         return Ok(probe);
     }
-    files::settled(path, || {
+    files::settle(path, || {
         let prefix = read_prefix(path)?;
         let sniffed = sniff_nonempty(path, &prefix, || files::open(path))?;
         let found = match (reader(sniffed), sniffed) {

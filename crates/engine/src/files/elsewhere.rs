@@ -1,0 +1,34 @@
+//! The read layer where remote objects cannot be read (no Linux `mincore` to watch a sparse
+//! map with): nothing is ever mounted, so every path is local. The remote crate refuses remote
+//! paths on these systems before anything is mounted.
+
+use super::object::{RemoteLimits, RemoteObject, RemoteStats};
+use crate::error::Result;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Mounts nothing: remote objects are not read on this system.
+pub fn mount(_path: impl Into<PathBuf>, _object: Arc<dyn RemoteObject>) {}
+
+/// Nothing to bound: remote objects are not read on this system.
+pub fn set_limits(_limits: RemoteLimits) {}
+
+/// `None`: nothing is mounted.
+pub fn stats(_path: &Path) -> Option<RemoteStats> {
+    None
+}
+
+/// `None`: nothing is mounted.
+pub fn stats_under(_root: &Path) -> Option<RemoteStats> {
+    None
+}
+
+/// `false`: nothing is mounted.
+pub fn is_remote(_path: &Path) -> bool {
+    false
+}
+
+/// Runs `work` once: every path is local.
+pub fn settle<T>(_root: &Path, mut work: impl FnMut() -> T) -> Result<T> {
+    Ok(work())
+}
