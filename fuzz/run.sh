@@ -12,8 +12,10 @@ bin="$fuzz/target/x86_64-unknown-linux-gnu/release/$target"
 [ -x "$bin" ] || { echo "no $bin: build it first" >&2; exit 2; }
 mkdir -p "$fuzz/corpus/$target" "$fuzz/artifacts/$target"
 cd "$fuzz"
+dict=()
+[ -f "dict/$target.dict" ] && dict=(-dict="dict/$target.dict")
 exec nice -n 19 "$bin" "corpus/$target" \
-    -dict="dict/$target.dict" \
+    "${dict[@]}" \
     -artifact_prefix="artifacts/$target/" \
     -rss_limit_mb=1024 -timeout=2 \
     -max_total_time="$seconds" \
