@@ -91,6 +91,42 @@ impl Report {
     fn passed(&self) -> bool {
         self.0.summary.passed
     }
+
+    /// What the HTML report draws of each file, which the JSON report leaves out: TP301's
+    /// score and threshold, storage sizes in log2 bins `(log2 or None, count)`, and the
+    /// simulated allocator's segments `(size, pool, [(offset, size, storage or None)])`;
+    /// `None` for a file that could not be read.
+    #[getter]
+    fn layouts(&self) -> Vec<Option<Layout>> {
+        self.0
+            .files
+            .iter()
+            .map(|file| {
+                file.layout.as_ref().map(|l| Layout {
+                    fragmentation_score: l.fragmentation_score,
+                    fragmentation_threshold: l.fragmentation_threshold,
+                    size_bins: l.size_bins.iter().map(|b| (b.log2, b.count)).collect(),
+                    segments: l
+                        .segments
+                        .iter()
+                        .map(|s| {
+                            let blocks = s.blocks.iter().map(|b| (b.offset, b.size, b.storage));
+                            (s.size, s.pool, blocks.collect())
+                        })
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// One file's layout facts, as [`Report::layouts`] gives them.
+#[derive(IntoPyObject)]
+struct Layout {
+    fragmentation_score: Option<f64>,
+    fragmentation_threshold: f64,
+    size_bins: Vec<(Option<u32>, usize)>,
+    segments: Vec<(u64, &'static str, Vec<(u64, u64, Option<usize>)>)>,
 }
 
 /// `tensorplay audit ARGS`: the report (nothing printed), or the command's error.
