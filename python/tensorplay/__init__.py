@@ -6,7 +6,10 @@ File API (no torch needed): ``audit_file(path, **options)`` → ``Report``,
 
 Live API (torch imported when called): ``inspect``, ``show_view_chain``,
 ``list_shared_storages``, ``verify_data_ptr_consistency``, ``is_safe_view``,
-``recommend_fix``, ``audit``. See docs/python.md.
+``recommend_fix``, ``audit``.
+
+Loading without executing: ``safe_load(path)``, ``safe_load_state_dict(model, path)``.
+See docs/python.md.
 """
 
 import os
@@ -26,6 +29,7 @@ from ._live import (
     show_view_chain,
     verify_data_ptr_consistency,
 )
+from ._load import UnsafeCheckpointError, safe_load, safe_load_state_dict
 from ._report import Finding, Inspection, Report
 from .errors import Error, InternalError, ReadError, UsageError
 
@@ -40,6 +44,7 @@ __all__ = [
     "Report",
     "SharedStorage",
     "TensorLayers",
+    "UnsafeCheckpointError",
     "UsageError",
     "ViewChain",
     "audit",
@@ -49,6 +54,8 @@ __all__ = [
     "is_safe_view",
     "list_shared_storages",
     "recommend_fix",
+    "safe_load",
+    "safe_load_state_dict",
     "show_view_chain",
     "verify_data_ptr_consistency",
 ]

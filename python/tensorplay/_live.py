@@ -409,13 +409,9 @@ def _rows(named):
         index = storages.get(storage._cdata)
         if index is None:
             index = storages[storage._cdata] = len(storage_rows)
-            device = storage.device
-            # Host bytes are read in place for NaN/Inf; the storage object is their owner.
-            address = storage.data_ptr() if device.type == "cpu" else None
-            storage_rows.append(
-                # Keys in order of first use, as torch.save numbers a state_dict's storages.
-                (str(index), _dtype(tensor.dtype), storage.nbytes(), str(device), address, storage)
-            )
+            # Keys in order of first use, as torch.save numbers a state_dict's storages. The
+            # extension asks the storage itself for its size, device and (host) address.
+            storage_rows.append((str(index), _dtype(tensor.dtype), storage))
         tensor_rows.append(
             (
                 name,

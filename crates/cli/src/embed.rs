@@ -90,14 +90,49 @@ pub fn audit_checkpoint(
     shown: &str,
 ) -> Result<Report, Failure> {
     let args = audit_args(args)?;
-    let settings = settings(&args)?;
+    Ok(judged(&settings(&args)?, ckpt, shown))
+}
+
+/// The report of `ckpt` (shown as `shown`) under `settings`, judged by their baseline.
+fn judged(settings: &Settings, ckpt: &Checkpoint, shown: &str) -> Report {
     let file =
         tensorplay_audit::audit::audit(ckpt, shown, &settings.config, &settings.options, None);
     let mut report = Report::new(vec![file], Vec::new(), settings.fail_on);
     if let Some(baseline) = &settings.baseline {
         baseline.suppress(&mut report);
     }
-    Ok(report)
+    report
+}
+
+/// What [`load`] read: the checkpoint with every storage's bytes in memory or mapped, and its
+/// audit from that same reading.
+pub struct Loaded {
+    pub report: Report,
+    pub checkpoint: Checkpoint,
+}
+
+/// `tensorplay audit ARGS` of one local file, whose checkpoint is kept for building its
+/// tensors: deflated records are inflated whole (charged to `--max-memory`), as torch.load
+/// holds them. The audit judges the very bytes the tensors are built from, so a file changed
+/// after the audit changes nothing that was judged.
+pub fn load(args: &[OsString]) -> Result<Loaded, Failure> {
+    let args = audit_args(args)?;
+    let settings = settings(&args)?;
+    let [path] = args.paths.as_slice() else {
+        return Err(Failure::Usage("expected one checkpoint path".into()));
+    };
+    let shown = path.display().to_string();
+    let limits = tensorplay_engine::load::ReadLimits {
+        storage_bytes: true,
+        hold_storages: true,
+        ..settings.options.read_limits(false)
+    };
+    let fail = |e: tensorplay_engine::Error| Failure::Error(vec![e.to_string()]);
+    let checkpoint = tensorplay_engine::load::probe(path)
+        .and_then(|probe| tensorplay_engine::load::read_with(probe, limits))
+        .map_err(fail)?;
+    let report = judged(&settings, &checkpoint, &shown);
+    Ok(Loaded { report, checkpoint })
 }
 
 /// `tensorplay inspect ARGS` (`args` from `inspect` on): the text the command prints and the

@@ -9,7 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use tensorplay::embed::{self, Failure, Rendering};
 use tensorplay_engine::load::live::{self, LiveStorage, LiveTensor};
-use tensorplay_engine::{DType, HostBuffer};
+use pyo3::types::PyByteArray;
+use tensorplay_engine::{DType, DTypeKind, HostBuffer, Owner};
 
 pyo3::import_exception!(tensorplay.errors, UsageError);
 pyo3::import_exception!(tensorplay.errors, ReadError);
@@ -150,11 +151,6 @@ fn inspect(py: Python<'_>, args: Vec<PathBuf>) -> PyResult<(String, String)> {
     guarded(|| py.detach(|| embed::inspect(&os_args(args))).map_err(raise))
 }
 
-/// One storage as `tensorplay._live` describes it: key, dtype name, nbytes, device, the
-/// address of its bytes when they may be read in place (else `None`), and the object that
-/// keeps them allocated.
-type StorageRow = (String, String, u64, String, Option<usize>, Py<PyAny>);
-
 /// One tensor: name, storage index, sizes, strides, storage offset, dtype name, device,
 /// requires_grad, is a parameter.
 type TensorRow = (
@@ -174,37 +170,23 @@ fn dtype(name: &str) -> PyResult<DType> {
 }
 
 /// The audit of tensors living in this process, as `audit ARGS` would judge a file holding
-/// them; shown as `label`. CPU storages whose address is given are read in place (NaN/Inf).
+/// them; shown as `label`. CPU storages are read in place (NaN/Inf).
 #[pyfunction]
-fn audit_live(
+fn audit_live<'py>(
+    py: Python<'py>,
     args: Vec<PathBuf>,
     label: String,
-    storages: Vec<StorageRow>,
+    storages: Vec<(String, String, Bound<'py, PyAny>)>,
     tensors: Vec<TensorRow>,
 ) -> PyResult<Report> {
+    let torch = py.import("torch")?;
+    let kinds = StorageKinds {
+        untyped: torch.getattr("UntypedStorage")?,
+        base: torch.getattr("_C")?.getattr("StorageBase")?,
+    };
     let mut live_storages = Vec::with_capacity(storages.len());
-    for (key, dtype_name, nbytes, location, address, owner) in storages {
-        let bytes = match (address, usize::try_from(nbytes)) {
-            (Some(address), Ok(len)) if address != 0 && len > 0 => {
-                // SAFETY: `tensorplay._live` gives the address only of a CPU storage's
-                // `data_ptr()`, `nbytes` long, with the storage object as `owner`: the buffer
-                // holds it, so the bytes stay allocated while they are read. The GIL is held
-                // for the whole audit (no `detach`), so no Python code changes them meanwhile;
-                // a thread of the caller's writing them outside Python is documented as unsafe
-                // in docs/python.md, as for any reader of a tensor's memory.
-                Some(unsafe {
-                    HostBuffer::borrowed(&label, address as *const u8, len, Box::new(owner))
-                })
-            }
-            _ => None,
-        };
-        live_storages.push(LiveStorage {
-            key,
-            dtype: dtype(&dtype_name)?,
-            nbytes,
-            location,
-            bytes,
-        });
+    for (key, dtype_name, storage) in storages {
+        live_storages.push(live_storage(&kinds, &label, key, &dtype_name, storage)?);
     }
     let mut live_tensors = Vec::with_capacity(tensors.len());
     for (name, storage, sizes, strides, offset, dtype_name, device, grad, parameter) in tensors {
@@ -229,6 +211,164 @@ fn audit_live(
     })
 }
 
+/// One storage of a loaded checkpoint: key, nbytes, location (as saved), and its bytes copied
+/// into a `bytearray` torch can take without another copy (`None` for a storage without
+/// bytes: meta).
+type LoadedStorage = (String, u64, String, Option<Py<PyByteArray>>);
+
+/// One tensor of a loaded checkpoint: [`TensorRow`]'s fields, then is_conj and is_neg.
+type LoadedTensor = (
+    String,
+    usize,
+    Vec<u64>,
+    Vec<u64>,
+    u64,
+    String,
+    String,
+    bool,
+    bool,
+    bool,
+    bool,
+);
+
+/// What `tensorplay.safe_load` builds tensors from: `audit ARGS` of one file (its report) and,
+/// from the same reading, its storages and dense tensors. A checkpoint holding what a dense
+/// tensor cannot carry (sparse, nested, subclass and quantized tensors, a distributed
+/// checkpoint's chunks) is refused with `ReadError` naming the first such tensor: building
+/// its parts as plain tensors would not be what torch.load gives.
+#[pyfunction]
+fn load(
+    py: Python<'_>,
+    args: Vec<PathBuf>,
+) -> PyResult<(Report, Vec<LoadedStorage>, Vec<LoadedTensor>)> {
+    let loaded = guarded(|| py.detach(|| embed::load(&os_args(args))).map_err(raise))?;
+    let ckpt = &loaded.checkpoint;
+    let refuse = |what: String| {
+        ReadError::new_err(format!(
+            "{}: {what}: tensorplay builds dense (strided) tensors only",
+            ckpt.path.display()
+        ))
+    };
+    if let Some(composite) = ckpt.composites.first() {
+        return Err(refuse(format!(
+            "'{}' is a {} tensor",
+            composite.name, composite.layout
+        )));
+    }
+    if let Some(chunked) = ckpt.chunked.first() {
+        return Err(refuse(format!(
+            "'{}' is saved in chunks of a distributed checkpoint",
+            chunked.name
+        )));
+    }
+    let mut storages = Vec::with_capacity(ckpt.storages.len());
+    for storage in &ckpt.storages {
+        let data_ptr = storage.data_ptr();
+        let bytes = match (data_ptr.owner(), data_ptr.bytes()) {
+            (Owner::None, _) => None,
+            (_, Some(bytes)) => Some(PyByteArray::new(py, bytes).unbind()),
+            (_, None) => {
+                return Err(refuse(format!(
+                    "storage {} holds no bytes in memory",
+                    storage.key()
+                )))
+            }
+        };
+        storages.push((
+            storage.key().to_owned(),
+            storage.nbytes(),
+            storage.location().to_owned(),
+            bytes,
+        ));
+    }
+    let mut tensors = Vec::with_capacity(ckpt.tensors.len());
+    for tensor in &ckpt.tensors {
+        let imp = tensor.tensor_impl();
+        if imp.dtype().kind() == DTypeKind::Quantized {
+            return Err(refuse(format!(
+                "'{}' is a quantized ({}) tensor",
+                tensor.name(),
+                imp.dtype().name()
+            )));
+        }
+        let layout = imp.layout();
+        tensors.push((
+            tensor.name().to_owned(),
+            imp.storage().id().index(),
+            layout.sizes().to_vec(),
+            layout.strides().to_vec(),
+            layout.storage_offset(),
+            imp.dtype().name().to_owned(),
+            imp.device().to_string(),
+            imp.requires_grad(),
+            imp.is_parameter(),
+            imp.is_conj(),
+            imp.is_neg(),
+        ));
+    }
+    Ok((Report(loaded.report), storages, tensors))
+}
+
+/// `torch.UntypedStorage`, and the compiled base class whose methods report its memory.
+struct StorageKinds<'py> {
+    untyped: Bound<'py, PyAny>,
+    base: Bound<'py, PyAny>,
+}
+
+/// A storage of `audit_live`: its size, device and address asked of the storage object
+/// itself, which must be exactly a `torch.UntypedStorage`, through the methods of its compiled
+/// base class (a type Python cannot patch), so no caller of this private function can make the
+/// audit read an address of its choosing. Host bytes are borrowed in place, the storage their
+/// owner.
+fn live_storage(
+    kinds: &StorageKinds<'_>,
+    label: &str,
+    key: String,
+    dtype_name: &str,
+    storage: Bound<'_, PyAny>,
+) -> PyResult<LiveStorage> {
+    if !storage.get_type().is(&kinds.untyped) {
+        return Err(PyTypeError::new_err(format!(
+            "storage {key}: expected a torch.UntypedStorage, not {}",
+            storage.get_type().name()?
+        )));
+    }
+    let nbytes: u64 = kinds.base.getattr("nbytes")?.call1((&storage,))?.extract()?;
+    let address: usize = kinds.base.getattr("data_ptr")?.call1((&storage,))?.extract()?;
+    let device = kinds
+        .base
+        .getattr("device")?
+        .call_method1("__get__", (&storage,))?;
+    let location = device.str()?.to_string();
+    let on_host = device.getattr("type")?.extract::<String>()? == "cpu";
+    let bytes = match usize::try_from(nbytes) {
+        Ok(len) if on_host && address != 0 && len > 0 => {
+            // SAFETY: `address` and `len` are the data pointer and size torch's own code
+            // reports for a `torch.UntypedStorage` on the CPU, checked above; the buffer holds the storage
+            // as its owner, so the bytes stay allocated while they are read. The GIL is held
+            // for the whole audit (no `detach`), so no Python code changes or resizes them
+            // meanwhile; a thread of the caller's writing them outside Python is documented
+            // as unsafe in docs/python.md, as for any reader of a tensor's memory.
+            Some(unsafe {
+                HostBuffer::borrowed(
+                    label,
+                    address as *const u8,
+                    len,
+                    Box::new(storage.unbind()),
+                )
+            })
+        }
+        _ => None,
+    };
+    Ok(LiveStorage {
+        key,
+        dtype: dtype(dtype_name)?,
+        nbytes,
+        location,
+        bytes,
+    })
+}
+
 /// One report of the files of `reports`, judged at the first one's fail-on level.
 #[pyfunction]
 fn combine(reports: Vec<Bound<'_, Report>>) -> PyResult<Report> {
@@ -240,5 +380,5 @@ fn combine(reports: Vec<Bound<'_, Report>>) -> PyResult<Report> {
 #[pymodule]
 mod _tensorplay {
     #[pymodule_export]
-    use super::{audit, audit_live, combine, inspect, run, Report};
+    use super::{audit, audit_live, combine, inspect, load, run, Report};
 }

@@ -27,7 +27,7 @@ use tensorplay_engine::{files, load};
 pub struct AuditArgs {
     /// Checkpoint files, sharded indexes, or directories to walk.
     #[arg(required = true, value_name = "PATH")]
-    paths: Vec<PathBuf>,
+    pub(crate) paths: Vec<PathBuf>,
     /// The JSON report on stdout, no colours, no progress (kept for scripts; CI templates
     /// write reports with --json/--junit/--sarif and keep the human log).
     #[arg(long)]

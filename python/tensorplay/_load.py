@@ -1,0 +1,154 @@
+"""Loading a checkpoint without executing it: tensorplay's own readers rebuild its tensors
+from the bytes they audited, and torch only allocates and views them. ``pickle`` and
+``torch.load`` are never called."""
+
+import os
+import warnings
+
+from . import _options
+from ._report import Report
+from .errors import Error, ReadError
+
+
+class UnsafeCheckpointError(Error):
+    """The checkpoint's audit fails at the fail-on level, so it is not loaded. ``report`` is
+    the audit; the message is its human report."""
+
+    def __init__(self, report):
+        super().__init__(report.human())
+        self.report = report
+
+
+# The audit options that make sense for a load; `metadata_only` would read no bytes to build.
+_LOAD_OPTIONS = {k: v for k, v in _options.FILE_OPTIONS.items() if k != "metadata_only"}
+
+
+def _device(torch, location, map_location):
+    """Where a storage saved on ``location`` goes, as torch.load's ``map_location`` says: None
+    (where it was saved), a device or its name (everything there), or a dict from saved
+    location to target (others stay where they were saved)."""
+    if map_location is None:
+        return torch.device(location)
+    if isinstance(map_location, (str, torch.device)):
+        return torch.device(map_location)
+    if isinstance(map_location, dict):
+        target = map_location.get(location, location)
+        return torch.device(target)
+    raise TypeError(
+        "map_location: expected None, a torch.device, a device name (str) or a dict from "
+        f"saved location to device, not {type(map_location).__name__}"
+    )
+
+
+def _storage(torch, path, key, nbytes, location, data, device):
+    """A uint8 tensor over one storage's bytes on ``device``: ``data`` is a bytearray the
+    extension copied them into, which torch views without another copy; None for a storage
+    without bytes (meta)."""
+    if data is None:
+        return torch.empty(nbytes, dtype=torch.uint8, device="meta")
+    if nbytes == 0:
+        # frombuffer refuses an empty buffer.
+        return torch.empty(0, dtype=torch.uint8, device=device)
+    with warnings.catch_warnings():
+        # The bytearray is writable; torch warns only about non-writable buffers, kept quiet
+        # in case a build warns regardless.
+        warnings.simplefilter("ignore", UserWarning)
+        host = torch.frombuffer(data, dtype=torch.uint8)
+    if device.type == "cpu":
+        return host
+    try:
+        return host.to(device)
+    except (RuntimeError, AssertionError) as err:
+        raise ReadError(
+            f"{path}: storage {key} was saved on {location} and cannot be placed on {device}: "
+            f"{err}; pass map_location (e.g. 'cpu')"
+        ) from None
+
+
+def _dtype(torch, path, name, dtype):
+    found = getattr(torch, dtype, None)
+    if not isinstance(found, torch.dtype):
+        raise ReadError(f"{path}: '{name}' has dtype {dtype}, which this torch does not have")
+    return found
+
+
+def safe_load(path, map_location=None, **options):
+    """The tensors of a checkpoint file, as ``{name: tensor}`` (nested objects flattened to
+    dotted names, as ``tensorplay inspect`` names them), read by tensorplay's readers, never by
+    ``pickle``: the file is audited first and refused with ``UnsafeCheckpointError`` when the
+    audit fails at ``fail_on`` (default ``"error"``). Storages shared between tensors stay
+    shared; saved ``nn.Parameter``s come back as parameters, ``requires_grad`` as saved.
+    ``map_location`` is torch.load's (None, a device, or a dict of locations). Options are
+    ``audit_file``'s (``select``, ``ignore``, ``fail_on``, ``config``, ``baseline``,
+    ``max_memory``…). Values that hold no tensor (an epoch, hyperparameters) are not
+    rebuilt: nothing a pickle names is ever constructed."""
+    tensors, _ = _load(path, map_location, options, "safe_load")
+    return tensors
+
+
+def _load(path, map_location, options, function):
+    from . import _tensorplay
+    import torch
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{function}() takes a path (str or os.PathLike), not {type(path).__name__}")
+    path = os.fspath(path)
+    args = ["audit", *_options.flags(function, _LOAD_OPTIONS, options), "--", path]
+    raw, storage_rows, tensor_rows = _tensorplay.load(args)
+    report = Report(raw)
+    if not report.passed:
+        raise UnsafeCheckpointError(report)
+    storages = [
+        _storage(torch, path, key, nbytes, location, data, _device(torch, location, map_location))
+        for key, nbytes, location, data in storage_rows
+    ]
+    parameter = torch.nn.Parameter
+    tensors = {}
+    for row in tensor_rows:
+        name, index, sizes, strides, offset, dtype, _, grad, is_param, conj, neg = row
+        bytes_ = storages[index]
+        tensor = torch.empty(0, dtype=_dtype(torch, path, name, dtype), device=bytes_.device)
+        tensor.set_(bytes_.untyped_storage(), offset, sizes, strides)
+        if conj:
+            tensor = tensor.conj()
+        if neg:
+            tensor = torch._neg_view(tensor)
+        if is_param:
+            tensor = parameter(tensor, requires_grad=grad)
+        elif grad:
+            tensor.requires_grad_(True)
+        tensors[name] = tensor
+    return tensors, report
+
+
+def safe_load_state_dict(model, path, map_location=None, key=None, strict=True, **options):
+    """``model.load_state_dict`` from a checkpoint file read by :func:`safe_load` (audited,
+    never unpickled). ``key`` picks the state dict inside a larger checkpoint (``"model"``
+    for ``{"model": ..., "optimizer": ...}``); ``strict`` is load_state_dict's. After the
+    load, every parameter and buffer must be on the device it was on before (load_state_dict
+    copies into the model's tensors); a model left on several devices raises ``ReadError``.
+    Returns the audit ``Report``."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"safe_load_state_dict() takes a torch.nn.Module, not {type(model).__name__}"
+        )
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"safe_load_state_dict(): key={key!r}: expected a str")
+    tensors, report = _load(path, map_location, options, "safe_load_state_dict")
+    if key is not None:
+        prefix = key + "."
+        tensors = {n[len(prefix):]: t for n, t in tensors.items() if n.startswith(prefix)}
+        if not tensors:
+            raise ReadError(f"{os.fspath(path)}: no tensor under '{key}'")
+    before = {n: t.device for n, t in model.state_dict(keep_vars=True).items()}
+    model.load_state_dict(tensors, strict=strict)
+    moved = [
+        f"'{n}' {before[n]} -> {t.device}"
+        for n, t in model.state_dict(keep_vars=True).items()
+        if n in before and t.device != before[n]
+    ]
+    if moved:
+        raise ReadError(f"{os.fspath(path)}: loading moved tensors: {', '.join(moved)}")
+    return report
