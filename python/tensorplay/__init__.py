@@ -7,11 +7,15 @@ File API (no torch needed): ``audit_file(path, **options)`` → ``Report``,
 Live API (torch imported when called): ``inspect``, ``show_view_chain``,
 ``list_shared_storages``, ``verify_data_ptr_consistency``, ``is_safe_view``,
 ``recommend_fix``, ``audit``. See docs/python.md.
+
+Sampled batches (torch imported when called): ``fragmentation(loader_or_batches,
+batches=100)`` → ``FragmentationReport``, TP301's score per batch and its HTML time series.
 """
 
 import os
 
 from . import _options
+from ._fragmentation import FragmentationReport, fragmentation
 from ._live import (
     DataPtrError,
     Layers,
@@ -33,6 +37,7 @@ __all__ = [
     "DataPtrError",
     "Error",
     "Finding",
+    "FragmentationReport",
     "Inspection",
     "InternalError",
     "Layers",
@@ -44,6 +49,7 @@ __all__ = [
     "ViewChain",
     "audit",
     "audit_file",
+    "fragmentation",
     "inspect",
     "inspect_file",
     "is_safe_view",
