@@ -8,6 +8,9 @@ Live API (torch imported when called): ``inspect``, ``show_view_chain``,
 ``list_shared_storages``, ``verify_data_ptr_consistency``, ``is_safe_view``,
 ``recommend_fix``, ``audit``.
 
+Sampled batches (torch imported when called): ``fragmentation(loader_or_batches,
+batches=100)`` → ``FragmentationReport``, TP301's score per batch and its HTML time series.
+
 Loading without executing: ``safe_load(path)``, ``safe_load_state_dict(model, path)``.
 See docs/python.md.
 """
@@ -15,6 +18,7 @@ See docs/python.md.
 import os
 
 from . import _options
+from ._fragmentation import FragmentationReport, fragmentation
 from ._live import (
     DataPtrError,
     Layers,
@@ -37,6 +41,7 @@ __all__ = [
     "DataPtrError",
     "Error",
     "Finding",
+    "FragmentationReport",
     "Inspection",
     "InternalError",
     "Layers",
@@ -49,6 +54,7 @@ __all__ = [
     "ViewChain",
     "audit",
     "audit_file",
+    "fragmentation",
     "inspect",
     "inspect_file",
     "is_safe_view",
