@@ -6,12 +6,15 @@ File API (no torch needed): ``audit_file(path, **options)`` → ``Report``,
 
 Live API (torch imported when called): ``inspect``, ``show_view_chain``,
 ``list_shared_storages``, ``verify_data_ptr_consistency``, ``is_safe_view``,
-``recommend_fix``, ``audit``. See docs/python.md.
+``recommend_fix``, ``audit``; device checks ``audit_device_consistency`` and
+``watch(model)`` around a forward pass; ``validate_state_dict_load(model, source)`` before
+loading. See docs/python.md.
 """
 
 import os
 
 from . import _options
+from ._devices import audit_device_consistency, watch
 from ._live import (
     DataPtrError,
     Layers,
@@ -27,6 +30,7 @@ from ._live import (
     verify_data_ptr_consistency,
 )
 from ._report import Finding, Inspection, Report
+from ._validate import LoadCheck, Mismatch, validate_state_dict_load
 from .errors import Error, InternalError, ReadError, UsageError
 
 __all__ = [
@@ -36,6 +40,8 @@ __all__ = [
     "Inspection",
     "InternalError",
     "Layers",
+    "LoadCheck",
+    "Mismatch",
     "ReadError",
     "Report",
     "SharedStorage",
@@ -43,6 +49,7 @@ __all__ = [
     "UsageError",
     "ViewChain",
     "audit",
+    "audit_device_consistency",
     "audit_file",
     "inspect",
     "inspect_file",
@@ -50,7 +57,9 @@ __all__ = [
     "list_shared_storages",
     "recommend_fix",
     "show_view_chain",
+    "validate_state_dict_load",
     "verify_data_ptr_consistency",
+    "watch",
 ]
 
 
