@@ -6,7 +6,9 @@ File API (no torch needed): ``audit_file(path, **options)`` → ``Report``,
 
 Live API (torch imported when called): ``inspect``, ``show_view_chain``,
 ``list_shared_storages``, ``verify_data_ptr_consistency``, ``is_safe_view``,
-``recommend_fix``, ``audit``.
+``recommend_fix``, ``audit``; device checks ``audit_device_consistency`` and
+``watch(model)`` around a forward pass; ``validate_state_dict_load(model, source)`` before
+loading.
 
 Sampled batches (torch imported when called): ``fragmentation(loader_or_batches,
 batches=100)`` → ``FragmentationReport``, TP301's score per batch and its HTML time series.
@@ -18,6 +20,7 @@ See docs/python.md.
 import os
 
 from . import _options
+from ._devices import audit_device_consistency, watch
 from ._fragmentation import FragmentationReport, fragmentation
 from ._live import (
     DataPtrError,
@@ -35,6 +38,7 @@ from ._live import (
 )
 from ._load import UnsafeCheckpointError, safe_load, safe_load_state_dict
 from ._report import Finding, Inspection, Report
+from ._validate import LoadCheck, Mismatch, validate_state_dict_load
 from .errors import Error, InternalError, ReadError, UsageError
 
 __all__ = [
@@ -45,6 +49,8 @@ __all__ = [
     "Inspection",
     "InternalError",
     "Layers",
+    "LoadCheck",
+    "Mismatch",
     "ReadError",
     "Report",
     "SharedStorage",
@@ -53,6 +59,7 @@ __all__ = [
     "UsageError",
     "ViewChain",
     "audit",
+    "audit_device_consistency",
     "audit_file",
     "fragmentation",
     "inspect",
@@ -63,7 +70,9 @@ __all__ = [
     "safe_load",
     "safe_load_state_dict",
     "show_view_chain",
+    "validate_state_dict_load",
     "verify_data_ptr_consistency",
+    "watch",
 ]
 
 
