@@ -23,21 +23,20 @@ class UnsafeCheckpointError(Error):
 _LOAD_OPTIONS = {k: v for k, v in _options.FILE_OPTIONS.items() if k != "metadata_only"}
 
 
-def _device(torch, location, map_location):
+def _device(torch, path, location, map_location):
     """Where a storage saved on ``location`` goes, as torch.load's ``map_location`` says: None
     (where it was saved), a device or its name (everything there), or a dict from saved
-    location to target (others stay where they were saved)."""
+    location to target (others stay where they were saved); checked by the caller."""
     if map_location is None:
-        return torch.device(location)
-    if isinstance(map_location, (str, torch.device)):
-        return torch.device(map_location)
-    if isinstance(map_location, dict):
+        target = location
+    elif isinstance(map_location, (str, torch.device)):
+        target = map_location
+    else:
         target = map_location.get(location, location)
+    try:
         return torch.device(target)
-    raise TypeError(
-        "map_location: expected None, a torch.device, a device name (str) or a dict from "
-        f"saved location to device, not {type(map_location).__name__}"
-    )
+    except RuntimeError as err:
+        raise ReadError(f"{path}: a storage saved on {location!r}: {err}") from None
 
 
 def _storage(torch, path, key, nbytes, location, data, device):
@@ -92,6 +91,11 @@ def _load(path, map_location, options, function):
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{function}() takes a path (str or os.PathLike), not {type(path).__name__}")
+    if not (map_location is None or isinstance(map_location, (str, torch.device, dict))):
+        raise TypeError(
+            f"{function}(): map_location: expected None, a torch.device, a device name (str) "
+            f"or a dict from saved location to device, not {type(map_location).__name__}"
+        )
     path = os.fspath(path)
     args = ["audit", *_options.flags(function, _LOAD_OPTIONS, options), "--", path]
     raw, storage_rows, tensor_rows = _tensorplay.load(args)
@@ -99,7 +103,7 @@ def _load(path, map_location, options, function):
     if not report.passed:
         raise UnsafeCheckpointError(report)
     storages = [
-        _storage(torch, path, key, nbytes, location, data, _device(torch, location, map_location))
+        _storage(torch, path, key, nbytes, location, data, _device(torch, path, location, map_location))
         for key, nbytes, location, data in storage_rows
     ]
     parameter = torch.nn.Parameter
@@ -108,7 +112,11 @@ def _load(path, map_location, options, function):
         name, index, sizes, strides, offset, dtype, _, grad, is_param, conj, neg = row
         bytes_ = storages[index]
         tensor = torch.empty(0, dtype=_dtype(torch, path, name, dtype), device=bytes_.device)
-        tensor.set_(bytes_.untyped_storage(), offset, sizes, strides)
+        try:
+            tensor.set_(bytes_.untyped_storage(), offset, sizes, strides)
+        except RuntimeError as err:
+            # A view past its storage (TP107) when the audit was told not to fail on it.
+            raise ReadError(f"{path}: '{name}': {err}") from None
         if conj:
             tensor = tensor.conj()
         if neg:

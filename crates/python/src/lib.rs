@@ -4,13 +4,13 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::PyByteArray;
 use std::ffi::OsString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use tensorplay::embed::{self, Failure, Rendering};
 use tensorplay_engine::load::live::{self, LiveStorage, LiveTensor};
-use pyo3::types::PyByteArray;
-use tensorplay_engine::{DType, DTypeKind, HostBuffer, Owner};
+use tensorplay_engine::{DType, DTypeKind, Format, HostBuffer, Owner};
 
 pyo3::import_exception!(tensorplay.errors, UsageError);
 pyo3::import_exception!(tensorplay.errors, ReadError);
@@ -231,6 +231,17 @@ type LoadedTensor = (
     bool,
 );
 
+/// The formats `load` builds tensors from: those torch.load (weights-only) or safetensors
+/// reads. TorchScript, `.pt2`, DCP, NumPy, GGUF and joblib files have loaders of their own,
+/// and plain pickles torch.load refuses.
+const LOADABLE: [Format; 5] = [
+    Format::PytorchZip,
+    Format::PytorchLegacy,
+    Format::PytorchIndex,
+    Format::Safetensors,
+    Format::SafetensorsIndex,
+];
+
 /// What `tensorplay.safe_load` builds tensors from: `audit ARGS` of one file (its report) and,
 /// from the same reading, its storages and dense tensors. A checkpoint holding what a dense
 /// tensor cannot carry (sparse, nested, subclass and quantized tensors, a distributed
@@ -249,6 +260,15 @@ fn load(
             ckpt.path.display()
         ))
     };
+    if !LOADABLE.contains(&ckpt.format) {
+        return Err(ReadError::new_err(format!(
+            "{}: a {} checkpoint: safe_load builds tensors from torch.save and safetensors \
+             checkpoints only, the formats whose reading is checked against torch.load and \
+             safetensors' own",
+            ckpt.path.display(),
+            ckpt.format
+        )));
+    }
     if let Some(composite) = ckpt.composites.first() {
         return Err(refuse(format!(
             "'{}' is a {} tensor",
@@ -333,8 +353,16 @@ fn live_storage(
             storage.get_type().name()?
         )));
     }
-    let nbytes: u64 = kinds.base.getattr("nbytes")?.call1((&storage,))?.extract()?;
-    let address: usize = kinds.base.getattr("data_ptr")?.call1((&storage,))?.extract()?;
+    let nbytes: u64 = kinds
+        .base
+        .getattr("nbytes")?
+        .call1((&storage,))?
+        .extract()?;
+    let address: usize = kinds
+        .base
+        .getattr("data_ptr")?
+        .call1((&storage,))?
+        .extract()?;
     let device = kinds
         .base
         .getattr("device")?
@@ -350,12 +378,7 @@ fn live_storage(
             // meanwhile; a thread of the caller's writing them outside Python is documented
             // as unsafe in docs/python.md, as for any reader of a tensor's memory.
             Some(unsafe {
-                HostBuffer::borrowed(
-                    label,
-                    address as *const u8,
-                    len,
-                    Box::new(storage.unbind()),
-                )
+                HostBuffer::borrowed(label, address as *const u8, len, Box::new(storage.unbind()))
             })
         }
         _ => None,
