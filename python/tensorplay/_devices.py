@@ -6,7 +6,7 @@ import weakref
 from collections.abc import Mapping
 
 from . import _options
-from ._live import _rows, _strided, _torch, named_tensors
+from ._live import _torch, audit_named, named_tensors
 from ._report import Report
 from .errors import UsageError
 
@@ -46,11 +46,8 @@ def _device_select(function, options):
 
 def _audit_named(function, named, label, options):
     """The live audit of ``(name, tensor)`` pairs, its option errors naming ``function``."""
-    from . import _tensorplay
-
-    args = ["audit", *_options.flags(function, _options.LIVE_OPTIONS, options), "--", label]
-    storages, tensors = _rows(_strided(named))
-    return Report(_tensorplay.audit_live(args, label, storages, tensors))
+    flags = _options.flags(function, _options.LIVE_OPTIONS, options)
+    return Report(audit_named(named, label, flags))
 
 
 def _label(obj, label):

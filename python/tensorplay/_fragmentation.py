@@ -13,13 +13,12 @@ import html
 import json
 import math
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
 from . import _options
-from ._live import _rows, _strided, _torch
+from ._live import _strided, _torch, audit_named
 from .errors import ReadError
 
 BATCH = "a torch.Tensor, a mapping of tensors, or a list/tuple of tensors or mappings"
@@ -150,26 +149,11 @@ class FragmentationReport:
         )
 
     def write_html(self, path):
-        """Writes ``to_html()`` to ``path`` whole or not at all: into a new file beside it,
-        then renamed over it, so a reader never sees half a page."""
-        text = self.to_html().encode("utf-8")
-        path = os.fspath(path)
-        directory, name = os.path.split(os.path.abspath(path))
-        temp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
-        # os.open rather than mkstemp: the page gets the umask's permissions, not 0600.
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            try:
-                os.unlink(temp)
-            except FileNotFoundError:
-                pass
-            raise
+        """Writes ``to_html()`` to ``path`` whole or not at all, as the command writes its
+        reports."""
+        from . import _tensorplay
+
+        _tensorplay.write_text(os.fspath(path), self.to_html())
 
     def _body(self, table):
         verdict = "pass" if self.passed else "fail"
@@ -201,20 +185,16 @@ def fragmentation(loader_or_batches, batches=100, **options):
     Raises TypeError for an argument of the wrong kind (a loader that is not iterable, a batch
     holding no tensor), ValueError when ``batches`` is not positive or the loader gives no
     batch."""
-    from . import _tensorplay
-
     if isinstance(batches, bool) or not isinstance(batches, int):
         raise TypeError(f"fragmentation(): batches={batches!r}: expected a positive int")
     if batches <= 0:
         raise ValueError(f"fragmentation(): batches={batches!r}: expected a positive int")
     # Checked before the loader is touched: a bad option costs no worker start, no loading.
-    args = [
-        "audit",
+    flags = [
         "--select",
         "TP301,TP302",
         "--metadata-only",
         *_options.flags("fragmentation", OPTIONS, options),
-        "--",
     ]
     torch = _torch()
     kind = type(loader_or_batches).__name__
@@ -236,11 +216,10 @@ def fragmentation(loader_or_batches, batches=100, **options):
     for index, batch in enumerate(iterator):
         named = _batch_tensors(torch, batch, index)
         label = f"batch {index}"
-        storages, tensors = _rows(_strided(named))
-        report = _tensorplay.audit_live([*args, label], label, storages, tensors)
-        sample, threshold = _sample(index, report, len(tensors))
+        report = audit_named(named, label, flags)
+        sample, threshold = _sample(index, report, len(_strided(named)))
         samples.append(sample)
-        del batch, named, storages, tensors, report
+        del batch, named, report
         # Stop without drawing another: a loader's next batch may cost a disk read.
         if index + 1 == batches:
             break

@@ -428,15 +428,20 @@ def _rows(named):
     return storage_rows, tensor_rows
 
 
+def audit_named(named, label, flags):
+    """The extension's report of the live audit of ``(name, tensor)`` pairs under ``flags``
+    (the command's audit flags, checked by the caller), shown as ``label``."""
+    from . import _tensorplay
+
+    storages, tensors = _rows(_strided(named))
+    return _tensorplay.audit_live(["audit", *flags, "--", label], label, storages, tensors)
+
+
 def audit(obj, label=None, **options):
     """The audit of ``obj``'s live tensors by the command's rules, as a ``Report``: what
     ``tensorplay audit`` reports on a file holding them (``torch.save(obj.state_dict())``),
     with CPU tensors' values read in place. ``label`` names it in the report (default
     ``<live ClassName>``); options are ``audit_file``'s that read no file."""
-    from . import _tensorplay
-
-    named = _strided(named_tensors(obj, "audit"))
-    label = label or f"<live {type(obj).__name__}>"
-    args = ["audit", *_options.flags("audit", _options.LIVE_OPTIONS, options), "--", label]
-    storages, tensors = _rows(named)
-    return Report(_tensorplay.audit_live(args, label, storages, tensors))
+    named = named_tensors(obj, "audit")
+    flags = _options.flags("audit", _options.LIVE_OPTIONS, options)
+    return Report(audit_named(named, label or f"<live {type(obj).__name__}>", flags))

@@ -241,7 +241,7 @@ def test_the_page_is_written_whole_or_not_at_all(tmp_path):
     report = tensorplay.fragmentation([(floats(1), floats(2))])
     target = tmp_path / "taken"
     target.mkdir()
-    with pytest.raises(OSError):
+    with pytest.raises(tensorplay.ReadError):
         report.write_html(target)  # a directory cannot be replaced by the page
     assert os.listdir(tmp_path) == ["taken"] and not os.listdir(target)
     page = tmp_path / "report.html"

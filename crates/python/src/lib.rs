@@ -392,6 +392,12 @@ fn live_storage(
     })
 }
 
+/// Writes `text` to `path` whole or not at all, as the command writes its reports.
+#[pyfunction]
+fn write_text(py: Python<'_>, path: PathBuf, text: &str) -> PyResult<()> {
+    guarded(|| py.detach(|| embed::write(&path, text)).map_err(raise))
+}
+
 /// One report of the files of `reports`, judged at the first one's fail-on level.
 #[pyfunction]
 fn combine(reports: Vec<Bound<'_, Report>>) -> PyResult<Report> {
@@ -403,5 +409,5 @@ fn combine(reports: Vec<Bound<'_, Report>>) -> PyResult<Report> {
 #[pymodule]
 mod _tensorplay {
     #[pymodule_export]
-    use super::{audit, audit_live, combine, inspect, load, run, Report};
+    use super::{audit, audit_live, combine, inspect, load, run, write_text, Report};
 }
