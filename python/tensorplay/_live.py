@@ -85,7 +85,8 @@ def _strided(tensors):
     """The tensors with a storage to describe (sparse and other layouts have none)."""
     import torch
 
-    return [(n, t) for n, t in tensors if t.layout == torch.strided]
+    strided = torch.strided
+    return [(n, t) for n, t in tensors if t.layout is strided]
 
 
 def _hex(address):
@@ -399,30 +400,46 @@ def recommend_fix(finding):
 
 
 def _rows(named):
-    """The storages and tensors of ``named`` as the extension takes them."""
+    """The storages and tensors of ``named`` as the extension takes them. A state dict may
+    hold 100 000 tensors: what repeats (dtype and device names, whether a tensor type is a
+    Parameter) is worked out once."""
     parameter = _torch().nn.Parameter
     storages = {}
     storage_rows = []
     tensor_rows = []
+    dtypes = {}
+    devices = {}
+    parameter_types = {}
     for name, tensor in named:
         storage = tensor.untyped_storage()
+        dtype = dtypes.get(tensor.dtype)
+        if dtype is None:
+            dtype = dtypes[tensor.dtype] = _dtype(tensor.dtype)
         index = storages.get(storage._cdata)
         if index is None:
             index = storages[storage._cdata] = len(storage_rows)
             # Keys in order of first use, as torch.save numbers a state_dict's storages. The
             # extension asks the storage itself for its size, device and (host) address.
-            storage_rows.append((str(index), _dtype(tensor.dtype), storage))
+            storage_rows.append((str(index), dtype, storage))
+        device = devices.get(tensor.device)
+        if device is None:
+            device = devices[tensor.device] = str(tensor.device)
+        kind = type(tensor)
+        is_parameter = parameter_types.get(kind)
+        if is_parameter is None:
+            # issubclass, not isinstance: Parameter's metaclass makes isinstance a Python call.
+            is_parameter = parameter_types[kind] = issubclass(kind, parameter)
         tensor_rows.append(
             (
                 name,
                 index,
                 list(tensor.shape),
-                list(tensor.stride()),
+                tensor.stride(),
                 tensor.storage_offset(),
-                _dtype(tensor.dtype),
-                str(tensor.device),
+                dtype,
+                device,
                 tensor.requires_grad,
-                isinstance(tensor, parameter),
+                is_parameter or getattr(tensor, "_is_param", False),
             )
         )
     return storage_rows, tensor_rows
