@@ -1,8 +1,10 @@
 """The probes on live tensors. torch is imported here, and only when a probe is called: the
 command and the file API never import it."""
 
+import gc
 import html
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
@@ -56,9 +58,11 @@ def named_tensors(obj, function):
 
 
 def _flatten(torch, mapping, prefix, out):
+    tensor = () if torch is None else torch.Tensor
     for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if _is_tensor(torch, value):
+        # A state dict's keys are already the names: no string built for each.
+        name = key if not prefix and type(key) is str else f"{prefix}{key}"
+        if isinstance(value, tensor):
             out.append((name, value))
         elif isinstance(value, Mapping):
             _flatten(torch, value, f"{name}.", out)
@@ -403,46 +407,65 @@ def _rows(named):
     """The storages and tensors of ``named`` as the extension takes them. A state dict may
     hold 100 000 tensors: what repeats (dtype and device names, whether a tensor type is a
     Parameter) is worked out once."""
-    parameter = _torch().nn.Parameter
+    torch = _torch()
+    plain, parameter = torch.Tensor, torch.nn.Parameter
     storages = {}
     storage_rows = []
     tensor_rows = []
     dtypes = {}
     devices = {}
-    parameter_types = {}
+    parameter_types = {plain: False}
     for name, tensor in named:
+        # Each attribute of a tensor is a call through torch's override checks: read once.
         storage = tensor.untyped_storage()
-        dtype = dtypes.get(tensor.dtype)
-        if dtype is None:
-            dtype = dtypes[tensor.dtype] = _dtype(tensor.dtype)
+        dtype, device, kind = tensor.dtype, tensor.device, type(tensor)
+        dtype_name = dtypes.get(dtype)
+        if dtype_name is None:
+            dtype_name = dtypes[dtype] = _dtype(dtype)
         index = storages.get(storage._cdata)
         if index is None:
             index = storages[storage._cdata] = len(storage_rows)
             # Keys in order of first use, as torch.save numbers a state_dict's storages. The
             # extension asks the storage itself for its size, device and (host) address.
-            storage_rows.append((str(index), dtype, storage))
-        device = devices.get(tensor.device)
-        if device is None:
-            device = devices[tensor.device] = str(tensor.device)
-        kind = type(tensor)
+            storage_rows.append((str(index), dtype_name, storage))
+        device_name = devices.get(device)
+        if device_name is None:
+            device_name = devices[device] = str(device)
         is_parameter = parameter_types.get(kind)
         if is_parameter is None:
             # issubclass, not isinstance: Parameter's metaclass makes isinstance a Python call.
             is_parameter = parameter_types[kind] = issubclass(kind, parameter)
+        if not is_parameter and kind is not plain:
+            # A Parameter over a tensor subclass is that subclass, marked `_is_param`.
+            is_parameter = getattr(tensor, "_is_param", False)
         tensor_rows.append(
             (
                 name,
                 index,
-                list(tensor.shape),
+                tensor.shape,
                 tensor.stride(),
                 tensor.storage_offset(),
-                dtype,
-                device,
+                dtype_name,
+                device_name,
                 tensor.requires_grad,
-                is_parameter or getattr(tensor, "_is_param", False),
+                is_parameter,
             )
         )
     return storage_rows, tensor_rows
+
+
+@contextmanager
+def _bulk():
+    """Many small objects made at once (a row per tensor of a 100 000-tensor state dict): the
+    cyclic collector would walk every live tensor again each time a generation fills, most of
+    the time spent; nothing made here is a cycle, so it waits until the audit is done."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def audit_named(named, label, flags):
@@ -450,8 +473,9 @@ def audit_named(named, label, flags):
     (the command's audit flags, checked by the caller), shown as ``label``."""
     from . import _tensorplay
 
-    storages, tensors = _rows(_strided(named))
-    return _tensorplay.audit_live(["audit", *flags, "--", label], label, storages, tensors)
+    with _bulk():
+        storages, tensors = _rows(_strided(named))
+        return _tensorplay.audit_live(["audit", *flags, "--", label], label, storages, tensors)
 
 
 def audit(obj, label=None, **options):
@@ -459,6 +483,7 @@ def audit(obj, label=None, **options):
     ``tensorplay audit`` reports on a file holding them (``torch.save(obj.state_dict())``),
     with CPU tensors' values read in place. ``label`` names it in the report (default
     ``<live ClassName>``); options are ``audit_file``'s that read no file."""
-    named = named_tensors(obj, "audit")
     flags = _options.flags("audit", _options.LIVE_OPTIONS, options)
-    return Report(audit_named(named, label or f"<live {type(obj).__name__}>", flags))
+    with _bulk():
+        named = named_tensors(obj, "audit")
+        return Report(audit_named(named, label or f"<live {type(obj).__name__}>", flags))

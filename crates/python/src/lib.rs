@@ -180,9 +180,12 @@ fn audit_live<'py>(
     tensors: Vec<TensorRow>,
 ) -> PyResult<Report> {
     let torch = py.import("torch")?;
+    let base = torch.getattr("_C")?.getattr("StorageBase")?;
     let kinds = StorageKinds {
         untyped: torch.getattr("UntypedStorage")?,
-        base: torch.getattr("_C")?.getattr("StorageBase")?,
+        nbytes: base.getattr("nbytes")?,
+        data_ptr: base.getattr("data_ptr")?,
+        device: base.getattr("device")?.getattr("__get__")?,
     };
     let mut live_storages = Vec::with_capacity(storages.len());
     for (key, dtype_name, storage) in storages {
@@ -329,10 +332,13 @@ fn load(
     Ok((Report(loaded.report), storages, tensors))
 }
 
-/// `torch.UntypedStorage`, and the compiled base class whose methods report its memory.
+/// `torch.UntypedStorage`, and the methods of its compiled base class that report its
+/// memory (looked up once: an audit may describe 100 000 storages).
 struct StorageKinds<'py> {
     untyped: Bound<'py, PyAny>,
-    base: Bound<'py, PyAny>,
+    nbytes: Bound<'py, PyAny>,
+    data_ptr: Bound<'py, PyAny>,
+    device: Bound<'py, PyAny>,
 }
 
 /// A storage of `audit_live`: its size, device and address asked of the storage object
@@ -353,22 +359,11 @@ fn live_storage(
             storage.get_type().name()?
         )));
     }
-    let nbytes: u64 = kinds
-        .base
-        .getattr("nbytes")?
-        .call1((&storage,))?
-        .extract()?;
-    let address: usize = kinds
-        .base
-        .getattr("data_ptr")?
-        .call1((&storage,))?
-        .extract()?;
-    let device = kinds
-        .base
-        .getattr("device")?
-        .call_method1("__get__", (&storage,))?;
-    let location = device.str()?.to_string();
-    let on_host = device.getattr("type")?.extract::<String>()? == "cpu";
+    let nbytes: u64 = kinds.nbytes.call1((&storage,))?.extract()?;
+    let address: usize = kinds.data_ptr.call1((&storage,))?.extract()?;
+    let location = kinds.device.call1((&storage,))?.str()?.to_string();
+    // torch spells the host device `cpu`, without an index.
+    let on_host = location == "cpu";
     let bytes = match usize::try_from(nbytes) {
         Ok(len) if on_host && address != 0 && len > 0 => {
             // SAFETY: `address` and `len` are the data pointer and size torch's own code
