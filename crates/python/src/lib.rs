@@ -127,8 +127,11 @@ struct Layout {
     fragmentation_score: Option<f64>,
     fragmentation_threshold: f64,
     size_bins: Vec<(Option<u32>, usize)>,
-    segments: Vec<(u64, &'static str, Vec<(u64, u64, Option<usize>)>)>,
+    segments: Vec<(u64, &'static str, Vec<Block>)>,
 }
+
+/// A segment's block: offset, size, and the storage it holds (`None` when free).
+type Block = (u64, u64, Option<usize>);
 
 /// `tensorplay audit ARGS`: the report (nothing printed), or the command's error.
 #[pyfunction]
