@@ -449,6 +449,7 @@ def _rows(named):
                 device_name,
                 tensor.requires_grad,
                 is_parameter,
+                tensor.data_ptr(),
             )
         )
     return storage_rows, tensor_rows

@@ -237,3 +237,26 @@ def test_live_reports_write_like_file_reports(tmp_path):
     report.write_html(tmp_path / "live.html")
     assert "&lt;live Tied&gt;" in (tmp_path / "live.html").read_text()
     assert json.loads(report.to_json())["files"][0]["format"] == "live"
+
+
+def _row(name, tensor, data_ptr):
+    return (name, 0, list(tensor.shape), list(tensor.stride()), tensor.storage_offset(),
+            "float32", "cpu", False, False, data_ptr)
+
+
+def test_the_extension_reads_only_memory_a_storage_object_reports():
+    from tensorplay import _tensorplay
+
+    x = torch.arange(4.0)
+    args = ["audit", "--", "<live>"]
+    # Not a storage: refused before anything is read, whatever address it claims.
+    with pytest.raises(TypeError, match="expected a torch.UntypedStorage, not _Storage"):
+        _tensorplay.audit_live(
+            args, "<live>", [("0", "float32", _Storage(x.data_ptr(), 16))],
+            [_row("x", x, x.data_ptr())],
+        )
+    storage = [("0", "float32", x.untyped_storage())]
+    assert _tensorplay.audit_live(args, "<live>", storage, [_row("x", x, x.data_ptr())]).passed
+    # A tensor whose data_ptr is not its storage's + offset: a check only a live process makes.
+    with pytest.raises(tensorplay.ReadError, match=r"'x'.*data_ptr 0x[0-9a-f]+ is not its storage"):
+        _tensorplay.audit_live(args, "<live>", storage, [_row("x", x, x.data_ptr() + 4)])

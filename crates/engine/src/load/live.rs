@@ -4,7 +4,7 @@
 
 use super::sink::{gather, NewStorage};
 use super::ReadLimits;
-use crate::{Checkpoint, DType, DataPtr, Device, Error, Format, HostBuffer, Layout, Result};
+use crate::{Checkpoint, DType, DataPtr, Device, Error, Format, HostBuffer, Layout, Owner, Result};
 use crate::{Storage, TensorImpl};
 use std::path::Path;
 use std::sync::Arc;
@@ -45,6 +45,10 @@ pub struct LiveTensor {
     pub requires_grad: bool,
     /// Whether it is an `nn.Parameter`.
     pub is_parameter: bool,
+    /// The address the process reports for its first element (`tensor.data_ptr()`): checked
+    /// against its storage's address plus its offset where the storage's bytes are in host
+    /// memory, a check only a live process can make.
+    pub data_ptr: u64,
 }
 
 /// The checkpoint these tensors and storages make, named `label` in reports. Fails on a tensor
@@ -105,6 +109,23 @@ pub fn checkpoint(
                 tensor.is_parameter,
                 Arc::clone(storage),
             );
+            if matches!(imp.storage().data_ptr().owner(), Owner::Host { .. }) {
+                imp.verify_data_ptr_consistency(&tensor.name)?;
+                let expected = imp.data_address()?;
+                if tensor.data_ptr != expected {
+                    return Err(Error::DataPtrInconsistent {
+                        tensor: tensor.name,
+                        detail: format!(
+                            "data_ptr 0x{:x} is not its storage's 0x{:x} + offset {} × {} \
+                             (0x{expected:x})",
+                            tensor.data_ptr,
+                            imp.storage().data_ptr().address(),
+                            imp.layout().storage_offset(),
+                            imp.dtype().name(),
+                        ),
+                    });
+                }
+            }
             sink.add_tensor(tensor.name, Arc::new(imp));
         }
         Ok(Format::Live)
@@ -127,6 +148,7 @@ mod tests {
 
     fn tensor(name: &str, storage: usize, offset: u64) -> LiveTensor {
         LiveTensor {
+            data_ptr: 0,
             name: name.into(),
             storage,
             sizes: vec![2],
@@ -152,10 +174,14 @@ mod tests {
                 Box::new(values.clone()),
             )
         };
+        let at = |name, offset: u64| LiveTensor {
+            data_ptr: values.as_ptr() as u64 + offset * 4,
+            ..tensor(name, 0, offset)
+        };
         let ckpt = checkpoint(
             Path::new("<live>"),
-            vec![storage(Some(buffer), 16)],
-            vec![tensor("a", 0, 0), tensor("b", 0, 1)],
+            vec![storage(Some(buffer.clone()), 16)],
+            vec![at("a", 0), at("b", 1)],
         )
         .expect("a checkpoint");
         assert_eq!(ckpt.format, Format::Live);
@@ -165,6 +191,23 @@ mod tests {
         assert_eq!(a.storage().data_ptr().address(), values.as_ptr() as u64);
         assert_eq!(b.view_bytes(), Some(&values[4..12]));
         assert!(a.requires_grad() && a.is_parameter());
+
+        // A tensor whose reported address is not its storage's plus its offset.
+        let elsewhere = LiveTensor {
+            data_ptr: values.as_ptr() as u64 + 8,
+            ..tensor("c", 0, 1)
+        };
+        let err = checkpoint(
+            Path::new("<live>"),
+            vec![storage(Some(buffer), 16)],
+            vec![elsewhere],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("'c'") && err.contains("+ offset 1 × float32"),
+            "{err}"
+        );
     }
 
     #[test]
