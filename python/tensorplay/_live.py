@@ -449,7 +449,8 @@ def _rows(named):
                 device_name,
                 tensor.requires_grad,
                 is_parameter,
-                tensor.data_ptr(),
+                # Host tensors only: the check needs host bytes, and a fake tensor refuses it.
+                tensor.data_ptr() if device_name == "cpu" else 0,
             )
         )
     return storage_rows, tensor_rows

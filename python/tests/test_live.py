@@ -260,3 +260,14 @@ def test_the_extension_reads_only_memory_a_storage_object_reports():
     # A tensor whose data_ptr is not its storage's + offset: a check only a live process makes.
     with pytest.raises(tensorplay.ReadError, match=r"'x'.*data_ptr 0x[0-9a-f]+ is not its storage"):
         _tensorplay.audit_live(args, "<live>", storage, [_row("x", x, x.data_ptr() + 4)])
+
+
+def test_a_tensor_claiming_one_device_over_bytes_on_another_is_tp203():
+    # A fake tensor (torch.compile's tracing) claims cuda:0 over a meta storage, GPU or not.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = torch.empty(4, device="cuda")
+    report = tensorplay.audit({"fake": fake, "real": torch.zeros(2)}, select="TP203")
+    (finding,) = report.findings
+    assert finding.message == "'fake' claims cuda:0 but its storage 0 is on meta"

@@ -368,10 +368,14 @@ fn live_storage(
         )));
     }
     let nbytes: u64 = kinds.nbytes.call1((&storage,))?.extract()?;
-    let address: usize = kinds.data_ptr.call1((&storage,))?.extract()?;
     let location = kinds.device.call1((&storage,))?.str()?.to_string();
-    // torch spells the host device `cpu`, without an index.
+    // torch spells the host device `cpu`, without an index. Other storages' addresses are
+    // not read: a fake tensor's storage warns that asking is a bug.
     let on_host = location == "cpu";
+    let address: usize = match on_host {
+        true => kinds.data_ptr.call1((&storage,))?.extract()?,
+        false => 0,
+    };
     let bytes = match usize::try_from(nbytes) {
         Ok(len) if on_host && address != 0 && len > 0 => {
             // SAFETY: `address` and `len` are the data pointer and size torch's own code
