@@ -31,6 +31,7 @@ mod legacy_streams;
 mod models;
 mod numpy;
 mod partition;
+mod presets;
 mod pt2;
 mod pytorch;
 mod read_only;

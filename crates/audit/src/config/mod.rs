@@ -4,7 +4,7 @@
 //! compiles globs and checks values. Both report every problem with its line.
 
 mod parse;
-mod presets;
+pub(crate) mod presets;
 mod size;
 mod validate;
 

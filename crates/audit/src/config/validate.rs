@@ -133,7 +133,7 @@ fn allow_presets(entries: &[At<String>], problems: &mut Vec<Problem>) -> Vec<Str
         match super::presets::globals(&entry.value) {
             Some(names) => kept.extend(names.map(str::to_owned)),
             None => {
-                let known: Vec<&str> = super::presets::PRESETS.iter().map(|(n, _)| *n).collect();
+                let known: Vec<&str> = super::presets::names().collect();
                 problems.push(Problem::new(
                     entry.spot,
                     format!(

@@ -1,3 +1,4 @@
+use crate::config::presets::{covering, Covering};
 use crate::finding::{Draft, GlobalRef};
 use crate::rule::{declare_rule, Context};
 use crate::settings::RuleSettings;
@@ -44,19 +45,41 @@ Allowing a global
   the way `torch.serialization.add_safe_globals` lets torch.load(weights_only=True) accept
   them. Exact names only, no patterns; modules that run code or commands (os, posix,
   subprocess, builtins, importlib, …) cannot be listed. An allowed global is still never
-  imported or called; it is only no longer reported, and the report lists it.",
+  imported or called; it is only no longer reported, and the report lists it.
+
+Allowing a library's files
+  Some libraries write pickles torch refuses and reload them with their own allowlist:
+  transformers' Trainer (rng_state.pth), accelerate (random_states_*.pkl), timm (training
+  checkpoints with argparse args), torchao (quantized tensors), PyG (datasets' data.pt),
+  scikit-learn models pickled by joblib. Each has a preset: exactly the globals that
+  library's loader accepts (skops's trusted types for scikit-learn), generated from it at a
+  pinned version:
+    [pickle]
+    allow_presets = [\"transformers-trainer\"]   # accelerate, timm, torchao, pyg, sklearn
+  When every global a file names outside the allowlist lies in a preset, the message names
+  the library and the preset; one global more stays reported.",
     check: check,
     read_failure: read_failure,
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    out.extend(
-        ctx.ckpt
-            .unsafe_globals
-            .iter()
-            .filter(|g| !ctx.settings.global_allowed(&g.module, &g.name))
-            .map(draft),
-    );
+    let flagged: Vec<&UnsafeGlobal> = ctx
+        .ckpt
+        .unsafe_globals
+        .iter()
+        .filter(|g| !ctx.settings.global_allowed(&g.module, &g.name))
+        .collect();
+    // The file's flagged globals once each, as a preset lists them: when one preset (or
+    // more) holds them all, the file is likely what that library writes and reloads with
+    // its own allowlist, and the message names the preset instead of each global.
+    let mut names: Vec<String> = flagged
+        .iter()
+        .map(|g| format!("{}.{}", g.module, g.name))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let presets = covering(names.iter().map(String::as_str));
+    out.extend(flagged.into_iter().map(|g| draft(g, &presets)));
 }
 
 /// A refused file's pickles still named their globals before the refusal: a loader that got
@@ -70,19 +93,23 @@ fn read_failure(error: &ReadError) -> Vec<Draft> {
         .iter()
         .filter(|g| seen.insert((g.module.as_str(), g.name.as_str(), g.member.as_str())))
         .take(REFUSED_NAMED)
-        .map(draft)
+        .map(|g| draft(g, &[]))
         .collect()
 }
 
 /// How many distinct globals of a refused file become findings of their own.
 const REFUSED_NAMED: usize = 20;
 
-fn draft(g: &UnsafeGlobal) -> Draft {
+/// The finding of one global; `presets` hold every flagged global of its file (smallest
+/// first), empty when none does.
+fn draft(g: &UnsafeGlobal, presets: &[Covering]) -> Draft {
     {
         let whole = format!("{}.{}", shown(&g.module), shown(&g.name));
         let full = bounded_name(&whole);
         // The entry that would accept it, only for a name config can hold (whole, as written).
-        let allow = if runs_code(&full) || full != format!("{}.{}", g.module, g.name) {
+        let allow = if !presets.is_empty() {
+            preset_hint(presets)
+        } else if runs_code(&full) || full != format!("{}.{}", g.module, g.name) {
             String::new()
         } else {
             format!(
@@ -111,6 +138,28 @@ fn draft(g: &UnsafeGlobal) -> Draft {
                 offset: g.position,
             }),
             payload: g.payload.clone(),
+        }
+    }
+}
+
+/// The presets that would accept every flagged global of a file, each with what its
+/// library does with those globals.
+fn preset_hint(presets: &[Covering]) -> String {
+    const LEAD: &str = "; every global this file names outside the allowlist is one";
+    let each = |p: &Covering| format!("{} ([pickle] allow_presets = [\"{}\"])", p.reader, p.name);
+    match presets {
+        [] => String::new(),
+        [one] => format!(
+            "{LEAD} {}: if the file is trusted, accept them in tensorplay.toml with [pickle] allow_presets = [\"{}\"]",
+            one.reader, one.name
+        ),
+        [rest @ .., last] => {
+            let rest: Vec<String> = rest.iter().map(each).collect();
+            format!(
+                "{LEAD} {}, or one {}: if the file is trusted, accept them in tensorplay.toml with the preset of the library that wrote it",
+                rest.join(", one "),
+                each(last)
+            )
         }
     }
 }
@@ -268,6 +317,127 @@ mod tests {
             found[1].message.ends_with("would import and call it"),
             "{}",
             found[1].message
+        );
+    }
+
+    #[test]
+    fn a_file_whose_globals_lie_in_one_preset_is_told_that_preset() {
+        // What timm's CheckpointSaver writes beyond tensors: the training args.
+        let ckpt = with_globals(&[("argparse", "Namespace")]);
+        let found = findings(&ckpt);
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].message.ends_with(
+                "every global this file names outside the allowlist is one timm 1.0.31 accepts when it loads its training checkpoints (their argparse args): if the file is trusted, accept them in tensorplay.toml with [pickle] allow_presets = [\"timm\"]"
+            ),
+            "{}",
+            found[0].message
+        );
+        // torchao's quantized tensor classes, each finding naming the one preset.
+        let ckpt = with_globals(&[
+            (
+                "torchao.dtypes.affine_quantized_tensor",
+                "AffineQuantizedTensor",
+            ),
+            ("torchao.dtypes.utils", "PlainLayout"),
+        ]);
+        let found = findings(&ckpt);
+        assert_eq!(found.len(), 2);
+        assert!(found
+            .iter()
+            .all(|f| f.message.ends_with("allow_presets = [\"torchao\"]")
+                && !f.message.contains("allow_globals")));
+    }
+
+    #[test]
+    fn globals_several_presets_hold_name_each_smallest_first() {
+        // A Trainer's rng_state.pth and accelerate's random states name the same numpy
+        // globals; so may a joblib file: the message names all three, fewest names first.
+        let ckpt = with_globals(&[
+            ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy", "ndarray"),
+            ("numpy", "dtype"),
+        ]);
+        let message = &findings(&ckpt)[2].message;
+        let at = |needle: &str| {
+            message
+                .find(needle)
+                .unwrap_or_else(|| panic!("{needle}: {message}"))
+        };
+        let trainer = at("transformers 4.57.6's Trainer accepts when it loads its rng_state.pth ([pickle] allow_presets = [\"transformers-trainer\"])");
+        let accelerate = at("accelerate 1.15.0's load_state accepts when it loads its random_states_*.pkl ([pickle] allow_presets = [\"accelerate\"])");
+        let sklearn = at(", or one skops 0.16.0 trusts in a scikit-learn 1.9.1 model pickled by joblib ([pickle] allow_presets = [\"sklearn\"])");
+        assert!(trainer < accelerate && accelerate < sklearn, "{message}");
+        assert!(
+            message.ends_with(
+                "accept them in tensorplay.toml with the preset of the library that wrote it"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn one_global_outside_every_preset_keeps_the_allow_globals_hint() {
+        // The Trainer's globals plus an output path no preset holds: each global is told
+        // its own allow_globals entry, as without presets.
+        let ckpt = with_globals(&[
+            ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy", "ndarray"),
+            ("pathlib", "PosixPath"),
+        ]);
+        let found = findings(&ckpt);
+        assert_eq!(found.len(), 3);
+        for (f, name) in found.iter().zip([
+            "numpy._core.multiarray._reconstruct",
+            "numpy.ndarray",
+            "pathlib.PosixPath",
+        ]) {
+            assert!(
+                f.message
+                    .ends_with(&format!("[pickle] allow_globals = [\"{name}\"]")),
+                "{}",
+                f.message
+            );
+            assert!(!f.message.contains("allow_presets"), "{}", f.message);
+        }
+        // A payload beside the Trainer's globals: no preset, and no entry for the payload.
+        let ckpt = with_globals(&[("numpy", "ndarray"), ("posix", "system")]);
+        let found = findings(&ckpt);
+        assert!(found[0]
+            .message
+            .ends_with("allow_globals = [\"numpy.ndarray\"]"));
+        assert!(found[1].message.ends_with("would import and call it"));
+    }
+
+    #[test]
+    fn globals_already_allowed_leave_the_rest_to_find_its_preset() {
+        // pathlib.PosixPath allowed by name: what is left is the Trainer's, and the message
+        // names its presets.
+        let ckpt = with_globals(&[("numpy", "dtypes.UInt32DType"), ("pathlib", "PosixPath")]);
+        let c = config("[pickle]\nallow_globals = [\"pathlib.PosixPath\"]\n");
+        let options = crate::options::Options::default();
+        let report = crate::audit::audit(&ckpt, "rng_state.pth", &c, &options, None);
+        assert_eq!(report.findings.len(), 1);
+        let message = &report.findings[0].message;
+        assert!(
+            message.contains("allow_presets = [\"transformers-trainer\"]"),
+            "{message}"
+        );
+        assert!(
+            message.contains("allow_presets = [\"accelerate\"]"),
+            "{message}"
+        );
+        // The sklearn preset has no UInt32DType: it is not named.
+        assert!(!message.contains("sklearn"), "{message}");
+        // With the preset the file passes.
+        let c = config(
+            "[pickle]\nallow_globals = [\"pathlib.PosixPath\"]\nallow_presets = [\"accelerate\"]\n",
+        );
+        let report = crate::audit::audit(&ckpt, "rng_state.pth", &c, &options, None);
+        assert!(report.findings.is_empty());
+        assert_eq!(
+            report.allowed_globals,
+            ["numpy.dtypes.UInt32DType", "pathlib.PosixPath"]
         );
     }
 
