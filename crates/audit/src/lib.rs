@@ -20,6 +20,7 @@ mod fingerprint;
 pub mod layout;
 pub mod manifest;
 pub mod options;
+mod presets;
 pub mod registry;
 pub mod report;
 pub mod rule;

@@ -4,7 +4,6 @@
 //! compiles globs and checks values. Both report every problem with its line.
 
 mod parse;
-pub(crate) mod presets;
 mod size;
 mod validate;
 

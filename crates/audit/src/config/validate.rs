@@ -130,10 +130,10 @@ fn allow_globals(entries: &[At<String>], problems: &mut Vec<Problem>) -> Vec<Str
 fn allow_presets(entries: &[At<String>], problems: &mut Vec<Problem>) -> Vec<String> {
     let mut kept = Vec::new();
     for entry in entries {
-        match super::presets::globals(&entry.value) {
+        match crate::presets::globals(&entry.value) {
             Some(names) => kept.extend(names.map(str::to_owned)),
             None => {
-                let known: Vec<&str> = super::presets::names().collect();
+                let known: Vec<&str> = crate::presets::names().collect();
                 problems.push(Problem::new(
                     entry.spot,
                     format!(

@@ -1,5 +1,5 @@
-use crate::config::presets::{covering, Covering};
 use crate::finding::{Draft, GlobalRef};
+use crate::presets::{covering, Covering};
 use crate::rule::{declare_rule, Context};
 use crate::settings::RuleSettings;
 use crate::text::bounded_name;
@@ -235,6 +235,23 @@ fn shown(name: &str) -> String {
 mod tests {
 
     use crate::testing::{checkpoint, codes, findings, storage, tensor};
+
+    /// What a preset accepts is never what `allow_globals` refuses as running code, but the
+    /// dict and list constructors PyG registers itself.
+    #[test]
+    fn no_preset_names_a_global_that_runs_code_but_pyg_s_dict_and_list() {
+        for name in crate::presets::names() {
+            let code: Vec<&str> = crate::presets::globals(name)
+                .expect("a preset")
+                .filter(|g| super::runs_code(g))
+                .collect();
+            let allowed: &[&str] = match name {
+                "pyg" => &["builtins.dict", "builtins.list"],
+                _ => &[],
+            };
+            assert_eq!(code, allowed, "{name}");
+        }
+    }
     use tensorplay_engine::pickle::UnsafeGlobal;
     use tensorplay_engine::Device;
 
