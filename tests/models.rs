@@ -92,7 +92,7 @@ fn message_of<'r>(report: &'r Value, code: &str, tensor: Option<&str>) -> &'r st
 #[test]
 fn inspect_reads_every_real_model_as_its_library_does() {
     let truth = truth();
-    assert_eq!(truth.len(), 11, "{:?}", truth.keys());
+    assert_eq!(truth.len(), 12, "{:?}", truth.keys());
     for (path, t) in &truth {
         let out = tensorplay(&["inspect", "--format", "json", path]);
         assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
