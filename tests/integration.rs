@@ -44,5 +44,6 @@ mod rules_doc;
 mod scale;
 mod tensor_kinds;
 mod terminal;
+mod ties;
 mod weights_only;
 mod zip_layouts;

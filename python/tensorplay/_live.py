@@ -423,6 +423,8 @@ def _rows(named):
                 str(tensor.device),
                 tensor.requires_grad,
                 isinstance(tensor, parameter),
+                # The object: names of one tensor (a tied Parameter) are one, as in a pickle.
+                id(tensor),
             )
         )
     return storage_rows, tensor_rows

@@ -152,7 +152,7 @@ fn inspect(py: Python<'_>, args: Vec<PathBuf>) -> PyResult<(String, String)> {
 }
 
 /// One tensor: name, storage index, sizes, strides, storage offset, dtype name, device,
-/// requires_grad, is a parameter.
+/// requires_grad, is a parameter, the object it is (`id(tensor)`).
 type TensorRow = (
     String,
     usize,
@@ -163,6 +163,7 @@ type TensorRow = (
     String,
     bool,
     bool,
+    u64,
 );
 
 fn dtype(name: &str) -> PyResult<DType> {
@@ -189,7 +190,9 @@ fn audit_live<'py>(
         live_storages.push(live_storage(&kinds, &label, key, &dtype_name, storage)?);
     }
     let mut live_tensors = Vec::with_capacity(tensors.len());
-    for (name, storage, sizes, strides, offset, dtype_name, device, grad, parameter) in tensors {
+    for (name, storage, sizes, strides, offset, dtype_name, device, grad, parameter, object) in
+        tensors
+    {
         live_tensors.push(LiveTensor {
             name,
             storage,
@@ -200,6 +203,7 @@ fn audit_live<'py>(
             device,
             requires_grad: grad,
             is_parameter: parameter,
+            object: Some(object),
         });
     }
     guarded(|| {
@@ -216,7 +220,8 @@ fn audit_live<'py>(
 /// bytes: meta).
 type LoadedStorage = (String, u64, String, Option<Py<PyByteArray>>);
 
-/// One tensor of a loaded checkpoint: [`TensorRow`]'s fields, then is_conj and is_neg.
+/// One tensor of a loaded checkpoint: [`TensorRow`]'s fields up to is a parameter, then is_conj
+/// and is_neg.
 type LoadedTensor = (
     String,
     usize,
