@@ -45,5 +45,6 @@ mod rules_doc;
 mod scale;
 mod tensor_kinds;
 mod terminal;
+mod ties;
 mod weights_only;
 mod zip_layouts;

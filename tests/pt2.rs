@@ -1,5 +1,5 @@
 //! `torch.export` archives (`.pt2`) against torch's own reading (`torch.export.load`):
-//! the three layouts torch 2.9.1 loads, and the broken archives it refuses.
+//! the three layouts torch 2.9.1 loads, a tied weight, and the broken archives it refuses.
 
 use crate::common::{read_json, root, stderr, stdout, tensorplay};
 use serde_json::Value;
@@ -14,8 +14,8 @@ fn archives() -> Vec<(String, Vec<Value>)> {
     let archives = truth["archives"].as_object().expect("archives");
     assert_eq!(
         archives.len(),
-        3,
-        "the three layouts: {:?}",
+        4,
+        "the three layouts and a tie: {:?}",
         archives.keys()
     );
     archives

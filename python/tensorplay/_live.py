@@ -451,6 +451,8 @@ def _rows(named):
                 is_parameter,
                 # Host tensors only: the check needs host bytes, and a fake tensor refuses it.
                 tensor.data_ptr() if device_name == "cpu" else 0,
+                # The object: names of one tensor (a tied Parameter) are one, as in a pickle.
+                id(tensor),
             )
         )
     return storage_rows, tensor_rows

@@ -180,6 +180,30 @@ def test_audit_reports_the_commands_findings_on_the_same_tensors_saved(tmp_path)
     assert nan.tensor == "bad" and "1 NaN, 1 +Inf" in nan.message
 
 
+class Pair(torch.nn.Module):
+    """Two layers over one weight: tied (one Parameter under both names), or not (a second
+    Parameter over the first's bytes)."""
+
+    def __init__(self, tie):
+        super().__init__()
+        self.enc = torch.nn.Linear(3, 3, bias=False)
+        self.dec = torch.nn.Linear(3, 3, bias=False)
+        self.dec.weight = self.enc.weight if tie else torch.nn.Parameter(self.enc.weight.data)
+
+
+def test_a_tie_is_info_and_separate_parameters_over_one_view_warn(tmp_path):
+    for tie, severity in ((True, "info"), (False, "warning")):
+        model = Pair(tie)
+        # What the audit sees is what torch made: one Parameter, or two.
+        assert len(list(model.parameters())) == (1 if tie else 2)
+        found = [(f.severity, f.tensors) for f in tensorplay.audit(model).findings]
+        assert found == [(severity, ["enc.weight", "dec.weight"])], found
+        # The same objects in a file: torch.save keeps one object once.
+        torch.save(model.state_dict(keep_vars=True), tmp_path / "pair.pt")
+        saved, _ = command_report(tmp_path, tmp_path / "pair.pt")
+        assert _findings(saved) == _findings(tensorplay.audit(model).data)
+
+
 def test_a_module_partly_on_meta_carries_no_data(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     model[1].to("meta")
@@ -241,7 +265,7 @@ def test_live_reports_write_like_file_reports(tmp_path):
 
 def _row(name, tensor, data_ptr):
     return (name, 0, list(tensor.shape), list(tensor.stride()), tensor.storage_offset(),
-            "float32", "cpu", False, False, data_ptr)
+            "float32", "cpu", False, False, data_ptr, id(tensor))
 
 
 def test_the_extension_reads_only_memory_a_storage_object_reports():

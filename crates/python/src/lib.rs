@@ -155,7 +155,7 @@ fn inspect(py: Python<'_>, args: Vec<PathBuf>) -> PyResult<(String, String)> {
 }
 
 /// One tensor: name, storage index, sizes, strides, storage offset, dtype name, device,
-/// requires_grad, is a parameter, data_ptr.
+/// requires_grad, is a parameter, data_ptr, the object it is (`id(tensor)`).
 type TensorRow = (
     String,
     usize,
@@ -166,6 +166,7 @@ type TensorRow = (
     String,
     bool,
     bool,
+    u64,
     u64,
 );
 
@@ -196,8 +197,19 @@ fn audit_live<'py>(
         live_storages.push(live_storage(&kinds, &label, key, &dtype_name, storage)?);
     }
     let mut live_tensors = Vec::with_capacity(tensors.len());
-    for (name, storage, sizes, strides, offset, dtype_name, device, grad, parameter, data_ptr) in
-        tensors
+    for (
+        name,
+        storage,
+        sizes,
+        strides,
+        offset,
+        dtype_name,
+        device,
+        grad,
+        parameter,
+        data_ptr,
+        object,
+    ) in tensors
     {
         live_tensors.push(LiveTensor {
             name,
@@ -210,6 +222,7 @@ fn audit_live<'py>(
             requires_grad: grad,
             is_parameter: parameter,
             data_ptr,
+            object: Some(object),
         });
     }
     guarded(|| {
@@ -226,8 +239,8 @@ fn audit_live<'py>(
 /// bytes: meta).
 type LoadedStorage = (String, u64, String, Option<Py<PyByteArray>>);
 
-/// One tensor of a loaded checkpoint: [`TensorRow`]'s first nine fields, then is_conj and
-/// is_neg.
+/// One tensor of a loaded checkpoint: [`TensorRow`]'s fields up to is a parameter, then is_conj
+/// and is_neg.
 type LoadedTensor = (
     String,
     usize,

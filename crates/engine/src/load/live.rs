@@ -6,6 +6,7 @@ use super::sink::{gather, NewStorage};
 use super::ReadLimits;
 use crate::{Checkpoint, DType, DataPtr, Device, Error, Format, HostBuffer, Layout, Owner, Result};
 use crate::{Storage, TensorImpl};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -49,11 +50,15 @@ pub struct LiveTensor {
     /// against its storage's address plus its offset where the storage's bytes are in host
     /// memory, a check only a live process can make.
     pub data_ptr: u64,
+    /// The tensor object it is (Python's `id(tensor)`): names given one object are one tensor,
+    /// as a pickle that refers back to an object makes them; `None` is a tensor of its own.
+    pub object: Option<u64>,
 }
 
 /// The checkpoint these tensors and storages make, named `label` in reports. Fails on a tensor
 /// whose storage index is out of range or whose layout PyTorch could not have (a rank
-/// mismatch, an extent past `u64`), and on bytes that are not the storage's size.
+/// mismatch, an extent past `u64`), on bytes that are not the storage's size, and on one
+/// object given twice with different layers.
 pub fn checkpoint(
     label: &Path,
     storages: Vec<LiveStorage>,
@@ -92,6 +97,8 @@ pub fn checkpoint(
             }));
         }
         sink.reserve_tensors(tensors.len());
+        // The TensorImpl of each object given so far, with the storage index it was given.
+        let mut objects: HashMap<u64, (usize, Arc<TensorImpl>)> = HashMap::new();
         for tensor in tensors {
             let storage = added.get(tensor.storage).ok_or_else(|| {
                 invalid(
@@ -101,14 +108,14 @@ pub fn checkpoint(
             })?;
             let layout = Layout::new(&tensor.sizes, &tensor.strides, tensor.storage_offset)
                 .map_err(|e| invalid(&tensor.name, e.to_string()))?;
-            let imp = TensorImpl::new(
+            let imp = Arc::new(TensorImpl::new(
                 layout,
                 tensor.dtype,
                 Device::parse(&tensor.device),
                 tensor.requires_grad,
                 tensor.is_parameter,
                 Arc::clone(storage),
-            );
+            ));
             if matches!(imp.storage().data_ptr().owner(), Owner::Host { .. }) {
                 imp.verify_data_ptr_consistency(&tensor.name)?;
                 let expected = imp.data_address()?;
@@ -126,7 +133,33 @@ pub fn checkpoint(
                     });
                 }
             }
-            sink.add_tensor(tensor.name, Arc::new(imp));
+            let imp = match tensor.object.map(|id| (id, objects.get(&id))) {
+                // The same object under another name: its one TensorImpl.
+                Some((_, Some((index, first)))) => {
+                    let same = *index == tensor.storage
+                        && first.layout() == imp.layout()
+                        && first.dtype() == imp.dtype()
+                        && first.device() == imp.device()
+                        && first.requires_grad() == imp.requires_grad()
+                        && first.is_parameter() == imp.is_parameter();
+                    if !same {
+                        return Err(Error::Internal {
+                            path: label.to_owned(),
+                            detail: format!(
+                                "tensor {}: object given before with other layers",
+                                tensor.name
+                            ),
+                        });
+                    }
+                    Arc::clone(first)
+                }
+                Some((id, None)) => {
+                    objects.insert(id, (tensor.storage, Arc::clone(&imp)));
+                    imp
+                }
+                None => imp,
+            };
+            sink.add_tensor(tensor.name, imp);
         }
         Ok(Format::Live)
     })
@@ -158,6 +191,7 @@ mod tests {
             device: "cpu".into(),
             requires_grad: true,
             is_parameter: true,
+            object: None,
         }
     }
 
@@ -230,5 +264,38 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("4 bytes given for 8"));
+    }
+
+    /// Names of one object (a Parameter a module registers twice) share its TensorImpl, as a
+    /// pickle's memo makes them; another object over the same view has its own.
+    #[test]
+    fn names_of_one_object_are_one_tensor() {
+        let of = |name: &str, offset: u64, object: u64| LiveTensor {
+            object: Some(object),
+            ..tensor(name, 0, offset)
+        };
+        let ckpt = checkpoint(
+            Path::new("<live>"),
+            vec![storage(None, 16)],
+            vec![
+                of("enc.weight", 0, 7),
+                of("dec.weight", 0, 7),
+                of("other", 0, 8),
+            ],
+        )
+        .expect("a checkpoint");
+        let imp = |i: usize| ckpt.tensors[i].tensor_impl();
+        assert!(Arc::ptr_eq(imp(0), imp(1)));
+        assert!(!Arc::ptr_eq(imp(0), imp(2)));
+        // One object cannot have two layouts.
+        let moved = checkpoint(
+            Path::new("<live>"),
+            vec![storage(None, 16)],
+            vec![of("a", 0, 7), of("b", 1, 7)],
+        );
+        assert!(moved
+            .unwrap_err()
+            .to_string()
+            .contains("tensor b: object given before with other layers"));
     }
 }

@@ -1,6 +1,10 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
 use crate::Severity;
+use std::collections::HashSet;
+use std::sync::Arc;
+use tensorplay_engine::views::SharedStorage;
+use tensorplay_engine::{Format, Tensor};
 
 declare_rule!(TiedAlias {
     code: "TP103",
@@ -13,26 +17,49 @@ declare_rule!(TiedAlias {
 What it checks
   Groups of tensor names that are one and the same view: same storage, offset, shape,
   strides and dtype. A group whose names all match `[tied_weights] allow` (globs) in
-  tensorplay.toml is not reported. The ties transformers makes by default are reported
-  at info: an output head tied to the input embedding (`lm_head.weight`, `embed_out.weight`,
-  `cls.predictions.decoder.weight` with `wte.weight`, `embed_tokens.weight`,
-  `word_embeddings.weight`, `embed_in.weight`, `shared.weight`), encoder and decoder
-  sharing one embedding, and BERT's `cls.predictions.bias` with its decoder's bias; the
-  names must end in those parts after a dot, so a group with any other name stays a warning.
+  tensorplay.toml is not reported.
+
+Why a warning, and why info
+  A module ties two weights by registering one Parameter under both names
+  (`head.weight = embed.weight`). The rule warns only where the file shows names that are
+  not such a tie: two or more separate Parameters over one view, in a pickle that records
+  its objects (`torch.save`) or a live module. Loaded, each trains on its own (its own
+  gradient and optimizer state) and each step writes the shared bytes once per Parameter.
+  `nn.Parameter(w.data)` makes them, and so do `load_state_dict(sd, assign=True)` into a
+  tied module and the module of `torch.export.load(...)`.
+  Everything else is info, because the file shows a tie or cannot tell one from an alias:
+  - One tensor object under every name (the pickle refers back to it): the saved object
+    held it in each place. `torch.save(model)`, `state_dict(keep_vars=True)` and TorchScript
+    save a declared tie so; Lightning keeps its monitored score so (`current_score`,
+    `best_model_score`, `best_k_models[...]`, `kth_value`). torch.load (torch.jit.load)
+    gives back the one object.
+  - Separate tensors, at most one a Parameter: `state_dict()` detaches every name, so a
+    declared tie is saved exactly as `{'a': a, 'b': a[:]}` or `a.detach()` is; the bytes do
+    not say which. `load_state_dict` copies the values into the module's own Parameters:
+    the module, not the file, decides whether they are tied. (A TorchScript archive marks
+    no tensor a Parameter: its separate tensors are here too.)
+  - Formats that record no tensor objects: a `.pt2` (torch.export.save keeps one record
+    for a storage several names view), GGUF.
+  The ties transformers makes by default are named as such: an output head tied to the
+  input embedding (`lm_head.weight`, `embed_out.weight`, `cls.predictions.decoder.weight`
+  with `wte.weight`, `embed_tokens.weight`, `word_embeddings.weight`, `embed_in.weight`,
+  `shared.weight`), encoder and decoder sharing one embedding, and BERT's
+  `cls.predictions.bias` with its decoder's bias (names ending in those parts after a dot).
 
 Why it matters
-  Tied weights are often intended (input embedding and output head), but an unintended tie
-  means two parameters train as one. safetensors cannot store the tie: converters keep one
-  name and drop the other.
+  Separate Parameters over one storage train as neither one weight nor two. A tie itself
+  is usually intended, but safetensors cannot store it: `save_file` refuses tensors that
+  share memory, and `save_model` and converters keep one name and drop the others.
 
 Example
-  sd = {'embed.weight': w, 'lm_head.weight': w}
+  model.head.weight = nn.Parameter(model.embed.weight.data)   # warning: not a tie
+  model.head.weight = model.embed.weight                       # info: a tie
 
 How to fix
-  If the tie is intended, allow it:
+  To tie the weights, register one Parameter under both names; to keep them apart, give
+  the second its own tensor (`w.clone()`). To hide a tie that is intended:
     [tied_weights]
-    allow = [\"embed.weight\", \"lm_head.weight\"]
-  Otherwise give the second name its own tensor: `w.clone()`.",
+    allow = [\"embed.weight\", \"lm_head.weight\"]",
     check: check,
     at_most: at_most,
 });
@@ -74,68 +101,191 @@ fn is_default_tie(names: &[impl AsRef<str>]) -> bool {
     embeddings || head_bias
 }
 
+/// What the file tells of a group of names that are one view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Evidence {
+    /// One tensor object under every name (the readers give names that reach one pickled
+    /// object one TensorImpl): the saved object held it in each place.
+    OneObject,
+    /// Separate tensors, at most one of them a Parameter: a tie `state_dict()` saved, or an
+    /// alias; the bytes are the same.
+    Separate,
+    /// This many separate Parameters (two or more): not a tie.
+    SeparateParameters(usize),
+    /// A format that records no tensor objects, only the storage the names share.
+    Unrecorded,
+}
+
+/// Whether a reading of `format` keeps the tensor objects apart: one object reached under
+/// several names is one TensorImpl, and separate objects are separate ones. Pickles do (a
+/// second reference is a memo lookup), and so does a live module; a `.pt2` records a storage
+/// and a layout per name, GGUF and safetensors an offset per name.
+fn records_objects(format: Format) -> bool {
+    matches!(
+        format,
+        Format::PytorchZip
+            | Format::PytorchLegacy
+            | Format::PytorchIndex
+            | Format::Torchscript
+            | Format::Pickle
+            | Format::Joblib
+            | Format::Live
+    )
+}
+
+fn evidence(format: Format, group: &[&Tensor]) -> Evidence {
+    let mut objects = HashSet::with_capacity(group.len());
+    let mut parameters = 0usize;
+    for tensor in group {
+        let imp = tensor.tensor_impl();
+        if objects.insert(Arc::as_ptr(imp)) && imp.is_parameter() {
+            parameters += 1;
+        }
+    }
+    match objects.len() {
+        1 => Evidence::OneObject,
+        _ if !records_objects(format) => Evidence::Unrecorded,
+        _ if parameters >= 2 => Evidence::SeparateParameters(parameters),
+        _ => Evidence::Separate,
+    }
+}
+
+/// The views of `shared` in groups of one view (layout and dtype), in view order; groups of
+/// one name included.
+fn groups<'a>(shared: &SharedStorage<'a>) -> Vec<Vec<&'a Tensor>> {
+    let mut groups: Vec<Vec<&Tensor>> = Vec::new();
+    let mut keys = Vec::new();
+    for view in &shared.views {
+        let imp = view.tensor.tensor_impl();
+        let key = (imp.layout(), imp.dtype());
+        match keys.iter().position(|k| *k == key) {
+            Some(i) => groups[i].push(view.tensor),
+            None => {
+                keys.push(key);
+                groups.push(vec![view.tensor]);
+            }
+        }
+    }
+    groups
+}
+
+/// A warning (the configured level) only for separate Parameters; everything else is info.
+/// `check` judges each group once and gives separate Parameters a remedy of their own, which
+/// marks them here: finding the group again would take a pass over its storage per finding.
 fn at_most(_ctx: &Context<'_>, draft: &Draft) -> Option<Severity> {
-    is_default_tie(&draft.tensors).then_some(Severity::Info)
+    (draft.fix != NOT_A_TIE).then_some(Severity::Info)
 }
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     for shared in &ctx.shared {
-        let mut groups: Vec<Vec<&str>> = Vec::new();
-        let mut keys = Vec::new();
-        for view in &shared.views {
-            let imp = view.tensor.tensor_impl();
-            let key = (imp.layout().clone(), imp.dtype());
-            match keys.iter().position(|k| *k == key) {
-                Some(i) => groups[i].push(view.tensor.name()),
-                None => {
-                    keys.push(key);
-                    groups.push(vec![view.tensor.name()]);
-                }
-            }
-        }
-        for names in groups.into_iter().filter(|g| g.len() > 1) {
+        let storage = shared.storage.id().index();
+        for group in groups(shared).into_iter().filter(|g| g.len() > 1) {
+            let names: Vec<&str> = group.iter().map(|t| t.name()).collect();
             if ctx.settings.tie_allowed(&names) {
                 continue;
             }
             let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
-            let known = if is_default_tie(&names) {
-                ": a tie transformers makes by default"
-            } else {
-                ""
+            let quoted = quoted.join(" and ");
+            let evidence = evidence(ctx.ckpt.format, &group);
+            let (message, fix) = match evidence {
+                Evidence::SeparateParameters(n) => (
+                    format!("{quoted} are {n} separate Parameters over one view of storage {storage}, not a tie: each trains on its own and writes the same bytes"),
+                    NOT_A_TIE,
+                ),
+                _ if is_default_tie(&names) => (
+                    format!("{quoted} are the same view of storage {storage} (tied): a tie transformers makes by default"),
+                    INTENDED,
+                ),
+                Evidence::OneObject => (
+                    format!("{quoted} are one tensor object over storage {storage} (tied): the saved object holds it under each name, as a module holds a Parameter it registers twice"),
+                    INTENDED,
+                ),
+                Evidence::Separate => (
+                    format!("{quoted} are the same view of storage {storage} (tied): separate tensors, as state_dict() saves a tie and as slicing or detach() makes an alias; the file cannot tell which"),
+                    INTENDED,
+                ),
+                Evidence::Unrecorded => (
+                    format!("{quoted} are the same view of storage {storage} (tied): a {} file records the shared bytes, not whether they were one tensor", ctx.ckpt.format.name()),
+                    INTENDED,
+                ),
             };
             out.push(Draft {
                 tensors: names.iter().map(|n| (*n).to_owned()).collect(),
-                storage: Some(shared.storage.id().index()),
-                message: format!("{} are the same view of storage {} (tied){known}", quoted.join(" and "), shared.storage.id().index()),
-                fix: "if the tie is intended, list the names under [tied_weights] allow in tensorplay.toml; otherwise save a `.clone()` under the second name".into(),
+                storage: Some(storage),
+                message,
+                fix: fix.into(),
                 ..Default::default()
             });
         }
     }
 }
 
+/// The remedy for separate Parameters over one view; the finding that keeps its level.
+const NOT_A_TIE: &str = "to tie them, register one Parameter under every name (`b.weight = a.weight`); otherwise give each its own tensor (`.clone()`)";
+
+/// The remedy for a tie that may be intended.
+const INTENDED: &str = "if the tie is intended, list the names under [tied_weights] allow in tensorplay.toml; otherwise save a `.clone()` under the second name";
+
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
     use crate::options::Options;
     use crate::testing::{checkpoint, codes, found_with, storage, tensor};
+    use crate::Severity;
     use std::path::Path;
-    use tensorplay_engine::Device;
+    use std::sync::Arc;
+    use tensorplay_engine::{
+        Checkpoint, DType, Device, Format, Layout, Storage, Tensor, TensorImpl,
+    };
 
     fn allowing(globs: &str) -> Config {
         let text = format!("[tied_weights]\nallow = [{globs}]\n");
         Config::parse(Path::new("tensorplay.toml"), &text).expect("config")
     }
 
+    /// A [3, 4] Parameter over all of `s`, as `_rebuild_parameter` gives it.
+    fn parameter(name: &str, s: &Arc<Storage>) -> Tensor {
+        let layout = Layout::new([3, 4], [4, 1], 0).expect("layout");
+        let imp = TensorImpl::new(
+            layout,
+            DType::Float32,
+            Device::Cpu,
+            true,
+            true,
+            Arc::clone(s),
+        );
+        Tensor::new(name, Arc::new(imp))
+    }
+
+    /// `tensor` under another name: one object reached twice (a pickle memo lookup).
+    fn again(name: &str, tensor: &Tensor) -> Tensor {
+        Tensor::new(name, Arc::clone(tensor.tensor_impl()))
+    }
+
+    fn plain(name: &str, s: &Arc<Storage>) -> Tensor {
+        tensor(name, s, &[3, 4], &[4, 1], 0, Device::Cpu)
+    }
+
+    /// TP103's findings under `config`: severity and message.
+    fn ties_with(ckpt: &Checkpoint, config: &Config) -> Vec<(Severity, String)> {
+        crate::audit::audit(ckpt, "t.pt", config, &Options::default(), None)
+            .findings
+            .into_iter()
+            .filter(|f| f.code == "TP103")
+            .map(|f| (f.severity, f.message))
+            .collect()
+    }
+
+    fn ties(ckpt: &Checkpoint) -> Vec<(Severity, String)> {
+        ties_with(ckpt, &Config::default())
+    }
+
     #[test]
     fn two_names_for_one_view_fire_unless_both_are_allowed() {
-        // sd = {'embed.weight': w, 'lm_head.weight': w}
+        // sd = {'embed.weight': w, 'lm_head.weight': w[:]}
         let s = storage(0, 12, "cpu");
         let tied = checkpoint(
-            vec![
-                tensor("embed.weight", &s, &[3, 4], &[4, 1], 0, Device::Cpu),
-                tensor("lm_head.weight", &s, &[3, 4], &[4, 1], 0, Device::Cpu),
-            ],
+            vec![plain("embed.weight", &s), plain("lm_head.weight", &s)],
             vec![s.clone()],
         );
         let names = vec!["embed.weight".to_owned(), "lm_head.weight".to_owned()];
@@ -193,34 +343,176 @@ mod tests {
     }
 
     #[test]
-    fn a_default_tie_is_info() {
+    fn a_default_tie_is_named_as_such() {
         let s = storage(0, 12, "cpu");
         let tied = checkpoint(
             vec![
-                tensor(
-                    "transformer.wte.weight",
-                    &s,
-                    &[3, 4],
-                    &[4, 1],
-                    0,
-                    Device::Cpu,
-                ),
-                tensor("lm_head.weight", &s, &[3, 4], &[4, 1], 0, Device::Cpu),
+                plain("transformer.wte.weight", &s),
+                plain("lm_head.weight", &s),
             ],
             vec![s.clone()],
         );
-        let report =
-            crate::audit::audit(&tied, "t.pt", &Config::default(), &Options::default(), None);
-        let tp103: Vec<_> = report
-            .findings
-            .iter()
-            .filter(|f| f.code == "TP103")
-            .collect();
-        assert_eq!(tp103.len(), 1);
-        assert_eq!(tp103[0].severity, crate::Severity::Info);
-        assert!(tp103[0]
-            .message
+        let found = ties(&tied);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, Severity::Info);
+        assert!(found[0]
+            .1
             .ends_with("(tied): a tie transformers makes by default"));
+    }
+
+    /// What the file tells of the tensor objects decides the level: separate Parameters are a
+    /// warning, a tie (one object) or what cannot be told from one is info.
+    #[test]
+    fn only_separate_parameters_warn() {
+        let s = storage(0, 12, "cpu");
+        let one = |tensors: Vec<Tensor>, format| {
+            tensorplay_engine::testing::checkpoint("t.pt", format, tensors, vec![s.clone()])
+        };
+        let (w, p) = (plain("a", &s), parameter("a", &s));
+        let cases = [
+            // {'a': w, 'b': w}; Lightning's score under several names.
+            (
+                one(vec![w.clone(), again("b", &w)], Format::PytorchZip),
+                Severity::Info,
+                "are one tensor object over storage 0 (tied)",
+            ),
+            // torch.save(model) of `b.weight = a.weight`: one Parameter object.
+            (
+                one(vec![p.clone(), again("b", &p)], Format::Torchscript),
+                Severity::Info,
+                "are one tensor object",
+            ),
+            // state_dict() of a tie, and {'a': a, 'b': a[:]}: the same bytes.
+            (
+                one(vec![w.clone(), plain("b", &s)], Format::PytorchZip),
+                Severity::Info,
+                "the file cannot tell which",
+            ),
+            // A Parameter and a view of it that is not one.
+            (
+                one(vec![p.clone(), plain("b", &s)], Format::PytorchZip),
+                Severity::Info,
+                "the file cannot tell which",
+            ),
+            // nn.Parameter(a.weight.data): two Parameters.
+            (
+                one(vec![p.clone(), parameter("b", &s)], Format::PytorchZip),
+                Severity::Warning,
+                "are 2 separate Parameters over one view of storage 0, not a tie",
+            ),
+            // A third name of the first Parameter adds no Parameter.
+            (
+                one(
+                    vec![p.clone(), again("c", &p), parameter("b", &s)],
+                    Format::Live,
+                ),
+                Severity::Warning,
+                "are 2 separate Parameters",
+            ),
+            // A .pt2 gives each name its Parameter whatever the program held.
+            (
+                one(vec![p.clone(), parameter("b", &s)], Format::Pt2),
+                Severity::Info,
+                "a pt2 file records the shared bytes",
+            ),
+        ];
+        for (i, (ckpt, severity, says)) in cases.iter().enumerate() {
+            let found = ties(ckpt);
+            assert_eq!(found.len(), 1, "case {i}: {found:?}");
+            assert_eq!(found[0].0, *severity, "case {i}: {found:?}");
+            assert!(found[0].1.contains(says), "case {i}: {found:?}");
+        }
+    }
+
+    #[test]
+    fn separate_parameters_warn_whatever_their_names() {
+        let s = storage(0, 12, "cpu");
+        let broken = checkpoint(
+            vec![
+                parameter("transformer.wte.weight", &s),
+                parameter("lm_head.weight", &s),
+            ],
+            vec![s.clone()],
+        );
+        let found = ties(&broken);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, Severity::Warning, "{found:?}");
+    }
+
+    /// The configured level applies to separate Parameters; the rest stays info.
+    #[test]
+    fn the_configured_level_applies_to_the_warning_only() {
+        let level = |severity: &str| {
+            let text = format!("[rules]\nTP103 = \"{severity}\"\n");
+            Config::parse(Path::new("tensorplay.toml"), &text).expect("config")
+        };
+        let (s, t) = (storage(0, 12, "cpu"), storage(1, 12, "cpu"));
+        let w = plain("w", &t);
+        let ckpt = checkpoint(
+            vec![
+                parameter("a", &s),
+                parameter("b", &s),
+                w.clone(),
+                again("v", &w),
+            ],
+            vec![s.clone(), t.clone()],
+        );
+        let severities = |config: &Config| -> Vec<Severity> {
+            ties_with(&ckpt, config)
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect()
+        };
+        assert_eq!(
+            severities(&level("error")),
+            [Severity::Error, Severity::Info]
+        );
+        assert_eq!(severities(&level("info")), [Severity::Info, Severity::Info]);
+        assert_eq!(
+            severities(&Config::default()),
+            [Severity::Warning, Severity::Info]
+        );
+    }
+
+    /// Two groups of one storage (two layouts) are judged apart.
+    #[test]
+    fn each_group_of_a_storage_has_its_own_level() {
+        let s = storage(0, 12, "cpu");
+        let layout = Layout::new([12], [1], 0).expect("layout");
+        let flat = Tensor::new(
+            "flat",
+            Arc::new(TensorImpl::new(
+                layout,
+                DType::Float32,
+                Device::Cpu,
+                false,
+                false,
+                Arc::clone(&s),
+            )),
+        );
+        let ckpt = checkpoint(
+            vec![
+                parameter("a", &s),
+                flat.clone(),
+                parameter("b", &s),
+                again("flat2", &flat),
+            ],
+            vec![s.clone()],
+        );
+        let found = ties(&ckpt);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found[0].0, Severity::Warning, "{found:?}");
+        assert!(
+            found[0].1.starts_with("'a' and 'b' are 2 separate"),
+            "{found:?}"
+        );
+        assert_eq!(found[1].0, Severity::Info, "{found:?}");
+        assert!(
+            found[1]
+                .1
+                .starts_with("'flat' and 'flat2' are one tensor object"),
+            "{found:?}"
+        );
     }
 
     #[test]
