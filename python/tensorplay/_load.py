@@ -7,6 +7,7 @@ import warnings
 
 from . import _options
 from ._report import Report
+from ._validate import _under
 from .errors import Error, ReadError
 
 
@@ -129,10 +130,11 @@ def _load(path, map_location, options, function):
     return tensors, report
 
 
-def safe_load_state_dict(model, path, map_location=None, key=None, strict=True, **options):
+def safe_load_state_dict(model, path, map_location=None, prefix="", strict=True, **options):
     """``model.load_state_dict`` from a checkpoint file read by :func:`safe_load` (audited,
-    never unpickled). ``key`` picks the state dict inside a larger checkpoint (``"model"``
-    for ``{"model": ..., "optimizer": ...}``); ``strict`` is load_state_dict's. After the
+    never unpickled). ``prefix`` takes the state dict under it in a larger checkpoint
+    (``"model"`` for ``{"model": ..., "optimizer": ...}``, as ``validate_state_dict_load``
+    takes it); ``strict`` is load_state_dict's. After the
     load, every parameter and buffer must be on the device it was on before (load_state_dict
     copies into the model's tensors); a model left on several devices raises ``ReadError``.
     Returns the audit ``Report``."""
@@ -142,14 +144,12 @@ def safe_load_state_dict(model, path, map_location=None, key=None, strict=True, 
         raise TypeError(
             f"safe_load_state_dict() takes a torch.nn.Module, not {type(model).__name__}"
         )
-    if key is not None and not isinstance(key, str):
-        raise TypeError(f"safe_load_state_dict(): key={key!r}: expected a str")
+    if not isinstance(prefix, str):
+        raise TypeError(f"safe_load_state_dict(): prefix={prefix!r}: expected a str")
     tensors, report = _load(path, map_location, options, "safe_load_state_dict")
-    if key is not None:
-        prefix = key + "."
-        tensors = {n[len(prefix):]: t for n, t in tensors.items() if n.startswith(prefix)}
-        if not tensors:
-            raise ReadError(f"{os.fspath(path)}: no tensor under '{key}'")
+    tensors = _under(tensors, prefix)
+    if not tensors:
+        raise ReadError(f"{os.fspath(path)}: no tensor under '{prefix}'")
     before = {n: t.device for n, t in model.state_dict(keep_vars=True).items()}
     model.load_state_dict(tensors, strict=strict)
     moved = [

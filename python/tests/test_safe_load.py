@@ -275,7 +275,7 @@ def test_map_location_moves_every_storage_and_keeps_sharing():
 def test_safe_load_state_dict_loads_strictly_into_a_model():
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
     path = FIXTURES / "pytorch" / "training_checkpoint.pt"
-    report = tensorplay.safe_load_state_dict(model, path, key="model")
+    report = tensorplay.safe_load_state_dict(model, path, prefix="model")
     assert isinstance(report, tensorplay.Report)
     expected = torch.load(path, weights_only=True)["model"]
     for name, value in model.state_dict().items():
@@ -283,8 +283,8 @@ def test_safe_load_state_dict_loads_strictly_into_a_model():
     # Strict: another model's keys do not load.
     other = torch.nn.Sequential(torch.nn.Linear(4, 3))
     with pytest.raises(RuntimeError, match="Unexpected key"):
-        tensorplay.safe_load_state_dict(other, path, key="model")
+        tensorplay.safe_load_state_dict(other, path, prefix="model")
     with pytest.raises(tensorplay.ReadError, match="no tensor under 'nothing'"):
-        tensorplay.safe_load_state_dict(model, path, key="nothing")
+        tensorplay.safe_load_state_dict(model, path, prefix="nothing")
     with pytest.raises(TypeError, match="torch.nn.Module"):
         tensorplay.safe_load_state_dict({"a": 1}, path)
