@@ -3,7 +3,6 @@ from the bytes they audited, and torch only allocates and views them. ``pickle``
 ``torch.load`` are never called."""
 
 import os
-import warnings
 
 from . import _options
 from ._report import Report
@@ -49,11 +48,8 @@ def _storage(torch, path, key, nbytes, location, data, device):
     if nbytes == 0:
         # frombuffer refuses an empty buffer.
         return torch.empty(0, dtype=torch.uint8, device=device)
-    with warnings.catch_warnings():
-        # The bytearray is writable; torch warns only about non-writable buffers, kept quiet
-        # in case a build warns regardless.
-        warnings.simplefilter("ignore", UserWarning)
-        host = torch.frombuffer(data, dtype=torch.uint8)
+    # The bytearray is writable: torch views it as it is, without a copy or a warning.
+    host = torch.frombuffer(data, dtype=torch.uint8)
     if device.type == "cpu":
         return host
     try:
