@@ -8,6 +8,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("safetensors/bad/bad_json.safetensors", "header: invalid JSON: EOF while parsing an object at line 1 column 112"),
     ("safetensors/bad/duplicate_name.safetensors", "header: tensor 'a' is declared more than once"),
     ("safetensors/bad/empty.safetensors", "empty file"),
+    ("safetensors/bad/f4_odd_last_dim.safetensors", "tensor 'f4': F4 shape [2, 3]: torch reads F4 as float4_e2m1fn_x2, two values a byte, and needs the last dimension to be even"),
     ("safetensors/bad/gap.safetensors", "tensor 'b': data_offsets start at 24 but the previous tensor ends at 16: a gap of 8 bytes"),
     ("safetensors/bad/header_beyond_file.safetensors", "header: declared length 216 bytes runs past the end of the 152-byte file"),
     ("safetensors/bad/header_too_large.safetensors", "header: declared length 200000000 bytes exceeds the 100000000-byte limit"),

@@ -8,9 +8,9 @@ macro_rules! dtypes {
     ($($(#[$doc:meta])* $variant:ident = $name:literal, $bits:literal bits, $kind:ident;)*) => {
         /// The element type of a tensor or storage.
         ///
-        /// Names follow `str(torch.<dtype>)` without the `torch.` prefix. The three sub-byte
-        /// micro-scaling types that safetensors stores but PyTorch has no dtype for
-        /// (`F4`, `F6_E2M3`, `F6_E3M2`) take the OCP MX names.
+        /// Names follow `str(torch.<dtype>)` without the `torch.` prefix. The sub-byte
+        /// micro-scaling codes of safetensors that PyTorch has no dtype for (`F6_E2M3`,
+        /// `F6_E3M2`, and `F4` as the header declares it) take the OCP MX names.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[non_exhaustive]
         pub enum DType {
@@ -70,7 +70,8 @@ dtypes! {
     Float8E8m0fnu = "float8_e8m0fnu", 8 bits, Float;
     /// Two 4-bit floats packed in one byte element (PyTorch).
     Float4E2m1fnX2 = "float4_e2m1fn_x2", 8 bits, Float;
-    /// One 4-bit float per element (safetensors `F4`).
+    /// One 4-bit float per element: safetensors' `F4` as its header counts elements. The
+    /// tensor read from it is `float4_e2m1fn_x2`, as torch reads it.
     Float4E2m1fn = "float4_e2m1fn", 4 bits, Float;
     /// One 6-bit float per element (safetensors `F6_E2M3`).
     Float6E2m3fn = "float6_e2m3fn", 6 bits, Float;

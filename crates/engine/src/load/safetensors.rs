@@ -116,7 +116,7 @@ fn build_into(
         let range = (data_start + entry.start)..(data_start + entry.end);
         Ok(NewStorage {
             key: Arc::clone(&entry.name),
-            dtype: entry.dtype,
+            dtype: as_torch_reads(entry.dtype, Dims::new()).0,
             nbytes: entry.end - entry.start,
             location: "cpu".into(),
             data_ptr: DataPtr::host(Arc::clone(buffer), range)?,
@@ -127,17 +127,31 @@ fn build_into(
         .into_par_iter()
         .zip(storages)
         .map(|(entry, storage)| {
-            let layout = Layout::contiguous(&entry.shape).map_err(|e| Error::InvalidTensor {
+            let (dtype, shape) = as_torch_reads(entry.dtype, entry.shape);
+            let layout = Layout::contiguous(&shape).map_err(|e| Error::InvalidTensor {
                 path: buffer.source().to_owned(),
                 tensor: entry.name.to_string(),
                 detail: e.to_string(),
             })?;
-            let imp = TensorImpl::new(layout, entry.dtype, Device::Cpu, false, false, storage);
+            let imp = TensorImpl::new(layout, dtype, Device::Cpu, false, false, storage);
             Ok(Tensor::new(entry.name, Arc::new(imp)))
         })
         .collect::<Result<_>>()?;
     sink.add_tensors(tensors);
     Ok(())
+}
+
+/// An entry's dtype and shape as `safe_open(framework="pt")` gives them: F4 as torch's
+/// `float4_e2m1fn_x2`, two values a byte, so the last dimension halves (checked even when the
+/// entry was parsed). Every other code is read as written.
+fn as_torch_reads(dtype: DType, mut shape: Dims) -> (DType, Dims) {
+    if dtype != DType::Float4E2m1fn {
+        return (dtype, shape);
+    }
+    if let Some(last) = shape.last_mut() {
+        *last /= 2;
+    }
+    (DType::Float4E2m1fnX2, shape)
 }
 
 /// The values of a list without gaps, in the list's own memory: `Option` of a type with a
@@ -400,6 +414,13 @@ fn parse_entry<'h>(path: &Path, name: &str, json: &'h str) -> Result<Entry<'h>> 
             bits / 8,
         )));
     }
+    if dtype == DType::Float4E2m1fn && !raw.shape.last().is_some_and(|d| d % 2 == 0) {
+        return Err(invalid(format!(
+            "F4 shape {:?}: torch reads F4 as float4_e2m1fn_x2, two values a byte, \
+             and needs the last dimension to be even",
+            layout.sizes()
+        )));
+    }
     Ok(Entry {
         name: Arc::from(name),
         dtype,
@@ -599,6 +620,27 @@ mod tests {
             3,
         ));
         assert_eq!(ok.unwrap().tensors[0].tensor_impl().nbytes().unwrap(), 3);
+    }
+
+    #[test]
+    fn f4_is_read_as_torch_reads_it_two_values_a_byte() {
+        let ckpt = from_buffer(file(
+            r#"{"x":{"dtype":"F4","shape":[3,4],"data_offsets":[0,6]}}"#,
+            6,
+        ))
+        .unwrap();
+        let imp = ckpt.tensors[0].tensor_impl();
+        assert_eq!(imp.dtype(), DType::Float4E2m1fnX2);
+        assert_eq!(imp.layout().sizes(), [3, 2]);
+        assert_eq!(imp.nbytes().unwrap(), 6);
+        let e = err(
+            r#"{"x":{"dtype":"F4","shape":[0,3],"data_offsets":[0,0]}}"#,
+            0,
+        );
+        assert!(
+            e.contains("F4 shape [0, 3]") && e.contains("last dimension"),
+            "{e}"
+        );
     }
 
     #[test]
