@@ -149,8 +149,9 @@ fn tensor_names(path: &str) -> Vec<String> {
 
 /// A scripted statically quantized model: the convolution's weight and bias (in torch's
 /// `_ConvNd.__getstate__` tuple) and the linear layer's packed (weight, bias) are named as
-/// the eager module's `state_dict()` names them, and torch's own quantized-convolution
-/// `__setstate__` leaves TP504 a warning, so the default gate passes.
+/// the eager module's `state_dict()` names them, each per-channel weight's scales and zero
+/// points below it as torch reads them, and torch's own quantized-convolution `__setstate__`
+/// leaves TP504 a warning, so the default gate passes.
 #[test]
 fn a_scripted_quantized_model_is_named_as_its_state_dict_and_passes_the_gate() {
     let path = "fixtures/pytorch/torchscript_quantized.pt";
@@ -160,8 +161,12 @@ fn a_scripted_quantized_model_is_named_as_its_state_dict_and_passes_the_gate() {
             "quant.scale",
             "quant.zero_point",
             "conv.weight",
+            "conv.weight.q_per_channel_scales",
+            "conv.weight.q_per_channel_zero_points",
             "conv.bias",
             "fc._packed_params._packed_params.0",
+            "fc._packed_params._packed_params.0.q_per_channel_scales",
+            "fc._packed_params._packed_params.0.q_per_channel_zero_points",
             "fc._packed_params._packed_params.1",
         ]
     );
@@ -179,6 +184,31 @@ fn a_scripted_quantized_model_is_named_as_its_state_dict_and_passes_the_gate() {
             && !text.contains("runs while the file loads"),
         "{text}"
     );
+}
+
+/// Per-channel quantized tensors (`per_channel_affine`, `per_channel_affine_float_qparams`)
+/// name the storages of their scales and zero points as torch's accessors read them; every
+/// storage of the file holds a named tensor.
+#[test]
+fn per_channel_quantizer_tensors_are_named_below_their_tensor() {
+    let path = "fixtures/pytorch/quantized.pt";
+    assert_eq!(
+        tensor_names(path),
+        [
+            "q",
+            "per_channel",
+            "per_channel.q_per_channel_scales",
+            "per_channel.q_per_channel_zero_points",
+            "float_qparams",
+            "float_qparams.q_per_channel_scales",
+            "float_qparams.q_per_channel_zero_points",
+        ]
+    );
+    let out = tensorplay(&["inspect", "--format", "json", path]);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    for storage in doc["storages"].as_array().expect("storages") {
+        assert_ne!(storage["tensors"], serde_json::json!([]), "{storage}");
+    }
 }
 
 /// A dynamically quantized LSTM's state_dict: each layer is one `CellParamsBase` object, its

@@ -39,6 +39,10 @@ pub(crate) struct Named {
 /// Names of values holding no tensor that a walk keeps.
 pub(crate) const MAX_LEFT_OUT: usize = 100;
 
+/// The names of a per-channel quantized tensor's scales and zero points below its own: the
+/// accessors torch reads them with.
+const QUANTIZER_ROLES: [&str; 2] = ["q_per_channel_scales", "q_per_channel_zero_points"];
+
 /// Every tensor reachable from `root`, with its name, depth first in insertion order. A tensor
 /// reached under two names is listed twice; cycles are followed once. `held` is what the read
 /// already holds (the stream's values included): the names kept are charged on top of it,
@@ -185,8 +189,16 @@ impl Walk<'_> {
     fn children(&mut self, id: Id, name: &str) -> Result<(), Stop> {
         let heap = self.heap;
         match heap.get(id) {
-            Node::Tensor(_) => {
-                self.keep(root_or(name), id)?;
+            Node::Tensor(spec) => {
+                let name = root_or(name);
+                let Some(parts) = spec.quantizer.as_deref() else {
+                    return self.keep(name, id);
+                };
+                self.keep(name.clone(), id)?;
+                for (role, &part) in QUANTIZER_ROLES.iter().zip(parts) {
+                    let part_name = self.join(&name, (*role).to_owned())?;
+                    self.visit(part, part_name)?;
+                }
             }
             Node::Composite(spec) => {
                 let name = root_or(name);

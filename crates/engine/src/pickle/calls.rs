@@ -92,8 +92,10 @@ impl Machine<'_> {
                     _ => Some(5),
                 };
                 let mut spec = self.tensor_args(&a, requires_grad_at, None)?;
-                if known == Known::RebuildTensorV2 {
-                    self.tensor_metadata(&mut spec, arg(6))?;
+                match known {
+                    Known::RebuildTensorV2 => self.tensor_metadata(&mut spec, arg(6))?,
+                    Known::RebuildQTensor => spec.quantizer = self.per_channel_tensors(arg(4)),
+                    _ => {}
                 }
                 Node::Tensor(Box::new(spec))
             }
@@ -481,6 +483,19 @@ impl Machine<'_> {
     }
 
     /// (storage, storage_offset, size, stride, [requires_grad …]) of the rebuild functions.
+    /// The scales and zero points of `_rebuild_qtensor`'s per-channel quantizer parameters
+    /// `(qscheme, scales, zero_points, axis)`, where both are tensors (older files save lists).
+    fn per_channel_tensors(&self, params: Option<Id>) -> Option<Box<[Id; 2]>> {
+        let items = self.heap.seq(params?)?;
+        let is_tensor = |i: Id| matches!(self.heap.get(i), Node::Tensor(_));
+        match *items {
+            [_, scales, zero_points, _] if is_tensor(scales) && is_tensor(zero_points) => {
+                Some(Box::new([scales, zero_points]))
+            }
+            _ => None,
+        }
+    }
+
     fn tensor_args(
         &self,
         a: &[Id],

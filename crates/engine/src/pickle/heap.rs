@@ -153,6 +153,10 @@ pub struct TensorSpec {
     /// The negative bit of the call's metadata: the values read are the negatives of those
     /// stored.
     pub is_neg: bool,
+    /// A per-channel quantized tensor's scales and zero points, where the file saves them as
+    /// tensors (`_rebuild_qtensor`'s quantizer parameters; torch's `q_per_channel_scales()`
+    /// and `q_per_channel_zero_points()`).
+    pub quantizer: Option<Box<[Id; 2]>>,
 }
 
 impl TensorSpec {
@@ -171,6 +175,7 @@ impl TensorSpec {
             device: None,
             is_conj: false,
             is_neg: false,
+            quantizer: None,
         })
     }
 
