@@ -110,11 +110,11 @@ def tensorplay_verdict(inspect_json):
     return None if verdict is None else bool(verdict.get("loads"))
 
 
-def divergences(rec, inspect_json, audit_json):
+def divergences(rec, inspect_json, audit_json, allowed=frozenset()):
     mine = tensorplay_verdict(inspect_json)
     if mine is None:
         return []
-    torch_loads = rec["loads"]
+    torch_loads = rec["loads"] or _only_newer_names(rec, allowed)
     if mine == "unread":
         _tally["unread"] += 1
         agree = not torch_loads
@@ -138,6 +138,24 @@ def divergences(rec, inspect_json, audit_json):
         f"torch.load(weights_only=True) refuses it ({rec['error']}: {rec['reason']}); "
         "tensorplay says it loads"
     ]
+
+
+def _only_newer_names(rec, allowed):
+    """Whether the pinned torch refused a global that a newer torch allows (`allowed` holds
+    both tables): a newer torch loads the file, as tensorplay says."""
+    reason = rec.get("reason") or ""
+    prefix = "Unsupported global: GLOBAL "
+    if not reason.startswith(prefix):
+        return False
+    return reason[len(prefix) :].split(" ", 1)[0] in allowed - _pinned_allowed()
+
+
+def _pinned_allowed():
+    try:
+        from torch import _weights_only_unpickler as wo
+    except ImportError:
+        return set()
+    return set(wo._get_allowed_globals()) | set(wo._get_user_allowed_globals())
 
 
 def summary():

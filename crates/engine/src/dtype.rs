@@ -61,6 +61,8 @@ dtypes! {
     Float32 = "float32", 32 bits, Float;
     Float64 = "float64", 64 bits, Float;
     Complex32 = "complex32", 32 bits, Complex;
+    /// Two `bfloat16` parts (torch 2.15).
+    BComplex32 = "bcomplex32", 32 bits, Complex;
     Complex64 = "complex64", 64 bits, Complex;
     Complex128 = "complex128", 128 bits, Complex;
     Float8E4m3fn = "float8_e4m3fn", 8 bits, Float;
@@ -189,6 +191,7 @@ mod tests {
             (Float32, 4),
             (Float64, 8),
             (Complex32, 4),
+            (BComplex32, 4),
             (Complex64, 8),
             (Complex128, 16),
             (Float8E4m3fn, 1),

@@ -103,6 +103,7 @@ pub(super) fn with_check<S: ElementScan>(dtype: DType, scan: S) -> Option<S::Out
         DType::Float8E4m3fnuz | DType::Float8E5m2fnuz => real(scan, nan_only(|b| b == 0x80)),
         DType::Float8E8m0fnu => real(scan, nan_only(|b| b == 0xff)),
         DType::Complex32 => complex::<S, 4, 2>(scan, f16_flags),
+        DType::BComplex32 => complex::<S, 4, 2>(scan, bf16_flags),
         DType::Complex64 => complex::<S, 8, 4>(scan, f32_flags),
         DType::Complex128 => complex::<S, 16, 8>(scan, f64_flags),
         _ => return None,
@@ -468,6 +469,13 @@ pub(super) mod tests {
         }
     }
 
+    const COMPLEX: [DType; 4] = [
+        DType::Complex32,
+        DType::BComplex32,
+        DType::Complex64,
+        DType::Complex128,
+    ];
+
     fn complex_bytes(dtype: DType, re: u64, im: u64) -> Vec<u8> {
         let half = (dtype.element_size().unwrap() / 2) as usize;
         let mut bytes = re.to_le_bytes()[..half].to_vec();
@@ -488,6 +496,13 @@ pub(super) mod tests {
                     (0x7c00, PosInf),
                     (0xfc00, NegInf),
                 ],
+                DType::BComplex32 => [
+                    (0x3f80, Finite),
+                    (0x7fc0, Nan),
+                    (0xff81, Nan),
+                    (0x7f80, PosInf),
+                    (0xff80, NegInf),
+                ],
                 DType::Complex64 => [
                     (0x3f80_0000, Finite),
                     (0x7fc0_0000, Nan),
@@ -504,7 +519,7 @@ pub(super) mod tests {
                 ],
             }
         };
-        for dtype in [DType::Complex32, DType::Complex64, DType::Complex128] {
+        for dtype in COMPLEX {
             for (re, re_class) in parts(dtype) {
                 for (im, im_class) in parts(dtype) {
                     let expected = match (re_class, im_class) {
@@ -675,13 +690,13 @@ pub(super) mod tests {
         fn random_complex_patterns_match_the_reference(
             parts in proptest::collection::vec((f64_bits(), f64_bits()), 0..300),
         ) {
-            for dtype in [DType::Complex32, DType::Complex64, DType::Complex128] {
+            for dtype in COMPLEX {
                 let bytes: Vec<u8> = parts
                     .iter()
                     .flat_map(|&(re, im)| {
                         // Narrow the parts keeping their top bits (sign and exponent).
                         let (re, im) = match dtype {
-                            DType::Complex32 => (re >> 48, im >> 48),
+                            DType::Complex32 | DType::BComplex32 => (re >> 48, im >> 48),
                             DType::Complex64 => (re >> 32, im >> 32),
                             _ => (re, im),
                         };

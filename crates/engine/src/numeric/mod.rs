@@ -20,7 +20,7 @@
 //! | `float8_e4m3fnuz`, `float8_e5m2fnuz` | NaN only `0x80` (the would-be negative zero); no Inf |
 //! | `float8_e8m0fnu` | NaN only `0xff`; no Inf, no sign |
 //! | `float4_e2m1fn_x2`, `float4_e2m1fn`, `float6_e2m3fn`, `float6_e3m2fn` | none: always finite |
-//! | `complex32`, `complex64`, `complex128` | either part non-finite; counted once |
+//! | `complex32`, `bcomplex32`, `complex64`, `complex128` | either part non-finite; counted once |
 //!
 //! A complex element counts once: as NaN if either part is NaN, otherwise with the sign of the
 //! first infinite part.
@@ -57,6 +57,7 @@ pub fn scannable(dtype: DType) -> bool {
             | DType::Float32
             | DType::Float64
             | DType::Complex32
+            | DType::BComplex32
             | DType::Complex64
             | DType::Complex128
             | DType::Float8E4m3fn

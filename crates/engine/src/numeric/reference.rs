@@ -114,6 +114,10 @@ pub fn classify(dtype: DType, bits: u64) -> Class {
             classify(DType::Float16, bits & 0xffff),
             classify(DType::Float16, (bits >> 16) & 0xffff),
         ),
+        DType::BComplex32 => Class::of_complex(
+            classify(DType::BFloat16, bits & 0xffff),
+            classify(DType::BFloat16, (bits >> 16) & 0xffff),
+        ),
         DType::Complex64 => Class::of_complex(
             classify(DType::Float32, bits & 0xffff_ffff),
             classify(DType::Float32, bits >> 32),

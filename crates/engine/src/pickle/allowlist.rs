@@ -137,7 +137,9 @@ fn with_full_name<R>(module: &str, name: &str, f: impl FnOnce(&str) -> R) -> R {
     f(&format!("{module}.{name}"))
 }
 
-/// `torch.load`'s table: `_get_allowed_globals()` of torch 2.9.1, name for name.
+/// `torch.load`'s table: `_get_allowed_globals()` of torch 2.9.1, name for name, and the one
+/// name torch 2.15.0 adds, `torch.bcomplex32` (a dtype; `dtype` below). torch 2.15 also drops
+/// `_rebuild_nested_tensor`, which stays: a file either version loads is read.
 fn weights_only(full: &str) -> Option<Known> {
     use Known::*;
     Some(match full {
@@ -327,8 +329,9 @@ mod tests {
     use super::*;
     use Loader::{Python, TorchScript};
 
-    /// `sorted(torch._weights_only_unpickler._get_allowed_globals())`, torch 2.9.1.
-    const TORCH_2_9_1: &str = "\
+    /// `sorted(torch._weights_only_unpickler._get_allowed_globals())`, torch 2.9.1, and
+    /// `torch.bcomplex32` (torch 2.15.0).
+    const TORCH_TABLE: &str = "\
         _codecs.encode builtins.bytearray builtins.complex builtins.set collections.Counter
         collections.OrderedDict torch.BFloat16Storage torch.BFloat16Tensor torch.BoolStorage
         torch.BoolTensor torch.ByteStorage torch.ByteTensor torch.CharStorage torch.CharTensor
@@ -343,7 +346,8 @@ mod tests {
         torch._utils._rebuild_parameter torch._utils._rebuild_parameter_with_state
         torch._utils._rebuild_qtensor torch._utils._rebuild_sparse_tensor
         torch._utils._rebuild_tensor torch._utils._rebuild_tensor_v2
-        torch._utils._rebuild_tensor_v3 torch._utils._rebuild_wrapper_subclass torch.bfloat16
+        torch._utils._rebuild_tensor_v3 torch._utils._rebuild_wrapper_subclass torch.bcomplex32
+        torch.bfloat16
         torch.bits16 torch.bits1x8 torch.bits2x4 torch.bits4x2 torch.bits8 torch.bool
         torch.complex128 torch.complex32 torch.complex64 torch.cuda.BFloat16Storage
         torch.cuda.BFloat16Tensor torch.cuda.BoolStorage torch.cuda.BoolTensor
@@ -381,7 +385,7 @@ mod tests {
     }
 
     fn torch_table() -> Vec<(&'static str, &'static str)> {
-        TORCH_2_9_1
+        TORCH_TABLE
             .split_whitespace()
             .map(|full| full.rsplit_once('.').expect("dotted"))
             .collect()
@@ -390,7 +394,7 @@ mod tests {
     #[test]
     fn every_name_of_torchs_table_is_resolved_by_both_loaders() {
         let table = torch_table();
-        assert_eq!(table.len(), 144);
+        assert_eq!(table.len(), 145);
         for (m, n) in table {
             assert!(matches!(classify(m, n), Class::Known(_)), "{m}.{n}");
             assert!(resolves(Python, m, n), "{m}.{n}");
@@ -401,7 +405,7 @@ mod tests {
     #[test]
     fn python_resolves_nothing_outside_torchs_table() {
         // Every name the table's families could spell, under every module they use.
-        let table: Vec<String> = TORCH_2_9_1.split_whitespace().map(String::from).collect();
+        let table: Vec<String> = TORCH_TABLE.split_whitespace().map(String::from).collect();
         let mut attrs: Vec<String> = DType::ALL.iter().map(|d| d.name().to_owned()).collect();
         for prefix in LEGACY_STORAGES
             .iter()
