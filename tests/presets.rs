@@ -266,7 +266,52 @@ fn an_unknown_preset_lists_the_known_ones() {
     assert_eq!(out.status.code(), Some(2));
     let text = crate::common::stderr(&out);
     assert!(
-        text.contains("'transformers' is not a preset (known: sklearn, transformers-trainer, accelerate, timm, torchao, pyg)"),
+        text.contains("'transformers' is not a preset (known: sklearn, transformers-trainer, accelerate, timm, torchao, pyg, torch-distributed)"),
         "{text}"
     );
+}
+
+/// torch 2.15.0's DTensor file (`fixtures/torch215/`, by `fixtures/make_torch215.py`): its
+/// device mesh's ranks are named by attribute path, torch's default load refuses it as
+/// tensorplay's model of it does, every global outside the allowlist (the mesh layouts
+/// included) lies in the `torch-distributed` preset, which TP501 names and which passes it.
+#[test]
+fn the_torch_distributed_preset_passes_a_torch_2_15_dtensor_file() {
+    let path = "fixtures/torch215/dtensor.pt";
+    let truth = read_json(&format!("{path}.dtensor.json"));
+    let doc = inspect_json(path);
+    let composite = &doc["composites"][0];
+    assert_eq!(composite["placements"], truth["placements"]);
+    for (name, t) in truth["mesh_tensors"].as_object().expect("mesh tensors") {
+        let got = doc["tensors"]
+            .as_array()
+            .expect("tensors")
+            .iter()
+            .find(|g| g["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} in {}", doc["tensors"]));
+        assert_eq!((&got["dtype"], &got["shape"]), (&t["dtype"], &t["shape"]));
+    }
+    let theirs = truth["torch_default_error"].as_str().expect("refusal");
+    let ours = doc["weights_only"]["reason"].as_str().expect("reason");
+    assert!(theirs.ends_with(ours), "torch {theirs:?}, ours {ours:?}");
+
+    let (names, messages) = tp501(&audit(path));
+    let outside: Vec<String> = strings(&truth["globals"])
+        .into_iter()
+        .filter(|g| g.starts_with("torch.distributed."))
+        .collect();
+    assert_eq!(names, outside);
+    assert!(
+        names.iter().any(|n| n.ends_with("._MeshLayout")),
+        "{names:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .all(|m| m.contains("allow_presets = [\"torch-distributed\"]")),
+        "{messages:?}"
+    );
+    let config = preset_config("torch215-dtensor", "torch-distributed");
+    let out = tensorplay(&["audit", "--config", config.path(), path]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }

@@ -132,10 +132,14 @@ fn every_kind_reads_as_torch_load_reads_it() {
                 );
                 check_strided(&doc, file, tensor, want_part);
             }
-            // The components are the only tensors of these files.
+            // The components are the only tensors of these files, but for a DTensor's
+            // device mesh's own (below).
+            let mesh = want["dtensor"]["mesh_tensors"]
+                .as_object()
+                .map_or(0, |m| m.len());
             assert_eq!(
                 doc["tensors"].as_array().expect("tensors").len(),
-                components.len(),
+                components.len() + mesh,
                 "{file}"
             );
         }
@@ -219,6 +223,13 @@ fn a_dtensor_is_a_wrapper_over_its_local_shard_and_its_classes_stay_unsafe() {
             Value::from(values.len() as u64 * 4),
             "{file}: float32 values"
         );
+        // The device mesh's own tensor (its ranks) is named by its attribute path.
+        let mesh = want["dtensor"]["mesh_tensors"].as_object().expect("mesh");
+        assert_eq!(mesh.len(), 1, "{file}: {mesh:?}");
+        for (name, t) in mesh {
+            let got = by_name(&doc["tensors"], name);
+            assert_eq!((&got["dtype"], &got["shape"]), (&t["dtype"], &t["shape"]));
+        }
         // torch.load(weights_only=True) refuses these classes unless torch.distributed.tensor
         // is imported first: tensorplay names them, as unsafe, and imports nothing.
         assert!(

@@ -41,9 +41,14 @@ const TORCHAO: &str = include_str!("torchao_preset.txt");
 /// `fixtures/make_presets.py` importing each module that registers.
 const PYG: &str = include_str!("pyg_preset.txt");
 
+/// The `torch-distributed` preset: every global under `torch.distributed` torch 2.15.0's
+/// `torch.load` accepts once `import torch.distributed.tensor` has registered DTensor's
+/// classes (and `import torch` the device mesh layouts). Written by `fixtures/make_torch215.py`.
+const TORCH_DISTRIBUTED: &str = include_str!("torch_distributed_preset.txt");
+
 /// The presets: name, what the library does with those globals (completing "every global
 /// it names beyond torch's allowlist is one …" in TP501's message), and the generated list.
-pub(crate) const PRESETS: [(&str, &str, &str); 6] = [
+pub(crate) const PRESETS: [(&str, &str, &str); 7] = [
     (
         "sklearn",
         "skops 0.16.0 trusts in a scikit-learn 1.9.1 model pickled by joblib",
@@ -73,6 +78,11 @@ pub(crate) const PRESETS: [(&str, &str, &str); 6] = [
         "pyg",
         "PyG 2.8.1 (torch_geometric) registers for torch.load when imported (its datasets' data.pt)",
         PYG,
+    ),
+    (
+        "torch-distributed",
+        "torch 2.15.0 accepts in DTensor checkpoints once torch.distributed.tensor is imported",
+        TORCH_DISTRIBUTED,
     ),
 ];
 

@@ -207,6 +207,9 @@ impl Walk<'_> {
                     let part_name = self.join(&name, role.clone())?;
                     self.visit(*part, part_name)?;
                 }
+                if let Some(state) = spec.state {
+                    self.wrapper_state(state, &name, &spec.components)?;
+                }
                 self.out.composites.push((name, id));
             }
             Node::Persistent(_) => {
@@ -290,6 +293,35 @@ impl Walk<'_> {
             }
             _ => self.visit(state, name.to_owned()),
         }
+    }
+
+    /// A wrapper subclass's state (`__dict__`, or `(__dict__, slots)`) beyond its components:
+    /// tensors it keeps apart from its value, by attribute path (`w._spec.mesh._rank_map`).
+    fn wrapper_state(
+        &mut self,
+        state: Id,
+        name: &str,
+        components: &[(String, Id)],
+    ) -> Result<(), Stop> {
+        let heap = self.heap;
+        let dicts: &[Id] = match heap.get(state) {
+            Node::Tuple(parts) => parts.get(..2).unwrap_or(parts),
+            _ => std::slice::from_ref(&state),
+        };
+        for &dict in dicts {
+            let Node::Dict(attrs) = heap.get(dict) else {
+                continue;
+            };
+            for &(k, v) in attrs {
+                let is_component = heap
+                    .str(k)
+                    .is_some_and(|k| components.iter().any(|(role, _)| role == k));
+                if !is_component {
+                    self.visit_child(v, name, || key_text(heap, k))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The state a TorchScript class's `__getstate__` returned (a tuple named by index, or by

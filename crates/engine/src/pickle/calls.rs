@@ -243,6 +243,7 @@ impl Machine<'_> {
                 if let Some(Node::Composite(spec)) = self.heap.get_mut(result) {
                     spec.components.extend(inner);
                     spec.placements = placements;
+                    spec.state = a.get(3).copied();
                 }
             }
         }
@@ -403,6 +404,7 @@ impl Machine<'_> {
             is_parameter: false,
             components,
             placements: None,
+            state: None,
         })
     }
 
@@ -436,6 +438,7 @@ impl Machine<'_> {
             is_parameter: false,
             components,
             placements: None,
+            state: None,
         })
     }
 
@@ -465,6 +468,7 @@ impl Machine<'_> {
             is_parameter: false,
             components: Vec::new(),
             placements: None,
+            state: None,
         })
     }
 

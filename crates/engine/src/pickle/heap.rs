@@ -125,6 +125,9 @@ pub struct CompositeSpec {
     /// A DTensor's placements as Python prints them (`Shard(dim=0)`, `Replicate()`), where
     /// its `_spec` reads as plain data; `None` otherwise.
     pub placements: Option<Vec<String>>,
+    /// A wrapper subclass's BUILD state, whose attributes other than the components may hold
+    /// tensors of their own (a DTensor's device mesh keeps its ranks in one).
+    pub state: Option<Id>,
 }
 
 /// What a tensor rebuild call said about a tensor; its storage is still a persistent id.

@@ -563,7 +563,7 @@ fn resolve(module: &str, name: &str) -> Result<String, String> {
             "Trying to load unsupported GLOBAL {full} whose module {module} is blocked."
         ));
     }
-    if resolves(Loader::Python, module, name) || NJT.contains(&full.as_str()) {
+    if resolves(Loader::Python, module, name) || IMPORT_TORCH_REGISTERS.contains(&full.as_str()) {
         return Ok(full);
     }
     if NESTED.contains(&full.as_str()) {
@@ -584,21 +584,27 @@ fn resolve(module: &str, name: &str) -> Result<String, String> {
     ))
 }
 
-/// What `import torch` itself adds to the safe globals (torch.nested registers them).
-const NJT: [&str; 2] = [
+/// What `import torch` itself adds to the safe globals: torch.nested's (torch 2.9.1) and the
+/// device mesh layouts (torch 2.15.0).
+const IMPORT_TORCH_REGISTERS: [&str; 4] = [
     "torch.nested._internal.nested_tensor.NestedTensor",
     "torch.nested._internal.nested_tensor._rebuild_njt",
+    "torch.distributed._mesh_layout._FlatLayout",
+    "torch.distributed._mesh_layout._MeshLayout",
 ];
 /// Names whose refusal says which module to import first.
 const NESTED: [&str; 1] = ["torch._dynamo.decorators._DimRange"];
-const DTENSOR: [&str; 7] = [
+/// What `import torch.distributed.tensor` registers (torch 2.15.0's list, 2.9.1's and two more).
+const DTENSOR: [&str; 9] = [
     "torch.distributed.device_mesh.DeviceMesh",
     "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+    "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
     "torch.distributed.tensor._dtensor_spec.TensorMeta",
     "torch.distributed.tensor.DTensor",
     "torch.distributed.tensor.placement_types.Partial",
     "torch.distributed.tensor.placement_types.Replicate",
     "torch.distributed.tensor.placement_types.Shard",
+    "torch.distributed.tensor.placement_types._StridedShard",
 ];
 
 /// `torch._utils.NAME_MAPPING`, else `IMPORT_MAPPING`: the weights-only unpickler maps every
