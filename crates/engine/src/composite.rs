@@ -12,11 +12,13 @@ pub struct CompositeTensor {
     /// The name a user would iterate it by.
     pub name: String,
     /// `sparse_coo`, `sparse_csr`, `sparse_csc`, `sparse_bsr`, `sparse_bsc`, `nested`
-    /// (PyTorch's strided nested tensor), `wrapper` (a `__torch_dispatch__` subclass), or a
+    /// (PyTorch's strided nested tensor), `jagged` (its jagged layout, `NestedTensor`),
+    /// `wrapper` (a `__torch_dispatch__` subclass), or a
     /// GGML block type (`Q4_0`, `Q8_0`, `Q4_K`, …: a GGUF tensor stored in quantised blocks,
     /// its one component the blocks' bytes).
     pub layout: &'static str,
-    /// Its logical sizes; `None` for a nested tensor, whose parts have their own.
+    /// Its logical sizes; `None` for a nested tensor (strided or jagged), whose parts have
+    /// their own.
     pub shape: Option<Vec<u64>>,
     /// Its element type.
     pub dtype: DType,

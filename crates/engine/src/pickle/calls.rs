@@ -20,6 +20,8 @@ const MAX_REBUILD_NESTING: u32 = 8;
 
 /// The layout name of a wrapper subclass.
 const WRAPPER: &str = "wrapper";
+/// Where torch defines jagged nested tensors and `_rebuild_njt`.
+const NJT_MODULE: &str = "torch.nested._internal.nested_tensor";
 
 impl Machine<'_> {
     fn known(&self, id: Id) -> Option<Known> {
@@ -221,6 +223,11 @@ impl Machine<'_> {
             return Err(self.err("_rebuild_from_type_v2 needs (func, type, args, state)"));
         };
         let result = self.call(func, inner_args, depth + 1)?;
+        if let Some(mut spec) = self.jagged(func, a.get(1).copied(), inner_args) {
+            // Its other attributes (the metadata cache) are named from the state.
+            spec.state = a.get(3).copied();
+            return self.alloc(Node::Composite(Box::new(spec)));
+        }
         let is_parameter = a.get(1).and_then(|&t| self.known(t)) == Some(Known::ParameterClass);
         if let (true, Some(Node::Tensor(spec))) = (is_parameter, self.heap.get_mut(result)) {
             spec.is_parameter = true;
@@ -442,6 +449,50 @@ impl Machine<'_> {
         })
     }
 
+    /// A jagged nested tensor: `_rebuild_njt(constructor_kwargs)`, a global outside the
+    /// allowlist (recorded, never called) whose keyword arguments hold its values, offsets
+    /// and, where saved, lengths, read as the components torch names `_values`, `_offsets`,
+    /// `_lengths`. `None` for any other call.
+    fn jagged(&self, func: Id, class: Option<Id>, args: Id) -> Option<CompositeSpec> {
+        let Node::Global(g) = self.heap.get(func) else {
+            return None;
+        };
+        if (g.module.as_str(), g.name.as_str()) != (NJT_MODULE, "_rebuild_njt") {
+            return None;
+        }
+        let kwargs = *self.heap.seq(args)?.first()?;
+        let Node::Dict(pairs) = self.heap.get(kwargs) else {
+            return None;
+        };
+        let tensor = |key: &str| {
+            pairs.iter().find_map(|&(k, v)| {
+                (self.heap.str(k) == Some(key) && matches!(self.heap.get(v), Node::Tensor(_)))
+                    .then_some(v)
+            })
+        };
+        let mut components = vec![
+            ("_values".to_owned(), tensor("values")?),
+            ("_offsets".to_owned(), tensor("offsets")?),
+        ];
+        components.extend(tensor("lengths").map(|l| ("_lengths".to_owned(), l)));
+        let subclass = match class.map(|c| self.heap.get(c)) {
+            Some(Node::Global(c)) => format!("{}.{}", c.module, c.name),
+            _ => format!("{NJT_MODULE}.NestedTensor"),
+        };
+        Some(CompositeSpec {
+            layout: "jagged",
+            sizes: None,
+            dtype: None,
+            dtype_from: Some("_values"),
+            subclass: Some(subclass),
+            requires_grad: false,
+            is_parameter: false,
+            components,
+            placements: None,
+            state: None,
+        })
+    }
+
     /// `_rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device,
     /// requires_grad)`: an outer tensor with no storage of its own; its inner tensors come
     /// with `_rebuild_from_type_v2`'s state.
@@ -486,7 +537,6 @@ impl Machine<'_> {
         }
     }
 
-    /// (storage, storage_offset, size, stride, [requires_grad …]) of the rebuild functions.
     /// The scales and zero points of `_rebuild_qtensor`'s per-channel quantizer parameters
     /// `(qscheme, scales, zero_points, axis)`, where both are tensors (older files save lists).
     fn per_channel_tensors(&self, params: Option<Id>) -> Option<Box<[Id; 2]>> {
@@ -500,6 +550,7 @@ impl Machine<'_> {
         }
     }
 
+    /// (storage, storage_offset, size, stride, [requires_grad …]) of the rebuild functions.
     fn tensor_args(
         &self,
         a: &[Id],

@@ -104,8 +104,8 @@ pub struct Object {
 /// What a sparse, nested or wrapper-subclass rebuild said about a tensor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompositeSpec {
-    /// `sparse_coo`, `sparse_csr`, `sparse_csc`, `sparse_bsr`, `sparse_bsc`, `nested` or
-    /// `wrapper`.
+    /// `sparse_coo`, `sparse_csr`, `sparse_csc`, `sparse_bsr`, `sparse_bsc`, `nested`,
+    /// `jagged` or `wrapper`.
     pub layout: &'static str,
     /// The logical sizes, where the call gives them (a nested tensor has none).
     pub sizes: Option<Vec<u64>>,
