@@ -107,10 +107,14 @@ def _torch_reading(path):
 
 
 def _refused_for_a_reason(path, err):
-    """A file torch loads that safe_load refused: a kind it does not build, or a file the
-    audit itself fails (unreadable or ambiguous to tensorplay: fail closed)."""
+    """A file torch loads that safe_load refused: a kind it does not build, a dtype only a
+    newer torch has (`fixtures/torch215/`, loaded by torch 2.15), or a file the audit itself
+    fails (unreadable or ambiguous to tensorplay: fail closed)."""
     if DECLINED.search(str(err)):
         return True
+    newer = re.search(r"has dtype (\w+), which this torch does not have", str(err))
+    if newer:
+        return not hasattr(torch, newer.group(1))
     return not tensorplay.audit_file(ROOT / path, fail_on="error").passed
 
 
