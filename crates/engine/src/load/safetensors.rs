@@ -414,7 +414,7 @@ fn parse_entry<'h>(path: &Path, name: &str, json: &'h str) -> Result<Entry<'h>> 
             bits / 8,
         )));
     }
-    if dtype == DType::Float4E2m1fn && !raw.shape.last().is_some_and(|d| d % 2 == 0) {
+    if dtype == DType::Float4E2m1fn && raw.shape.last().is_none_or(|d| d % 2 != 0) {
         return Err(invalid(format!(
             "F4 shape {:?}: torch reads F4 as float4_e2m1fn_x2, two values a byte, \
              and needs the last dimension to be even",
