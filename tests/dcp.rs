@@ -306,7 +306,15 @@ fn a_nested_state_dict_of_dtensors_is_named_as_dcp_load_reads_it() {
         let expected = floats(&e["values"]);
         assert_eq!(values(t, "float32", expected.len()), expected, "{fqn}");
     }
-    assert_eq!(tensors.len(), dtensors.len() + plain.len());
+    // And each DTensor's device mesh keeps its ranks, named by attribute path.
+    for fqn in dtensors.keys() {
+        let mesh = tensor(&format!("{fqn}._spec.mesh.mesh"));
+        assert_eq!(
+            (&mesh["dtype"], &mesh["shape"]),
+            (&"int32".into(), &serde_json::json!([1]))
+        );
+    }
+    assert_eq!(tensors.len(), 2 * dtensors.len() + plain.len());
     // No tensor item: the state dict's entries are each one bytes item.
     assert!(doc["chunked_tensors"].as_array().is_none_or(Vec::is_empty));
     assert_eq!(truth["bytes"], serde_json::json!(["model", "optim"]));

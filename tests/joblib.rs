@@ -217,7 +217,7 @@ fn the_sklearn_preset_accepts_the_estimators_and_still_refuses_the_payload() {
     let text = format!("{}{}", stdout(&out), crate::common::stderr(&out));
     assert!(
         text.contains(
-            "'torch' is not a preset (known: sklearn, transformers-trainer, accelerate, timm, torchao, pyg)"
+            "'torch' is not a preset (known: sklearn, transformers-trainer, accelerate, timm, torchao, pyg, torch-distributed)"
         ),
         "{text}"
     );
