@@ -141,21 +141,15 @@ def divergences(rec, inspect_json, audit_json, allowed=frozenset()):
 
 
 def _only_newer_names(rec, allowed):
-    """Whether the pinned torch refused a global that a newer torch allows (`allowed` holds
-    both tables): a newer torch loads the file, as tensorplay says."""
+    """Whether the pinned torch refused a global that a newer torch allows: `allowed` holds
+    both tables, and the pinned torch says "Unsupported global" only of a name outside its
+    own, so a refused name found in `allowed` is one only the newer torch has. A newer torch
+    loads the file, as tensorplay says."""
     reason = rec.get("reason") or ""
     prefix = "Unsupported global: GLOBAL "
     if not reason.startswith(prefix):
         return False
-    return reason[len(prefix) :].split(" ", 1)[0] in allowed - _pinned_allowed()
-
-
-def _pinned_allowed():
-    try:
-        from torch import _weights_only_unpickler as wo
-    except ImportError:
-        return set()
-    return set(wo._get_allowed_globals()) | set(wo._get_user_allowed_globals())
+    return reason[len(prefix) :].split(" ", 1)[0] in allowed
 
 
 def summary():
