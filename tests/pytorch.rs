@@ -134,6 +134,50 @@ fn torchscript_archives_say_so() {
     assert_eq!(truth["inspect"]["unsafe_globals"], serde_json::json!([]));
 }
 
+/// A TorchScript archive holds more than the loaded module's `state_dict()`: each tensor says
+/// what it is, as torch.jit.load's module holds it (the truth), and the text says how many of
+/// each, and how many `state_dict()` lists. Traced, the tensors the forward reads but does not
+/// own, and the one it makes, are the code's constants, named as the code calls them.
+#[test]
+fn torchscript_tensors_say_what_the_module_holds_them_as() {
+    for (path, line) in [
+        (
+            "fixtures/pytorch/torchscript_held.pt",
+            "held as: 2 parameters, 1 buffer, 3 attributes (state_dict() lists 3 of 6 tensors)",
+        ),
+        (
+            "fixtures/pytorch/traced_held.pt",
+            "held as: 2 parameters, 1 buffer, 3 constants (state_dict() lists 3 of 6 tensors)",
+        ),
+        (
+            "fixtures/pytorch/torchscript_quantized.pt",
+            "held as: 2 buffers, 8 for __setstate__ (state_dict() lists 2 of 10 tensors)",
+        ),
+    ] {
+        let truth = read_json(&format!("{path}.truth.json"));
+        let held: Vec<(&str, &str)> = truth["inspect"]["tensors"]
+            .as_array()
+            .expect("tensors")
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap(), t["held_as"].as_str().unwrap()))
+            .collect();
+        let count = |what: &str| held.iter().filter(|(_, h)| *h == what).count();
+        let listed = count("parameter") + count("buffer");
+        assert!(line.ends_with(&format!("lists {listed} of {} tensors)", held.len())));
+        if path.contains("traced") {
+            let constants: Vec<&str> = held
+                .iter()
+                .filter(|(_, h)| *h == "constant")
+                .map(|(n, _)| *n)
+                .collect();
+            assert_eq!(constants, ["CONSTANTS.c0", "CONSTANTS.c1", "CONSTANTS.c2"]);
+        }
+        let out = tensorplay(&["inspect", path]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(stdout(&out).contains(line), "{}", stdout(&out));
+    }
+}
+
 /// Tensor names of a fixture, as `inspect --format json` gives them.
 fn tensor_names(path: &str) -> Vec<String> {
     let out = tensorplay(&["inspect", "--format", "json", path]);

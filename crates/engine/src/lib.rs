@@ -42,6 +42,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use layout::Layout;
 pub use memory::{HostBackend, HostBuffer};
 pub use storage::{Storage, StorageId};
-pub use tensor::Tensor;
+pub use tensor::{HeldAs, Tensor};
 pub use tensor_impl::TensorImpl;
 pub use weights_only::WeightsOnly;

@@ -9,6 +9,43 @@ pub struct Tensor {
     // Shared with the storage key where the format makes them one (safetensors).
     name: Arc<str>,
     imp: Arc<TensorImpl>,
+    held_as: Option<HeldAs>,
+}
+
+/// What a TorchScript archive holds a tensor as, which decides whether the loaded module's
+/// `state_dict()` lists it: only parameters and buffers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldAs {
+    /// A module attribute its class declares in `__parameters__`.
+    Parameter,
+    /// A module attribute its class declares in `__buffers__`.
+    Buffer,
+    /// Any other attribute of a module or TorchScript object, or inside one (a list of
+    /// tensors).
+    Attribute,
+    /// Part of the state an object's `__getstate__` returned, handed to its `__setstate__`
+    /// on load (a quantized layer's packed weight and bias).
+    SetState,
+    /// A constant of the code (`constants.pkl`, the code's `CONSTANTS.c<n>`).
+    Constant,
+}
+
+impl HeldAs {
+    /// The name reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeldAs::Parameter => "parameter",
+            HeldAs::Buffer => "buffer",
+            HeldAs::Attribute => "attribute",
+            HeldAs::SetState => "setstate",
+            HeldAs::Constant => "constant",
+        }
+    }
+
+    /// Whether the loaded module's `state_dict()` lists the tensor.
+    pub fn in_state_dict(self) -> bool {
+        matches!(self, HeldAs::Parameter | HeldAs::Buffer)
+    }
 }
 
 impl Tensor {
@@ -17,7 +54,14 @@ impl Tensor {
         Tensor {
             name: name.into(),
             imp,
+            held_as: None,
         }
+    }
+
+    /// The handle, held as `held_as` by the module it was saved in.
+    pub fn with_held_as(mut self, held_as: Option<HeldAs>) -> Self {
+        self.held_as = held_as;
+        self
     }
 
     /// The name a user would iterate it by (`model.0.weight`).
@@ -28,5 +72,10 @@ impl Tensor {
     /// The control block it forwards to.
     pub fn tensor_impl(&self) -> &Arc<TensorImpl> {
         &self.imp
+    }
+
+    /// What the TorchScript module it was saved in holds it as; `None` for every other format.
+    pub fn held_as(&self) -> Option<HeldAs> {
+        self.held_as
     }
 }

@@ -4,7 +4,7 @@
 use super::Snapshot;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use tensorplay_engine::{Checkpoint, ChunkedTensor, Owner, Storage, Tensor, WeightsOnly};
+use tensorplay_engine::{Checkpoint, ChunkedTensor, HeldAs, Owner, Storage, Tensor, WeightsOnly};
 
 #[derive(Serialize)]
 struct Document<'a> {
@@ -80,6 +80,9 @@ struct TensorJson<'a> {
     is_conj: bool,
     #[serde(skip_serializing_if = "is_false")]
     is_neg: bool,
+    /// What a TorchScript module holds it as; absent for every other format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held_as: Option<&'static str>,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -248,6 +251,7 @@ fn tensor_json(tensor: &Tensor) -> anyhow::Result<TensorJson<'_>> {
         is_parameter: imp.is_parameter(),
         is_conj: imp.is_conj(),
         is_neg: imp.is_neg(),
+        held_as: tensor.held_as().map(HeldAs::name),
     })
 }
 

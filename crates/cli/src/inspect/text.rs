@@ -4,7 +4,7 @@ use super::Snapshot;
 use crate::table::Table;
 use std::fmt::Write;
 use tensorplay_audit::text::{human_bytes, plural, printable};
-use tensorplay_engine::{Format, Owner, WeightsOnly};
+use tensorplay_engine::{Checkpoint, Format, HeldAs, Owner, WeightsOnly};
 
 /// `addresses`: show the process address of each storage's bytes, which changes every run.
 pub fn render(snapshot: &Snapshot<'_>, addresses: bool) -> anyhow::Result<String> {
@@ -24,6 +24,7 @@ pub fn render(snapshot: &Snapshot<'_>, addresses: bool) -> anyhow::Result<String
             out,
             "TorchScript archive: loading it compiles the code it carries"
         )?;
+        writeln!(out, "{}", held_as_counts(ckpt))?;
     }
     if let Some(WeightsOnly::Refuses { member, reason }) = &ckpt.weights_only {
         writeln!(
@@ -182,4 +183,45 @@ fn yes_no(b: bool) -> &'static str {
     } else {
         "no"
     }
+}
+
+/// How many tensors a TorchScript module holds as what: `state_dict()` lists only its
+/// parameters and buffers.
+fn held_as_counts(ckpt: &Checkpoint) -> String {
+    const ORDER: [HeldAs; 5] = [
+        HeldAs::Parameter,
+        HeldAs::Buffer,
+        HeldAs::Attribute,
+        HeldAs::SetState,
+        HeldAs::Constant,
+    ];
+    let counts: Vec<String> = ORDER
+        .iter()
+        .filter_map(|&held| {
+            let n = ckpt
+                .tensors
+                .iter()
+                .filter(|t| t.held_as() == Some(held))
+                .count();
+            (n > 0).then(|| match held {
+                HeldAs::SetState => format!("{n} for __setstate__"),
+                other => plural(n, other.name()),
+            })
+        })
+        .collect();
+    let listed = ckpt
+        .tensors
+        .iter()
+        .filter(|t| t.held_as().is_some_and(HeldAs::in_state_dict))
+        .count();
+    format!(
+        "held as: {} (state_dict() lists {} of {})",
+        if counts.is_empty() {
+            "nothing".to_owned()
+        } else {
+            counts.join(", ")
+        },
+        listed,
+        plural(ckpt.tensors.len(), "tensor")
+    )
 }

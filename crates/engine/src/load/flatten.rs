@@ -6,8 +6,9 @@
 //! is; torch's quantized convolutions' weight and bias (items 10 and 11) as `weight` and
 //! `bias`, their `state_dict()` names.
 
+use super::torch::Declared;
 use crate::pickle::{Budget, Heap, Id, Node};
-use crate::LeftOut;
+use crate::{HeldAs, LeftOut};
 
 /// What a root tensor (`torch.save(tensor)`) is called.
 pub const ROOT_NAME: &str = "<root>";
@@ -26,6 +27,9 @@ pub(crate) enum Stop {
 pub(crate) struct Named {
     /// Strided tensors by name.
     pub tensors: Vec<(String, Id)>,
+    /// What each of `tensors` is held as, walking a TorchScript archive's objects (empty
+    /// for any other walk).
+    pub held_as: Vec<Option<HeldAs>>,
     /// Sparse, nested and wrapper tensors by name; their components are among `tensors`
     /// as `name.role`.
     pub composites: Vec<(String, Id)>,
@@ -48,11 +52,13 @@ const QUANTIZER_ROLES: [&str; 2] = ["q_per_channel_scales", "q_per_channel_zero_
 /// already holds (the stream's values included): the names kept are charged on top of it,
 /// and the bytes of names built count as work against the ops budget, so a long key reached
 /// many times through shared containers can cost neither memory nor time without bound.
+/// With `declared` (a TorchScript archive's classes), each tensor is told what it is held as.
 pub(crate) fn named_tensors(
     heap: &Heap,
     root: Id,
     budget: &Budget,
     held: u64,
+    declared: Option<&Declared>,
 ) -> Result<Named, Stop> {
     let mut walk = Walk {
         heap,
@@ -61,6 +67,8 @@ pub(crate) fn named_tensors(
         held,
         built: 0,
         path: Vec::new(),
+        declared,
+        place: None,
         out: Named::default(),
     };
     walk.visit(root, String::new())?;
@@ -76,6 +84,10 @@ struct Walk<'a> {
     /// Bytes of names built so far, kept or not.
     built: u64,
     path: Vec<Id>,
+    declared: Option<&'a Declared>,
+    /// The TorchScript object attribute (or `__getstate__` state) being walked: what it is
+    /// held as, and the length of `path` with its object on it.
+    place: Option<(HeldAs, usize)>,
     out: Named,
 }
 
@@ -170,7 +182,39 @@ impl Walk<'_> {
     fn keep(&mut self, name: String, id: Id) -> Result<(), Stop> {
         self.charge(&name)?;
         self.out.tensors.push((name, id));
+        if self.declared.is_some() {
+            let held_as = self.held_as();
+            self.out.held_as.push(held_as);
+        }
         Ok(())
+    }
+
+    /// What the tensor being visited is held as: the attribute's declaration when it is the
+    /// attribute's value, an attribute when it is inside one (a list of tensors).
+    fn held_as(&self) -> Option<HeldAs> {
+        let (held_as, depth) = self.place?;
+        Some(match held_as {
+            HeldAs::SetState => held_as,
+            _ if depth + 1 == self.path.len() => held_as,
+            _ => HeldAs::Attribute,
+        })
+    }
+
+    /// Visits `id` under `place` (its own object on `path`), then restores the enclosing one.
+    fn visit_child_at(
+        &mut self,
+        place: Option<HeldAs>,
+        id: Id,
+        prefix: &str,
+        key: impl FnOnce() -> String,
+    ) -> Result<(), Stop> {
+        let outer = self.place;
+        if let Some(held_as) = place {
+            self.place = Some((held_as, self.path.len()));
+        }
+        let result = self.visit_child(id, prefix, key);
+        self.place = outer;
+        result
     }
 
     /// Charges a kept name against the memory budget.
@@ -195,10 +239,14 @@ impl Walk<'_> {
                     return self.keep(name, id);
                 };
                 self.keep(name.clone(), id)?;
+                // The scales and zero points are held as their tensor is.
+                let outer = self.place;
+                self.place = self.held_as().map(|h| (h, self.path.len()));
                 for (role, &part) in QUANTIZER_ROLES.iter().zip(parts) {
                     let part_name = self.join(&name, (*role).to_owned())?;
                     self.visit(part, part_name)?;
                 }
+                self.place = outer;
             }
             Node::Composite(spec) => {
                 let name = root_or(name);
@@ -238,17 +286,17 @@ impl Walk<'_> {
                             Node::Tuple(parts) if parts.len() == 2 => {
                                 let (inner, qualified) = (parts[0], parts[1]);
                                 if heap.str(qualified).is_some() {
-                                    self.getstate(inner, name, &[])?;
+                                    self.getstate(inner, name, ("torch", "ScriptObject"))?;
                                 } else {
-                                    self.object_state(state, name)?;
+                                    self.object_state(state, name, None)?;
                                 }
                             }
-                            _ => self.object_state(state, name)?,
+                            _ => self.object_state(state, name, None)?,
                         },
-                        Some((module, class)) if module.starts_with("__torch__.") => {
-                            self.getstate(state, name, fields(module, class))?;
+                        Some(class) if is_torchscript_class(class.0) => {
+                            self.getstate(state, name, class)?;
                         }
-                        _ => self.object_state(state, name)?,
+                        _ => self.object_state(state, name, None)?,
                     }
                 }
                 for (i, &(k, v)) in items.iter().enumerate() {
@@ -261,8 +309,14 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// BUILD state: a dict of attributes, or `(dict, slots)`.
-    fn object_state(&mut self, state: Id, name: &str) -> Result<(), Stop> {
+    /// BUILD state: a dict of attributes, or `(dict, slots)`; a TorchScript object's
+    /// attributes held as its `class` declares them.
+    fn object_state(
+        &mut self,
+        state: Id,
+        name: &str,
+        class: Option<(&str, &str)>,
+    ) -> Result<(), Stop> {
         let heap = self.heap;
         match heap.get(state) {
             Node::Dict(attrs) => {
@@ -281,13 +335,17 @@ impl Walk<'_> {
                     return Ok(());
                 }
                 for &(k, v) in attrs {
-                    self.visit_child(v, name, || key_text(heap, k))?;
+                    let place = self.declared.zip(class).map(|(declared, (module, class))| {
+                        let attr = heap.str(k).unwrap_or_default();
+                        declared.held_as(module, class, attr)
+                    });
+                    self.visit_child_at(place, v, name, || key_text(heap, k))?;
                 }
                 Ok(())
             }
             Node::Tuple(parts) => {
                 for &part in parts {
-                    self.object_state(part, name)?;
+                    self.object_state(part, name, class)?;
                 }
                 Ok(())
             }
@@ -325,21 +383,23 @@ impl Walk<'_> {
     }
 
     /// The state a TorchScript class's `__getstate__` returned (a tuple named by index, or by
-    /// `fields` where torch names its items), or a module's attribute dict.
-    fn getstate(&mut self, state: Id, name: &str, fields: &[(usize, &str)]) -> Result<(), Stop> {
+    /// the fields torch names), or a module's attribute dict.
+    fn getstate(&mut self, state: Id, name: &str, class: (&str, &str)) -> Result<(), Stop> {
         let heap = self.heap;
         match heap.get(state) {
             Node::Tuple(_) | Node::List(_) => {
+                let fields = fields(class.0, class.1);
+                let place = self.declared.map(|_| HeldAs::SetState);
                 let items = heap.items(state).unwrap_or_default();
                 for (i, &v) in items.iter().enumerate() {
                     let field = fields.iter().find(|&&(at, _)| at == i);
-                    self.visit_child(v, name, || {
+                    self.visit_child_at(place, v, name, || {
                         field.map_or_else(|| i.to_string(), |&(_, f)| f.to_owned())
                     })?;
                 }
                 Ok(())
             }
-            _ => self.object_state(state, name),
+            _ => self.object_state(state, name, Some(class)),
         }
     }
 
@@ -364,6 +424,14 @@ fn class_name(heap: &Heap, class: Id) -> Option<(&str, &str)> {
         Node::Global(g) => Some((g.module.as_str(), g.name.as_str())),
         _ => None,
     }
+}
+
+/// Whether a class of `module` is one a TorchScript archive's code defines (`__torch__`,
+/// `__torch__.…`).
+fn is_torchscript_class(module: &str) -> bool {
+    module
+        .strip_prefix("__torch__")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// The items of a TorchScript class's `__getstate__` tuple that torch's `state_dict()` names:

@@ -125,6 +125,7 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
             path,
             name: MEMBER,
             unpickled,
+            declared: None,
         };
         let mut inline_storages;
         let mut no_storages = NoStorages { path };

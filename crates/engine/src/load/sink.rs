@@ -8,7 +8,7 @@ use crate::pickle::weights_only::set_storage;
 use crate::torchscript_code::TorchScriptCode;
 use crate::unsafe_global::UnsafeGlobal;
 use crate::{
-    Checkpoint, ChunkedTensor, CompositeTensor, DType, DataPtr, Format, LeftOut, Storage,
+    Checkpoint, ChunkedTensor, CompositeTensor, DType, DataPtr, Format, HeldAs, LeftOut, Storage,
     StorageId, Tensor, TensorImpl, WeightsOnly,
 };
 use rayon::prelude::*;
@@ -40,6 +40,8 @@ pub(crate) struct Scope {
     names: Vec<Rename>,
     /// The members holding what is read, innermost first: a global is named under them.
     members: Vec<String>,
+    /// What every tensor read is held as, where the reader does not say.
+    held_as: Option<HeldAs>,
 }
 
 #[derive(Debug, Clone)]
@@ -88,11 +90,18 @@ impl Scope {
         self
     }
 
+    /// Tensors read are held as `held_as` (TorchScript's constants and traced inputs).
+    pub fn held_as(mut self, held_as: HeldAs) -> Self {
+        self.held_as = Some(held_as);
+        self
+    }
+
     /// `inner` seen from this scope: its keys, names and members, then this scope's.
     fn around(&self, mut inner: Scope) -> Scope {
         inner.keys.insert_str(0, &self.keys);
         inner.names.extend(self.names.iter().cloned());
         inner.members.extend(self.members.iter().cloned());
+        inner.held_as = inner.held_as.or(self.held_as);
         inner
     }
 
@@ -230,13 +239,26 @@ impl<'a> Sink<'a> {
 
     /// Adds a tensor named `name` in this scope.
     pub fn add_tensor(&mut self, name: impl Into<Arc<str>>, imp: Arc<TensorImpl>) {
+        self.add_held_tensor(name, imp, None);
+    }
+
+    /// Adds a tensor named `name` in this scope, held as `held_as` (or as the scope says).
+    pub fn add_held_tensor(
+        &mut self,
+        name: impl Into<Arc<str>>,
+        imp: Arc<TensorImpl>,
+        held_as: Option<HeldAs>,
+    ) {
         let name = self.scope.name(name);
-        self.out.tensors.push(Tensor::new(name, imp));
+        let held_as = held_as.or(self.scope.held_as);
+        self.out
+            .tensors
+            .push(Tensor::new(name, imp).with_held_as(held_as));
     }
 
     /// Adds tensors in order, named in this scope.
     pub fn add_tensors(&mut self, mut tensors: Vec<Tensor>) {
-        if self.scope.names.is_empty() {
+        if self.scope.names.is_empty() && self.scope.held_as.is_none() {
             // Taken as they are, without a copy into an empty list.
             match self.out.tensors.is_empty() {
                 true => self.out.tensors = tensors,
@@ -247,9 +269,10 @@ impl<'a> Sink<'a> {
         self.out.tensors.reserve(tensors.len());
         for tensor in tensors {
             let name = self.scope.name(tensor.name());
-            self.out
-                .tensors
-                .push(Tensor::new(name, Arc::clone(tensor.tensor_impl())));
+            self.out.tensors.push(
+                Tensor::new(name, Arc::clone(tensor.tensor_impl()))
+                    .with_held_as(tensor.held_as().or(self.scope.held_as)),
+            );
         }
     }
 

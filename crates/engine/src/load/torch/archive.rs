@@ -7,7 +7,7 @@
 //! inflated whole onto the heap only for a load that needs every byte in memory. Besides the pickles `torch.load` runs, every other pickle in the archive has its
 //! globals audited: another loader may run it.
 
-use super::torchscript::read_code;
+use super::torchscript::{read_code, Declared};
 use super::{add_member, byteswap, Member, StorageRecord, StorageSource};
 use crate::error::{Error, Result};
 use crate::load::limits::Meter;
@@ -15,7 +15,8 @@ use crate::load::zip::{Entry, Zip};
 use crate::load::{Scope, Sink};
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Loader, WeightsOnly};
-use crate::{DType, DataPtr, Format, HostBuffer};
+use crate::torchscript_code::TorchScriptCode;
+use crate::{DType, DataPtr, Format, HeldAs, HostBuffer};
 use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
@@ -227,35 +228,34 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, sink: &mut Sink<'_>) -> Res
         Loader::Python
     };
 
-    let found = add_pickle(&mut archive, sink, "data.pkl", "data", loader)?;
+    // The code first: its classes say what data.pkl's objects hold their tensors as.
+    let code = match torchscript {
+        true => Some(archive_code(&mut archive)?),
+        false => None,
+    };
+    let declared = code.as_ref().map(|(_, declared)| declared);
+    let found = add_pickle(&mut archive, sink, "data.pkl", "data", loader, declared)?;
     if !found {
         let data_name = archive.full_name("data.pkl");
         return Err(archive.err("zip", format!("no {data_name}: not a PyTorch archive")));
     }
-    if torchscript {
-        // TorchScript keeps constant tensors apart, their records under `constants/`.
-        let mut constants = sink.nested(
-            Scope::default()
-                .keys("constants/")
-                .name_prefix("constants."),
-        );
+    if let Some((code, _)) = code {
+        // TorchScript keeps constant tensors apart, their records under `constants/`; the
+        // code calls the n-th `CONSTANTS.c<n>`. (A traced module's `traced_inputs.pkl`
+        // describes its example inputs, but torch writes their records empty.)
+        let scope = Scope::default()
+            .keys("constants/")
+            .name_prefix("CONSTANTS.c")
+            .held_as(HeldAs::Constant);
+        let constants = &mut sink.nested(scope);
         add_pickle(
             &mut archive,
-            &mut constants,
+            constants,
             "constants.pkl",
             "constants",
             loader,
+            None,
         )?;
-        let names: Vec<String> = archive
-            .zip
-            .entries()
-            .iter()
-            .map(|e| e.name.clone())
-            .collect();
-        let prefix = archive.prefix.clone();
-        let code = read_code(&prefix, names.iter().map(String::as_str), |name| {
-            Ok(archive.read(name)?.map(Cow::into_owned))
-        })?;
         sink.set_torchscript(code);
     }
     audit_other_pickles(&archive, loader, sink)?;
@@ -263,6 +263,20 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, sink: &mut Sink<'_>) -> Res
         Format::Torchscript
     } else {
         Format::PytorchZip
+    })
+}
+
+/// The code of a TorchScript archive, and what its classes declare.
+fn archive_code(archive: &mut Archive<'_>) -> Result<(TorchScriptCode, Declared)> {
+    let names: Vec<String> = archive
+        .zip
+        .entries()
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    let prefix = archive.prefix.clone();
+    read_code(&prefix, names.iter().map(String::as_str), |name| {
+        Ok(archive.read(name)?.map(Cow::into_owned))
     })
 }
 
@@ -274,6 +288,7 @@ fn add_pickle(
     name: &str,
     folder: &str,
     loader: Loader,
+    declared: Option<&Declared>,
 ) -> Result<bool> {
     let Some(bytes) = archive.read(name)? else {
         return Ok(false);
@@ -296,6 +311,7 @@ fn add_pickle(
         path,
         name: &full_name,
         unpickled,
+        declared,
     };
     let mut records = Records {
         archive,

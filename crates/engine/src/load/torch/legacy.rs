@@ -150,6 +150,7 @@ fn read_stream(
         path: buffer.source(),
         name: PICKLES[3],
         unpickled: main,
+        declared: None,
     };
     let mut source = Ranges {
         buffer,

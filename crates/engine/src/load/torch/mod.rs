@@ -5,16 +5,20 @@ pub(super) mod archive;
 pub(super) mod legacy;
 pub(super) mod tar;
 pub(super) mod torchscript;
+
 use super::flatten::{named_tensors, Named, Stop};
 use super::{NewStorage, Sink};
 use crate::error::{Error, Result};
 use crate::pickle::{allowlist, Budget, CompositeSpec, Heap, Id, Node, TensorSpec, Unpickled};
-use crate::{Component, CompositeTensor, DType, DataPtr, Device, Layout, Storage, TensorImpl};
+use crate::{
+    Component, CompositeTensor, DType, DataPtr, Device, HeldAs, Layout, Storage, TensorImpl,
+};
 use hashbrown::HashTable;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::Arc;
+pub(crate) use torchscript::Declared;
 
 /// A storage as a persistent id describes it: `('storage', type, key, location, numel[, view])`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +60,8 @@ pub(crate) struct Member<'a> {
     pub path: &'a Path,
     pub name: &'a str,
     pub unpickled: Unpickled,
+    /// A TorchScript archive's classes: what its objects hold their tensors as.
+    pub declared: Option<&'a Declared>,
 }
 
 impl Member<'_> {
@@ -158,8 +164,8 @@ fn add_unpickled(
 ) -> Result<()> {
     let heap = &member.unpickled.heap;
     let held = budget.memory_held.saturating_add(member.unpickled.bytes);
-    let named =
-        named_tensors(heap, member.unpickled.root, budget, held).map_err(|stop| match stop {
+    let named = named_tensors(heap, member.unpickled.root, budget, held, member.declared).map_err(
+        |stop| match stop {
             Stop::Graph(detail) => member.err(None, detail),
             Stop::Memory { needed } => Error::MemoryBudget {
                 path: member.path.to_owned(),
@@ -167,9 +173,11 @@ fn add_unpickled(
                 limit: budget.max_memory,
                 what: format!("the tensor names of {}", member.name),
             },
-        })?;
+        },
+    )?;
     let Named {
         tensors: names,
+        held_as,
         composites,
         storages: saved_alone,
         left_out,
@@ -192,7 +200,7 @@ fn add_unpickled(
     // What the layers need is taken out of the stream's values, and the values freed before
     // the layers are made: a hundred thousand tensors' worth of both need not be held at once.
     let heap = &mut member.unpickled.heap;
-    let specs = Specs::take(heap, names, &records);
+    let specs = Specs::take(heap, names, held_as, &records);
     records.learn_dtypes(&specs);
     let composites = composite_specs(heap, composites);
     drop(std::mem::take(heap));
@@ -274,7 +282,7 @@ impl StorageRecords {
 
     /// Gives each storage the dtype of the first tensor, in name order, that views it.
     fn learn_dtypes(&mut self, specs: &Specs) {
-        for (_, slot) in &specs.names {
+        for (_, slot, _) in &specs.names {
             let Some(Slot::Spec(spec, StorageRef::Record(index))) = specs.slots.get(*slot as usize)
             else {
                 continue;
@@ -358,20 +366,27 @@ enum Slot {
 /// The member's named tensors, taken out of its values: one slot per tensor object, so the
 /// names that reach one object share its layers.
 struct Specs {
-    /// In name order: each name and the slot of its tensor.
-    names: Vec<(String, u32)>,
+    /// In name order: each name, the slot of its tensor and what it is held as.
+    names: Vec<(String, u32, Option<HeldAs>)>,
     slots: Vec<Slot>,
 }
 
 impl Specs {
-    fn take(heap: &mut Heap, names: Vec<(String, Id)>, records: &StorageRecords) -> Self {
+    fn take(
+        heap: &mut Heap,
+        names: Vec<(String, Id)>,
+        held_as: Vec<Option<HeldAs>>,
+        records: &StorageRecords,
+    ) -> Self {
         let mut slot_of: IdMap<u32> =
             IdMap::with_capacity_and_hasher(names.len(), Default::default());
         let mut slots = Vec::with_capacity(names.len());
         // Collected in place of `names`, as the values are of one size.
+        let mut held_as = held_as.into_iter();
         let names = names
             .into_iter()
             .filter_map(|(name, id)| {
+                let held_as = held_as.next().flatten();
                 let slot = match slot_of.get(&id) {
                     Some(&slot) => slot,
                     None => {
@@ -390,7 +405,7 @@ impl Specs {
                         slot
                     }
                 };
-                Some((name, slot))
+                Some((name, slot, held_as))
             })
             .collect();
         Specs { names, slots }
@@ -409,7 +424,7 @@ fn add_tensors(
     let Specs { names, mut slots } = specs;
     sink.reserve_tensors(names.len());
     let mut by_name = HashMap::new();
-    for (name, index) in names {
+    for (name, index, held_as) in names {
         let Some(slot) = slots.get_mut(index as usize) else {
             continue;
         };
@@ -418,7 +433,7 @@ fn add_tensors(
                 if dtypes {
                     by_name.insert(name.clone(), imp.dtype());
                 }
-                sink.add_tensor(name, Arc::clone(imp));
+                sink.add_held_tensor(name, Arc::clone(imp), held_as);
                 continue;
             }
             Slot::Spec(spec, storage) => (spec, *storage),
@@ -460,7 +475,7 @@ fn add_tensors(
         if dtypes {
             by_name.insert(name.clone(), imp.dtype());
         }
-        sink.add_tensor(name, imp);
+        sink.add_held_tensor(name, imp, held_as);
     }
     Ok(by_name)
 }

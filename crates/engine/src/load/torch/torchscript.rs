@@ -11,17 +11,18 @@
 //! found by the TorchScript lexer's rules (`torch/csrc/jit/frontend/lexer.h`).
 
 use crate::error::Result;
-
+use crate::tensor::HeldAs;
 use crate::torchscript_code::TorchScriptCode;
+use std::collections::HashMap;
 
 /// Reads the code members among `entries` (full zip entry names, under `prefix/`) with
-/// `read`, which takes a name relative to the archive's folder.
-/// Members are named as the archive spells them.
+/// `read`, which takes a name relative to the archive's folder, and what their module
+/// classes declare. Members are named as the archive spells them.
 pub(crate) fn read_code<'e>(
     prefix: &str,
     entries: impl IntoIterator<Item = &'e str>,
     mut read: impl FnMut(&str) -> Result<Option<Vec<u8>>>,
-) -> Result<TorchScriptCode> {
+) -> Result<(TorchScriptCode, Declared)> {
     let mut members: Vec<String> = entries
         .into_iter()
         .filter_map(|full| full.strip_prefix(prefix)?.strip_prefix('/'))
@@ -32,6 +33,7 @@ pub(crate) fn read_code<'e>(
     let mut setstate = Vec::new();
     let mut torch_setstate = Vec::new();
     let mut code = Vec::new();
+    let mut declared = Declared::default();
     for member in &members {
         let source = read(member)?;
         // Length-prefixed: no name or body runs into the next.
@@ -40,6 +42,7 @@ pub(crate) fn read_code<'e>(
             code.extend_from_slice(part);
         }
         let Some(source) = source else { continue };
+        declared.add(member, &source);
         let defined = setstate_definitions(&source);
         if defined == 0 {
             continue;
@@ -50,12 +53,91 @@ pub(crate) fn read_code<'e>(
             setstate.push(member.clone());
         }
     }
-    Ok(TorchScriptCode {
+    let code = TorchScriptCode {
         members,
         setstate,
         torch_setstate,
         sha256: crate::unsafe_global::sha256_hex(&code),
-    })
+    };
+    Ok((code, declared))
+}
+
+/// The attributes each module class of the code declares parameters and buffers, as
+/// `torch.jit.save` prints a class (`  __parameters__ = ["weight", "bias", ]`, then
+/// `  __buffers__ = […]`): what the loaded module's `state_dict()` lists. Keyed by the class's
+/// qualified name as data.pkl names it, its module ASCII-lowercased, as torch finds a class's
+/// code member ignoring case. The first definition of a class counts.
+#[derive(Debug, Default)]
+pub(crate) struct Declared {
+    classes: HashMap<(String, String), Declarations>,
+}
+
+#[derive(Debug, Default)]
+struct Declarations {
+    parameters: Vec<String>,
+    buffers: Vec<String>,
+}
+
+impl Declared {
+    /// Reads the declarations of `source`, the code member `member`.
+    fn add(&mut self, member: &str, source: &[u8]) {
+        let Some(module) = member
+            .get(5..)
+            .and_then(|m| m.get(..m.len().checked_sub(3)?))
+        else {
+            return;
+        };
+        let module = module.replace('/', ".").to_ascii_lowercase();
+        let text = String::from_utf8_lossy(source);
+        let mut class: Option<(String, Declarations)> = None;
+        let done = |class: Option<(String, Declarations)>, classes: &mut HashMap<_, _>| {
+            if let Some((name, found)) = class {
+                classes.entry((module.clone(), name)).or_insert(found);
+            }
+        };
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("class ") {
+                done(class.take(), &mut self.classes);
+                let name = rest.split(['(', ':']).next().unwrap_or_default().trim();
+                class = Some((name.to_owned(), Declarations::default()));
+            } else if !line.starts_with(' ') && !line.is_empty() {
+                done(class.take(), &mut self.classes);
+            } else if let Some((_, found)) = class.as_mut() {
+                let line = line.trim_start();
+                if let Some(list) = line.strip_prefix("__parameters__ = ") {
+                    found.parameters = quoted(list);
+                } else if let Some(list) = line.strip_prefix("__buffers__ = ") {
+                    found.buffers = quoted(list);
+                }
+            }
+        }
+        done(class, &mut self.classes);
+    }
+
+    /// What an object of class `module.class` holds its attribute `attr` as.
+    pub(crate) fn held_as(&self, module: &str, class: &str, attr: &str) -> HeldAs {
+        let key = (module.to_ascii_lowercase(), class.to_owned());
+        let Some(found) = self.classes.get(&key) else {
+            return HeldAs::Attribute;
+        };
+        let has = |names: &[String]| names.iter().any(|n| n == attr);
+        if has(&found.parameters) {
+            HeldAs::Parameter
+        } else if has(&found.buffers) {
+            HeldAs::Buffer
+        } else {
+            HeldAs::Attribute
+        }
+    }
+}
+
+/// The double-quoted names of a printed list (`["weight", "bias", ]`).
+fn quoted(list: &str) -> Vec<String> {
+    list.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Whether a name relative to the archive's folder is one torch's code lookup can find:
@@ -457,7 +539,8 @@ mod tests {
                 b"class A:\n  def forward(self):\n    pass\n".to_vec()
             }))
         })
-        .unwrap();
+        .unwrap()
+        .0;
         assert_eq!(
             code.members,
             [
@@ -651,8 +734,31 @@ mod tests {
                 b"class M(Module):\n  def __setstate__(self: __torch__.M, s: int) -> NoneType:\n    return None\n".to_vec()
             }))
         })
-        .unwrap();
+        .unwrap()
+        .0;
         assert_eq!(code.setstate, ["code/__torch__.py"]);
         assert_eq!(code.torch_setstate, [CONV]);
+    }
+
+    #[test]
+    fn declared_parameters_and_buffers_are_read_per_class() {
+        let mut declared = Declared::default();
+        declared.add(
+            "code/__torch__/a/B.py",
+            b"import __torch__\nclass M(Module):\n  __parameters__ = [\"weight\", \"bias\", ]\n  \
+              __buffers__ = [\"running\", ]\n  weight : Tensor\n  def forward(self):\n    \
+              return None\nclass N(Module):\n  __parameters__ = []\n  __buffers__ = []\n",
+        );
+        let held = |class: &str, attr: &str| declared.held_as("__torch__.a.b", class, attr);
+        assert_eq!(held("M", "weight"), HeldAs::Parameter);
+        assert_eq!(held("M", "bias"), HeldAs::Parameter);
+        assert_eq!(held("M", "running"), HeldAs::Buffer);
+        assert_eq!(held("M", "scale"), HeldAs::Attribute);
+        assert_eq!(held("N", "weight"), HeldAs::Attribute);
+        // Another module, or a class the code does not define: nothing is declared.
+        assert_eq!(
+            declared.held_as("__torch__.a.c", "M", "weight"),
+            HeldAs::Attribute
+        );
     }
 }
