@@ -362,21 +362,12 @@ impl Walk<'_> {
         components: &[(String, Id)],
     ) -> Result<(), Stop> {
         let heap = self.heap;
-        let dicts: &[Id] = match heap.get(state) {
-            Node::Tuple(parts) => parts.get(..2).unwrap_or(parts),
-            _ => std::slice::from_ref(&state),
-        };
-        for &dict in dicts {
-            let Node::Dict(attrs) = heap.get(dict) else {
-                continue;
-            };
-            for &(k, v) in attrs {
-                let is_component = heap
-                    .str(k)
-                    .is_some_and(|k| components.iter().any(|(role, _)| role == k));
-                if !is_component {
-                    self.visit_child(v, name, || key_text(heap, k))?;
-                }
+        for (k, v) in heap.state_attrs(state) {
+            let is_component = heap
+                .str(k)
+                .is_some_and(|k| components.iter().any(|(role, _)| role == k));
+            if !is_component {
+                self.visit_child(v, name, || key_text(heap, k))?;
             }
         }
         Ok(())

@@ -116,7 +116,7 @@ fn build_into(
         let range = (data_start + entry.start)..(data_start + entry.end);
         Ok(NewStorage {
             key: Arc::clone(&entry.name),
-            dtype: as_torch_reads(entry.dtype, Dims::new()).0,
+            dtype: torch_dtype(entry.dtype),
             nbytes: entry.end - entry.start,
             location: "cpu".into(),
             data_ptr: DataPtr::host(Arc::clone(buffer), range)?,
@@ -145,13 +145,20 @@ fn build_into(
 /// `float4_e2m1fn_x2`, two values a byte, so the last dimension halves (checked even when the
 /// entry was parsed). Every other code is read as written.
 fn as_torch_reads(dtype: DType, mut shape: Dims) -> (DType, Dims) {
-    if dtype != DType::Float4E2m1fn {
-        return (dtype, shape);
+    if dtype == DType::Float4E2m1fn {
+        if let Some(last) = shape.last_mut() {
+            *last /= 2;
+        }
     }
-    if let Some(last) = shape.last_mut() {
-        *last /= 2;
+    (torch_dtype(dtype), shape)
+}
+
+/// The dtype torch reads a safetensors dtype as: `F4` packs two values a byte.
+fn torch_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::Float4E2m1fn => DType::Float4E2m1fnX2,
+        other => other,
     }
-    (DType::Float4E2m1fnX2, shape)
 }
 
 /// The values of a list without gaps, in the list's own memory: `Option` of a type with a

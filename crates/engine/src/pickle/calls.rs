@@ -261,16 +261,11 @@ impl Machine<'_> {
     /// or `(__dict__, slots)` where either may be `None` (DTensor keeps `_local_tensor` in
     /// a slot, its `__dict__` being `None`).
     fn state_tensors(&self, state: Option<Id>) -> Vec<(String, Id)> {
-        let dicts: Vec<Id> = match state.map(|s| (s, self.heap.get(s))) {
-            Some((s, Node::Dict(_))) => vec![s],
-            Some((_, Node::Tuple(parts))) => parts.iter().take(2).copied().collect(),
-            _ => Vec::new(),
+        let Some(state) = state else {
+            return Vec::new();
         };
-        let pairs = dicts.into_iter().flat_map(|d| match self.heap.get(d) {
-            Node::Dict(pairs) => pairs.clone(),
-            _ => ThinVec::new(),
-        });
-        pairs
+        self.heap
+            .state_attrs(state)
             .filter(|&(_, v)| matches!(self.heap.get(v), Node::Tensor(_) | Node::Composite(_)))
             .filter_map(|(k, v)| Some((self.heap.str(k)?.to_owned(), v)))
             .collect()

@@ -269,6 +269,22 @@ impl Heap {
         }
     }
 
+    /// The attributes a BUILD state sets: a `__dict__`, or `(__dict__, slots)` where either
+    /// may be `None`; `(name, value)` pairs in order.
+    pub fn state_attrs(&self, state: Id) -> impl Iterator<Item = (Id, Id)> + '_ {
+        let (dict, slots) = match self.get(state) {
+            Node::Tuple(parts) => (parts.first().copied(), parts.get(1).copied()),
+            _ => (Some(state), None),
+        };
+        dict.into_iter()
+            .chain(slots)
+            .flat_map(|d| match self.get(d) {
+                Node::Dict(pairs) => pairs.as_slice(),
+                _ => &[],
+            })
+            .copied()
+    }
+
     /// An integer value (bools count, as in Python).
     pub fn int(&self, id: Id) -> Option<i64> {
         match self.get(id) {
