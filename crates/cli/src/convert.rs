@@ -138,6 +138,25 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<ExitStatus> {
             }
         ));
     }
+    let outside = &converted.outside_state_dict;
+    if !outside.is_empty() {
+        let shown: Vec<String> = outside
+            .iter()
+            .take(MAX_SHOWN)
+            .map(|(n, held)| format!("{} ({})", printable(n, false), held.name()))
+            .collect();
+        let more = outside.len().saturating_sub(shown.len());
+        text.push_str(&format!(
+            "left out {} the TorchScript module's state_dict() does not list: {}{}\n",
+            plural(outside.len(), "tensor"),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
     crate::exit::print(&text)?;
     Ok(ExitStatus::Success)
 }

@@ -5,7 +5,9 @@
 //! `__metadata__` as `{removed: kept}`, the convention `safetensors.torch.save_model` uses.
 //! With a target dtype, floating-point tensors are cast as `Tensor.to(dtype)` casts them
 //! ([`crate::cast`]). The output is re-read and every tensor's elements compared with the
-//! input's (cast, where it was) before it is renamed into place.
+//! input's (cast, where it was) before it is renamed into place. A TorchScript archive is
+//! written as its module's `state_dict()`: its parameters and buffers, not the constants of
+//! its code or the attributes it keeps besides (which `load_state_dict` would not expect).
 
 use crate::cast::{cast_into, casts};
 use safetensors::tensor::{Dtype, View};
@@ -15,7 +17,7 @@ use std::path::{Path, PathBuf};
 use tensorplay_engine::elements::Elements;
 use tensorplay_engine::load;
 use tensorplay_engine::numeric::scan_checkpoint;
-use tensorplay_engine::{Checkpoint, DType, Format, Tensor};
+use tensorplay_engine::{Checkpoint, DType, Format, HeldAs, Tensor};
 
 /// Choices for a conversion.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +43,9 @@ pub struct Converted {
     pub aliases: BTreeMap<String, String>,
     /// Names that were views of a larger storage or not contiguous, now their own record.
     pub cloned: Vec<String>,
+    /// A TorchScript archive's tensors its module's `state_dict()` does not list, left out,
+    /// each with what the module holds it as.
+    pub outside_state_dict: Vec<(String, HeldAs)>,
     /// Bytes of tensor data written.
     pub bytes: u64,
     /// The files written: the output, or the shards and then the index.
@@ -141,6 +146,12 @@ pub enum ConvertError {
         /// The reason.
         source: std::io::Error,
     },
+}
+
+/// Whether a tensor of the input is written: every one but a TorchScript archive's tensors
+/// its module's `state_dict()` does not list.
+fn is_written(tensor: &Tensor) -> bool {
+    tensor.held_as().is_none_or(HeldAs::in_state_dict)
 }
 
 fn plural(n: usize) -> String {
@@ -250,7 +261,12 @@ pub fn to_safetensors(
     }
     if !options.allow_nonfinite {
         let scans = scan_checkpoint(ckpt, None);
-        for (i, t) in ckpt.tensors.iter().enumerate() {
+        for (i, t) in ckpt
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| is_written(t))
+        {
             if let Some(found) = scans.get(&i).filter(|s| !s.is_clean()) {
                 return Err(ConvertError::NonFinite {
                     path: path(),
@@ -268,7 +284,7 @@ pub fn to_safetensors(
         });
     }
     // The storage of a tensor with a lazy bit holds the values before conjugation/negation.
-    let lazy = ckpt.tensors.iter().find_map(|t| {
+    let lazy = ckpt.tensors.iter().filter(|t| is_written(t)).find_map(|t| {
         let imp = t.tensor_impl();
         let bit = if imp.is_conj() {
             "has its conjugate bit set"
@@ -332,10 +348,17 @@ pub fn to_safetensors(
             options.dtype,
         )?
     };
+    let outside_state_dict = ckpt
+        .tensors
+        .iter()
+        .filter_map(|t| Some((t.name().to_owned(), t.held_as()?)))
+        .filter(|(_, held)| !held.in_state_dict())
+        .collect();
     Ok(Converted {
         written,
         aliases,
         cloned,
+        outside_state_dict,
         bytes,
         files,
     })
@@ -497,7 +520,7 @@ fn records<'a>(
 ) -> Result<Records<'a>, ConvertError> {
     // Names that are the very same view: one record.
     let mut ties: BTreeMap<ViewKey<'_>, Vec<&str>> = BTreeMap::new();
-    for t in &ckpt.tensors {
+    for t in ckpt.tensors.iter().filter(|t| is_written(t)) {
         let imp = t.tensor_impl();
         let l = imp.layout();
         ties.entry((
@@ -526,7 +549,7 @@ fn records<'a>(
     for t in ckpt
         .tensors
         .iter()
-        .filter(|t| !aliases.contains_key(t.name()))
+        .filter(|t| is_written(t) && !aliases.contains_key(t.name()))
     {
         let imp = t.tensor_impl();
         let name = || t.name().to_owned();
@@ -622,7 +645,7 @@ fn verify(
         )));
     }
     let by_name: HashMap<&str, &Tensor> = back.tensors.iter().map(|t| (t.name(), t)).collect();
-    for t in &input.tensors {
+    for t in input.tensors.iter().filter(|t| is_written(t)) {
         let name = aliases.get(t.name()).map_or(t.name(), String::as_str);
         let copy = by_name
             .get(name)
