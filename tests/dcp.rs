@@ -72,12 +72,20 @@ fn window(whole: &[f64], shape: &[u64], offsets: &[u64], sizes: &[u64]) -> Vec<f
 }
 
 fn matches_truth(name: &str) {
-    let dir = format!("fixtures/dcp/{name}");
-    let truth = &read_json("fixtures/dcp/truth.json")[name];
+    matches_dcp_truth(
+        &format!("fixtures/dcp/{name}"),
+        &read_json("fixtures/dcp/truth.json")[name],
+    );
+}
+
+/// The DCP directory `dir` reads as its truth (make_dcp.py's `describe`) says DCP reads it:
+/// every tensor with its dtype, shape and chunks, each chunk's bytes in its item's range of
+/// the file the metadata names, holding the values `dcp.load` gave.
+pub(crate) fn matches_dcp_truth(dir: &str, truth: &Value) {
     // An item written through a transform is read from the bytes the transform gives back,
     // not from the file: its values are checked by `compressed_values_match_truth`.
     let transformed = truth.get("transforms").is_some();
-    let doc = inspect(&dir);
+    let doc = inspect(dir);
     assert_eq!(doc["format"], "torch-distributed");
     let expected = truth["tensors"].as_object().expect("tensors");
     let chunked = doc["chunked_tensors"].as_array().expect("chunked_tensors");

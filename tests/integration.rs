@@ -32,6 +32,7 @@ mod models;
 mod numpy;
 mod partition;
 mod presets;
+mod producers;
 mod pt2;
 mod pytorch;
 mod read_only;

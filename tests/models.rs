@@ -3,11 +3,9 @@
 //! passes them unless the file really has the hazard.
 
 use crate::common::{
-    checked_weights_only, global_names, read_json, root, stderr, stdout, tensorplay, TempConfig,
+    global_names, matches_inspect_truth, read_json, stderr, stdout, tensorplay, TempConfig,
 };
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use tensorplay_engine::load;
 
 const TRUTH: &str = "fixtures/models/truth.json";
 
@@ -95,38 +93,7 @@ fn inspect_reads_every_real_model_as_its_library_does() {
     let truth = truth();
     assert_eq!(truth.len(), 12, "{:?}", truth.keys());
     for (path, t) in &truth {
-        let out = tensorplay(&["inspect", "--format", "json", path]);
-        assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
-        let got: Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
-        let got = checked_weights_only(got, path);
-        assert_eq!(got, t["inspect"], "{path} differs from {TRUTH}");
-
-        // The bytes behind each storage (inflated, for the deflated archives) are torch's.
-        let ckpt = load::open(&root().join(path)).expect(path);
-        let sha = |bytes: &[u8]| format!("{:x}", Sha256::digest(bytes));
-        if let Some(expected) = t["bytes_sha256"].as_object() {
-            for tensor in &ckpt.tensors {
-                let bytes = tensor.tensor_impl().view_bytes().expect("host bytes");
-                assert_eq!(
-                    Some(sha(bytes).as_str()),
-                    expected[tensor.name()].as_str(),
-                    "{path}: {}",
-                    tensor.name()
-                );
-            }
-        } else {
-            let expected = t["storage_sha256"].as_object().expect("storage_sha256");
-            assert_eq!(ckpt.storages.len(), expected.len(), "{path}");
-            for s in &ckpt.storages {
-                let bytes = s.data_ptr().bytes().expect("host bytes");
-                assert_eq!(
-                    Some(sha(bytes).as_str()),
-                    expected[s.key()].as_str(),
-                    "{path}: storage {}",
-                    s.key()
-                );
-            }
-        }
+        matches_inspect_truth(path, t, TRUTH);
     }
 }
 

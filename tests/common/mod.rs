@@ -171,6 +171,47 @@ pub fn checked_weights_only(mut doc: serde_json::Value, path: &str) -> serde_jso
     doc
 }
 
+/// `inspect --format json PATH` equals the truth's `inspect` (a library's own reading, in the
+/// layout of `fixtures/models/truth.json`), with the weights-only verdict torch's, and the
+/// bytes behind each tensor (`bytes_sha256`) or storage (`storage_sha256`; inflated, for
+/// deflated archives) hash as the library read them.
+pub fn matches_inspect_truth(path: &str, truth: &serde_json::Value, truth_file: &str) {
+    use sha2::{Digest, Sha256};
+
+    let out = tensorplay(&["inspect", "--format", "json", path]);
+    assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
+    let got: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+    let got = checked_weights_only(got, path);
+    assert_eq!(got, truth["inspect"], "{path} differs from {truth_file}");
+
+    let ckpt = tensorplay_engine::load::open(&root().join(path)).expect(path);
+    let sha = |bytes: &[u8]| format!("{:x}", Sha256::digest(bytes));
+    if let Some(expected) = truth["bytes_sha256"].as_object() {
+        assert_eq!(ckpt.tensors.len(), expected.len(), "{path}");
+        for tensor in &ckpt.tensors {
+            let bytes = tensor.tensor_impl().view_bytes().expect("host bytes");
+            assert_eq!(
+                Some(sha(bytes).as_str()),
+                expected[tensor.name()].as_str(),
+                "{path}: {}",
+                tensor.name()
+            );
+        }
+    } else {
+        let expected = truth["storage_sha256"].as_object().expect("storage_sha256");
+        assert_eq!(ckpt.storages.len(), expected.len(), "{path}");
+        for s in &ckpt.storages {
+            let bytes = s.data_ptr().bytes().expect("host bytes");
+            assert_eq!(
+                Some(sha(bytes).as_str()),
+                expected[s.key()].as_str(),
+                "{path}: storage {}",
+                s.key()
+            );
+        }
+    }
+}
+
 /// `tensorplay inspect --format json PATH` (a file, index or directory), which must succeed.
 pub fn inspect_json(path: &str) -> serde_json::Value {
     let out = tensorplay(&["inspect", "--format", "json", path]);
