@@ -3,7 +3,8 @@
 //! passes them unless the file really has the hazard.
 
 use crate::common::{
-    global_names, matches_inspect_truth, read_json, stderr, stdout, tensorplay, TempConfig,
+    audit_report as audit, global_names, matches_inspect_truth, report_findings as findings,
+    stderr, stdout, tensorplay, truth_by_path, TempConfig,
 };
 use serde_json::Value;
 
@@ -44,38 +45,7 @@ const TIES: &[(&str, &[&str])] = &[
 ];
 
 fn truth() -> serde_json::Map<String, Value> {
-    read_json(TRUTH).as_object().expect("truth by path").clone()
-}
-
-/// `audit --format json ARGS`: exit code and report.
-fn audit(args: &[&str]) -> (Option<i32>, Value) {
-    let mut all = vec!["audit", "--format", "json"];
-    all.extend_from_slice(args);
-    let out = tensorplay(&all);
-    let report = serde_json::from_str(&stdout(&out))
-        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stderr(&out)));
-    (out.status.code(), report)
-}
-
-/// (path, code, severity, tensors) of every finding of a report.
-fn findings(report: &Value) -> Vec<(String, String, String, Vec<String>)> {
-    let mut all = Vec::new();
-    for file in report["files"].as_array().expect("files") {
-        for f in file["findings"].as_array().expect("findings") {
-            all.push((
-                file["path"].as_str().expect("path").to_owned(),
-                f["code"].as_str().expect("code").to_owned(),
-                f["severity"].as_str().expect("severity").to_owned(),
-                f["tensors"]
-                    .as_array()
-                    .expect("tensors")
-                    .iter()
-                    .map(|t| t.as_str().expect("name").to_owned())
-                    .collect(),
-            ));
-        }
-    }
-    all
+    truth_by_path(TRUTH)
 }
 
 fn message_of<'r>(report: &'r Value, code: &str, tensor: Option<&str>) -> &'r str {

@@ -3,7 +3,10 @@
 //! sentence-transformers, pytorch-ignite, torchaudio, torch.compile and FSDP2's DCP. tensorplay
 //! reads each as its library does, and the gate passes them all.
 
-use crate::common::{inspect_json, matches_inspect_truth, read_json, stderr, stdout, tensorplay};
+use crate::common::{
+    audit_report as audit, inspect_json, matches_inspect_truth, report_findings as findings,
+    truth_by_path,
+};
 use crate::dcp::matches_dcp_truth;
 use serde_json::Value;
 
@@ -30,33 +33,7 @@ const ORDINARY: &[&str] = &[
 ];
 
 fn truth() -> serde_json::Map<String, Value> {
-    read_json(TRUTH).as_object().expect("truth by path").clone()
-}
-
-/// `audit --format json ARGS`: exit code and report.
-fn audit(args: &[&str]) -> (Option<i32>, Value) {
-    let mut all = vec!["audit", "--format", "json"];
-    all.extend_from_slice(args);
-    let out = tensorplay(&all);
-    let report = serde_json::from_str(&stdout(&out))
-        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stderr(&out)));
-    (out.status.code(), report)
-}
-
-/// (path, code, severity, tensors) of every finding of a report.
-fn findings(report: &Value) -> Vec<(String, String, String, Vec<String>)> {
-    let mut all = Vec::new();
-    for file in report["files"].as_array().expect("files") {
-        for f in file["findings"].as_array().expect("findings") {
-            all.push((
-                file["path"].as_str().expect("path").to_owned(),
-                f["code"].as_str().expect("code").to_owned(),
-                f["severity"].as_str().expect("severity").to_owned(),
-                strings(&f["tensors"]),
-            ));
-        }
-    }
-    all
+    truth_by_path(TRUTH)
 }
 
 fn strings(v: &Value) -> Vec<String> {

@@ -212,6 +212,43 @@ pub fn matches_inspect_truth(path: &str, truth: &serde_json::Value, truth_file: 
     }
 }
 
+/// `audit --format json ARGS`: exit code and report.
+pub fn audit_report(args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut all = vec!["audit", "--format", "json"];
+    all.extend_from_slice(args);
+    let out = tensorplay(&all);
+    let report = serde_json::from_str(&stdout(&out))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stderr(&out)));
+    (out.status.code(), report)
+}
+
+/// (path, code, severity, tensors) of every finding of a report.
+pub fn report_findings(report: &serde_json::Value) -> Vec<(String, String, String, Vec<String>)> {
+    let mut all = Vec::new();
+    for file in report["files"].as_array().expect("files") {
+        for f in file["findings"].as_array().expect("findings") {
+            let tensors = f["tensors"].as_array().expect("tensors").iter();
+            all.push((
+                file["path"].as_str().expect("path").to_owned(),
+                f["code"].as_str().expect("code").to_owned(),
+                f["severity"].as_str().expect("severity").to_owned(),
+                tensors
+                    .map(|t| t.as_str().expect("name").to_owned())
+                    .collect(),
+            ));
+        }
+    }
+    all
+}
+
+/// A truth file keyed by fixture path (fixtures/models/, fixtures/producers/).
+pub fn truth_by_path(truth_file: &str) -> serde_json::Map<String, serde_json::Value> {
+    read_json(truth_file)
+        .as_object()
+        .expect("truth by path")
+        .clone()
+}
+
 /// `tensorplay inspect --format json PATH` (a file, index or directory), which must succeed.
 pub fn inspect_json(path: &str) -> serde_json::Value {
     let out = tensorplay(&["inspect", "--format", "json", path]);
