@@ -162,8 +162,12 @@ fn plural(n: usize) -> String {
     }
 }
 
-/// The safetensors code of a dtype, when safetensors has one.
+/// The safetensors code of a dtype, when safetensors has one. torch's `float4_e2m1fn_x2`
+/// (two values a byte) is `F4`, whose shape counts values: [`safetensors_shape`].
 fn safetensors_dtype(dtype: DType) -> Option<Dtype> {
+    if dtype == DType::Float4E2m1fnX2 {
+        return Some(Dtype::F4);
+    }
     const CODES: &[&str] = &[
         "BOOL",
         "U8",
@@ -189,6 +193,20 @@ fn safetensors_dtype(dtype: DType) -> Option<Dtype> {
         .iter()
         .find(|c| DType::from_safetensors_code(c) == Some(dtype))?;
     serde_json::from_value(serde_json::Value::String((*code).to_owned())).ok()
+}
+
+/// A tensor's shape as a safetensors header gives it: `F4` counts values, two a byte, where
+/// torch's `float4_e2m1fn_x2` counts bytes (the last dimension doubles).
+fn safetensors_shape(dtype: DType, sizes: &[u64]) -> Option<Vec<usize>> {
+    let mut shape = sizes
+        .iter()
+        .map(|&s| usize::try_from(s).ok())
+        .collect::<Option<Vec<_>>>()?;
+    if dtype == DType::Float4E2m1fnX2 {
+        let last = shape.last_mut()?;
+        *last = last.checked_mul(2)?;
+    }
+    Some(shape)
 }
 
 /// One tensor as the writer sees it: its elements gathered in logical order on demand, so
@@ -597,13 +615,15 @@ fn records<'a>(
                 });
             }
         }
-        let shape = imp
-            .layout()
-            .sizes()
-            .iter()
-            .map(|&s| usize::try_from(s))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| no_bytes("its shape does not fit in memory"))?;
+        if written_dtype == DType::Float4E2m1fnX2 && imp.layout().sizes().is_empty() {
+            return Err(ConvertError::Kind {
+                path: ckpt.path.clone(),
+                tensor: name(),
+                what: "is a float4_e2m1fn_x2 scalar (F4 holds two values a byte)".to_owned(),
+            });
+        }
+        let shape = safetensors_shape(written_dtype, imp.layout().sizes())
+            .ok_or_else(|| no_bytes("its shape does not fit in memory"))?;
         let whole = imp.storage().nbytes() == len as u64;
         if !imp.layout().is_contiguous() || !whole {
             cloned.push(name());
