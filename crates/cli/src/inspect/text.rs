@@ -195,33 +195,34 @@ fn held_as_counts(ckpt: &Checkpoint) -> String {
         HeldAs::SetState,
         HeldAs::Constant,
     ];
-    let counts: Vec<String> = ORDER
+    let mut counts = [0usize; ORDER.len()];
+    for held in ckpt.tensors.iter().filter_map(|t| t.held_as()) {
+        if let Some(i) = ORDER.iter().position(|&h| h == held) {
+            counts[i] += 1;
+        }
+    }
+    let said: Vec<String> = ORDER
         .iter()
-        .filter_map(|&held| {
-            let n = ckpt
-                .tensors
-                .iter()
-                .filter(|t| t.held_as() == Some(held))
-                .count();
-            (n > 0).then(|| match held {
-                HeldAs::SetState => format!("{n} for __setstate__"),
-                other => plural(n, other.name()),
-            })
+        .zip(counts)
+        .filter(|&(_, n)| n > 0)
+        .map(|(&held, n)| match held {
+            HeldAs::SetState => format!("{n} for __setstate__"),
+            other => plural(n, other.name()),
         })
         .collect();
-    let listed = ckpt
-        .tensors
+    let listed: usize = ORDER
         .iter()
-        .filter(|t| t.held_as().is_some_and(HeldAs::in_state_dict))
-        .count();
+        .zip(counts)
+        .filter(|(held, _)| held.in_state_dict())
+        .map(|(_, n)| n)
+        .sum();
     format!(
-        "held as: {} (state_dict() lists {} of {})",
-        if counts.is_empty() {
+        "held as: {} (state_dict() lists {listed} of {})",
+        if said.is_empty() {
             "nothing".to_owned()
         } else {
-            counts.join(", ")
+            said.join(", ")
         },
-        listed,
         plural(ckpt.tensors.len(), "tensor")
     )
 }

@@ -90,7 +90,7 @@ impl Scope {
         self
     }
 
-    /// Tensors read are held as `held_as` (TorchScript's constants and traced inputs).
+    /// Tensors read are held as `held_as` (TorchScript's constants).
     pub fn held_as(mut self, held_as: HeldAs) -> Self {
         self.held_as = Some(held_as);
         self
