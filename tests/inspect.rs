@@ -1,10 +1,10 @@
 //! `tensorplay inspect` against the truth the safetensors library wrote for each fixture.
 
 use crate::common::{
-    checked_weights_only, good_truth_files, read_json, root, stderr, stdout, tensorplay,
+    assert_bytes_as_truth, checked_weights_only, good_truth_files, read_json, root, stderr, stdout,
+    tensorplay,
 };
-use sha2::{Digest, Sha256};
-use tensorplay_engine::{load, Format, Owner};
+use tensorplay_engine::load;
 
 #[test]
 fn json_matches_the_library_truth_for_every_good_fixture() {
@@ -38,47 +38,7 @@ fn every_tensor_points_at_the_bytes_the_library_reads() {
             imp.verify_data_ptr_consistency(tensor.name())
                 .expect("consistent");
         }
-        let sha = |bytes: &[u8]| format!("{:x}", Sha256::digest(bytes));
-        if let Some(expected) = truth["bytes_sha256"].as_object() {
-            assert_eq!(ckpt.tensors.len(), expected.len(), "{path}");
-            for tensor in &ckpt.tensors {
-                let bytes = tensor.tensor_impl().view_bytes().expect("host bytes");
-                assert_eq!(
-                    Some(sha(bytes).as_str()),
-                    expected[tensor.name()].as_str(),
-                    "{path}: {}",
-                    tensor.name()
-                );
-            }
-        } else {
-            // Keys repeat across the shards of a set, so a set's truth keys them `shard:key`.
-            let expected = truth["storage_sha256"].as_object().expect("storage_sha256");
-            let key_of = |s: &tensorplay_engine::Storage| match (ckpt.format, s.data_ptr().owner())
-            {
-                (Format::PytorchIndex, Owner::Host { buffer, .. }) => {
-                    let shard = buffer
-                        .source()
-                        .file_name()
-                        .expect("shard file")
-                        .to_string_lossy();
-                    format!("{shard}:{}", s.key())
-                }
-                _ => s.key().to_owned(),
-            };
-            let with_bytes: Vec<_> = ckpt
-                .storages
-                .iter()
-                .filter_map(|s| Some((key_of(s), s.data_ptr().bytes()?)))
-                .collect();
-            assert_eq!(with_bytes.len(), expected.len(), "{path}");
-            for (key, bytes) in with_bytes {
-                assert_eq!(
-                    Some(sha(bytes).as_str()),
-                    expected.get(&key).and_then(|v| v.as_str()),
-                    "{path}: storage {key}"
-                );
-            }
-        }
+        assert_bytes_as_truth(path, &ckpt, &truth);
     }
 }
 

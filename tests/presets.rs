@@ -6,7 +6,7 @@
 
 use crate::common::{
     audit_json as audit, audit_json_with, error_findings, global_names, inspect_json, read_json,
-    stdout, tensorplay, TempConfig,
+    stdout, strings, tensorplay, TempConfig,
 };
 use serde_json::Value;
 
@@ -27,14 +27,6 @@ fn files(truth: &Value, bad: bool) -> Vec<(String, Value)> {
         .collect();
     assert!(files.len() >= 5, "{} files", files.len());
     files
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .expect("list")
-        .iter()
-        .map(|s| s.as_str().expect("string").to_owned())
-        .collect()
 }
 
 /// How TP501's message names the library that wrote `preset`'s files, at the version

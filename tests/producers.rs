@@ -5,7 +5,7 @@
 
 use crate::common::{
     audit_report as audit, inspect_json, matches_inspect_truth, report_findings as findings,
-    truth_by_path,
+    strings, truth_by_path,
 };
 use crate::dcp::matches_dcp_truth;
 use serde_json::Value;
@@ -34,14 +34,6 @@ const ORDINARY: &[&str] = &[
 
 fn truth() -> serde_json::Map<String, Value> {
     truth_by_path(TRUTH)
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|s| s.as_str().expect("string").to_owned())
-        .collect()
 }
 
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {

@@ -4,19 +4,11 @@
 //! what the file shows of the tensor objects, and what it shows is what torch's own loader
 //! gives back (the truths' `torch_ties`, `ties` and `same_object`).
 
-use crate::common::{audit_json, read_json, stderr, tensorplay};
+use crate::common::{audit_json, read_json, stderr, strings, tensorplay};
 use serde_json::Value;
 
 /// A finding as compared here: code, severity, tensors, message.
 type Found = (String, String, Vec<String>, String);
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|s| s.as_str().expect("string").to_owned())
-        .collect()
-}
 
 fn findings(path: &str) -> Vec<Found> {
     audit_json(path)["files"][0]["findings"]

@@ -176,8 +176,6 @@ pub fn checked_weights_only(mut doc: serde_json::Value, path: &str) -> serde_jso
 /// bytes behind each tensor (`bytes_sha256`) or storage (`storage_sha256`; inflated, for
 /// deflated archives) hash as the library read them.
 pub fn matches_inspect_truth(path: &str, truth: &serde_json::Value, truth_file: &str) {
-    use sha2::{Digest, Sha256};
-
     let out = tensorplay(&["inspect", "--format", "json", path]);
     assert_eq!(out.status.code(), Some(0), "{path}: {}", stderr(&out));
     let got: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
@@ -185,6 +183,19 @@ pub fn matches_inspect_truth(path: &str, truth: &serde_json::Value, truth_file: 
     assert_eq!(got, truth["inspect"], "{path} differs from {truth_file}");
 
     let ckpt = tensorplay_engine::load::open(&root().join(path)).expect(path);
+    assert_bytes_as_truth(path, &ckpt, truth);
+}
+
+/// The bytes behind each tensor (`bytes_sha256`) or storage (`storage_sha256`, by key; a
+/// sharded set's as `shard:key`, keys repeating across shards) hash as the truth says.
+pub fn assert_bytes_as_truth(
+    path: &str,
+    ckpt: &tensorplay_engine::Checkpoint,
+    truth: &serde_json::Value,
+) {
+    use sha2::{Digest, Sha256};
+    use tensorplay_engine::{Format, Owner};
+
     let sha = |bytes: &[u8]| format!("{:x}", Sha256::digest(bytes));
     if let Some(expected) = truth["bytes_sha256"].as_object() {
         assert_eq!(ckpt.tensors.len(), expected.len(), "{path}");
@@ -197,19 +208,43 @@ pub fn matches_inspect_truth(path: &str, truth: &serde_json::Value, truth_file: 
                 tensor.name()
             );
         }
-    } else {
-        let expected = truth["storage_sha256"].as_object().expect("storage_sha256");
-        assert_eq!(ckpt.storages.len(), expected.len(), "{path}");
-        for s in &ckpt.storages {
-            let bytes = s.data_ptr().bytes().expect("host bytes");
-            assert_eq!(
-                Some(sha(bytes).as_str()),
-                expected[s.key()].as_str(),
-                "{path}: storage {}",
-                s.key()
-            );
-        }
+        return;
     }
+    let expected = truth["storage_sha256"].as_object().expect("storage_sha256");
+    let key_of = |s: &tensorplay_engine::Storage| match (ckpt.format, s.data_ptr().owner()) {
+        (Format::PytorchIndex, Owner::Host { buffer, .. }) => {
+            let shard = buffer
+                .source()
+                .file_name()
+                .expect("shard file")
+                .to_string_lossy();
+            format!("{shard}:{}", s.key())
+        }
+        _ => s.key().to_owned(),
+    };
+    // Meta storages hold no bytes, and the truth none for them.
+    let with_bytes: Vec<_> = ckpt
+        .storages
+        .iter()
+        .filter_map(|s| Some((key_of(s), s.data_ptr().bytes()?)))
+        .collect();
+    assert_eq!(with_bytes.len(), expected.len(), "{path}");
+    for (key, bytes) in with_bytes {
+        assert_eq!(
+            Some(sha(bytes).as_str()),
+            expected.get(&key).and_then(|v| v.as_str()),
+            "{path}: storage {key}"
+        );
+    }
+}
+
+/// A JSON array of strings.
+pub fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|s| s.as_str().expect("string").to_owned())
+        .collect()
 }
 
 /// `audit --format json ARGS`: exit code and report.
@@ -227,14 +262,11 @@ pub fn report_findings(report: &serde_json::Value) -> Vec<(String, String, Strin
     let mut all = Vec::new();
     for file in report["files"].as_array().expect("files") {
         for f in file["findings"].as_array().expect("findings") {
-            let tensors = f["tensors"].as_array().expect("tensors").iter();
             all.push((
                 file["path"].as_str().expect("path").to_owned(),
                 f["code"].as_str().expect("code").to_owned(),
                 f["severity"].as_str().expect("severity").to_owned(),
-                tensors
-                    .map(|t| t.as_str().expect("name").to_owned())
-                    .collect(),
+                strings(&f["tensors"]),
             ));
         }
     }
