@@ -25,11 +25,9 @@ pub(crate) enum Stop {
 /// What a walk found.
 #[derive(Debug, Default)]
 pub(crate) struct Named {
-    /// Strided tensors by name.
-    pub tensors: Vec<(String, Id)>,
-    /// What each of `tensors` is held as, walking a TorchScript archive's objects (empty
-    /// for any other walk).
-    pub held_as: Vec<Option<HeldAs>>,
+    /// Strided tensors by name, each with what a TorchScript archive's object holds it as
+    /// (`None` in any other walk).
+    pub tensors: Vec<(String, Id, Option<HeldAs>)>,
     /// Sparse, nested and wrapper tensors by name; their components are among `tensors`
     /// as `name.role`.
     pub composites: Vec<(String, Id)>,
@@ -181,16 +179,14 @@ impl Walk<'_> {
     /// Keeps `name` for tensor `id`, charged against the memory budget.
     fn keep(&mut self, name: String, id: Id) -> Result<(), Stop> {
         self.charge(&name)?;
-        self.out.tensors.push((name, id));
-        if self.declared.is_some() {
-            let held_as = self.held_as();
-            self.out.held_as.push(held_as);
-        }
+        let held_as = self.held_as();
+        self.out.tensors.push((name, id, held_as));
         Ok(())
     }
 
     /// What the tensor being visited is held as: the attribute's declaration when it is the
-    /// attribute's value, an attribute when it is inside one (a list of tensors).
+    /// attribute's value, an attribute when it is inside one (a list of tensors); `None`
+    /// outside a TorchScript object.
     fn held_as(&self) -> Option<HeldAs> {
         let (held_as, depth) = self.place?;
         Some(match held_as {
@@ -334,11 +330,12 @@ impl Walk<'_> {
                     }
                     return Ok(());
                 }
+                let declarations = self
+                    .declared
+                    .zip(class)
+                    .map(|(declared, (module, class))| declared.class(module, class));
                 for &(k, v) in attrs {
-                    let place = self.declared.zip(class).map(|(declared, (module, class))| {
-                        let attr = heap.str(k).unwrap_or_default();
-                        declared.held_as(module, class, attr)
-                    });
+                    let place = declarations.map(|d| d.held_as(heap.str(k).unwrap_or_default()));
                     self.visit_child_at(place, v, name, || key_text(heap, k))?;
                 }
                 Ok(())

@@ -177,7 +177,6 @@ fn add_unpickled(
     )?;
     let Named {
         tensors: names,
-        held_as,
         composites,
         storages: saved_alone,
         left_out,
@@ -185,11 +184,12 @@ fn add_unpickled(
     sink.add_left_out(left_out.count, left_out.names);
     // The names stay with the checkpoint: held for the rest of the read, so the next stream
     // or shard has that much less.
-    let entry = std::mem::size_of::<(String, Id)>() as u64;
+    let entry = std::mem::size_of::<(String, Id, Option<HeldAs>)>() as u64;
     let kept = names
         .iter()
-        .chain(&composites)
-        .fold(0u64, |acc, (name, _)| {
+        .map(|(name, ..)| name)
+        .chain(composites.iter().map(|(name, _)| name))
+        .fold(0u64, |acc, name| {
             acc.saturating_add(name.len() as u64).saturating_add(entry)
         });
     sink.meter().hold(member.path, kept, || {
@@ -200,7 +200,7 @@ fn add_unpickled(
     // What the layers need is taken out of the stream's values, and the values freed before
     // the layers are made: a hundred thousand tensors' worth of both need not be held at once.
     let heap = &mut member.unpickled.heap;
-    let specs = Specs::take(heap, names, held_as, &records);
+    let specs = Specs::take(heap, names, &records);
     records.learn_dtypes(&specs);
     let composites = composite_specs(heap, composites);
     drop(std::mem::take(heap));
@@ -374,19 +374,16 @@ struct Specs {
 impl Specs {
     fn take(
         heap: &mut Heap,
-        names: Vec<(String, Id)>,
-        held_as: Vec<Option<HeldAs>>,
+        names: Vec<(String, Id, Option<HeldAs>)>,
         records: &StorageRecords,
     ) -> Self {
         let mut slot_of: IdMap<u32> =
             IdMap::with_capacity_and_hasher(names.len(), Default::default());
         let mut slots = Vec::with_capacity(names.len());
         // Collected in place of `names`, as the values are of one size.
-        let mut held_as = held_as.into_iter();
         let names = names
             .into_iter()
-            .filter_map(|(name, id)| {
-                let held_as = held_as.next().flatten();
+            .filter_map(|(name, id, held_as)| {
                 let slot = match slot_of.get(&id) {
                     Some(&slot) => slot,
                     None => {

@@ -72,8 +72,9 @@ pub(crate) struct Declared {
     classes: HashMap<(String, String), Declarations>,
 }
 
+/// The attributes one class declares as parameters and as buffers.
 #[derive(Debug, Default)]
-struct Declarations {
+pub(crate) struct Declarations {
     parameters: Vec<String>,
     buffers: Vec<String>,
 }
@@ -114,16 +115,24 @@ impl Declared {
         done(class, &mut self.classes);
     }
 
-    /// What an object of class `module.class` holds its attribute `attr` as.
-    pub(crate) fn held_as(&self, module: &str, class: &str, attr: &str) -> HeldAs {
-        let key = (module.to_ascii_lowercase(), class.to_owned());
-        let Some(found) = self.classes.get(&key) else {
-            return HeldAs::Attribute;
+    /// What class `module.class` declares; nothing for a class the code does not define.
+    pub(crate) fn class(&self, module: &str, class: &str) -> &Declarations {
+        static NOTHING: Declarations = Declarations {
+            parameters: Vec::new(),
+            buffers: Vec::new(),
         };
+        let key = (module.to_ascii_lowercase(), class.to_owned());
+        self.classes.get(&key).unwrap_or(&NOTHING)
+    }
+}
+
+impl Declarations {
+    /// What an object of the class holds its attribute `attr` as.
+    pub(crate) fn held_as(&self, attr: &str) -> HeldAs {
         let has = |names: &[String]| names.iter().any(|n| n == attr);
-        if has(&found.parameters) {
+        if has(&self.parameters) {
             HeldAs::Parameter
-        } else if has(&found.buffers) {
+        } else if has(&self.buffers) {
             HeldAs::Buffer
         } else {
             HeldAs::Attribute
@@ -749,7 +758,7 @@ mod tests {
               __buffers__ = [\"running\", ]\n  weight : Tensor\n  def forward(self):\n    \
               return None\nclass N(Module):\n  __parameters__ = []\n  __buffers__ = []\n",
         );
-        let held = |class: &str, attr: &str| declared.held_as("__torch__.a.b", class, attr);
+        let held = |class: &str, attr: &str| declared.class("__torch__.a.b", class).held_as(attr);
         assert_eq!(held("M", "weight"), HeldAs::Parameter);
         assert_eq!(held("M", "bias"), HeldAs::Parameter);
         assert_eq!(held("M", "running"), HeldAs::Buffer);
@@ -757,7 +766,7 @@ mod tests {
         assert_eq!(held("N", "weight"), HeldAs::Attribute);
         // Another module, or a class the code does not define: nothing is declared.
         assert_eq!(
-            declared.held_as("__torch__.a.c", "M", "weight"),
+            declared.class("__torch__.a.c", "M").held_as("weight"),
             HeldAs::Attribute
         );
     }
