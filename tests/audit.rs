@@ -1015,7 +1015,7 @@ fn a_file_declared_not_a_checkpoint_is_skipped_even_when_named() {
     assert_eq!(report["files"], serde_json::json!([]));
     assert_eq!(
         report["skipped"],
-        serde_json::json!([{"path": "tokenizer/vocab.bin", "reason": reason}])
+        serde_json::json!([{"path": "tokenizer/vocab.bin", "reason": reason, "rule": "declared"}])
     );
     assert_eq!(report["summary"]["passed"], true);
     assert!(

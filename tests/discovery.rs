@@ -510,3 +510,115 @@ fn a_file_named_and_walked_is_audited_once() {
     assert_eq!(named.len(), 1);
     assert!(!paths(&r, "skipped").contains(&path));
 }
+
+/// A directory holding one file of every kind a loader accepts, each under an extension-less
+/// or misleading name: every one is audited, whatever its name says; only what no loader
+/// accepts is skipped, with the rule that excluded it.
+#[test]
+fn every_file_a_loader_accepts_is_audited_whatever_its_name() {
+    let dir = crate::common::TempDir::new("discovery-every-loader");
+    let tree = dir.0.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    let copy = |from: &str, to: &str| {
+        std::fs::copy(root().join(from), tree.join(to)).unwrap_or_else(|e| panic!("{from}: {e}"));
+        to.to_owned()
+    };
+    let mut audited = vec![
+        copy("fixtures/safetensors/basic.safetensors", "weights"),
+        copy("fixtures/numpy/float32_c.npy", "array.txt"),
+        copy("fixtures/numpy/two.npz", "archive.json"),
+        copy("fixtures/gguf/metadata.gguf", "model.png"),
+        copy("fixtures/pytorch/state_dict.pt", "pytorch_model"),
+        copy("fixtures/pytorch/torchscript.pt", "script.md"),
+        copy("fixtures/pt2/tiny.pt2", "exported"),
+        copy("fixtures/pytorch/legacy_state_dict.pt", "legacy.cfg"),
+        copy("fixtures/hostile/legacy/tar_clean.pt", "old.txt"),
+        copy("fixtures/hostile/discovery/model.pkl", "model_state"),
+        copy("fixtures/hostile/discovery/arrays_protocol0", "notes"),
+    ];
+    // joblib: plain and every compressor joblib.load picks by magic.
+    let mut joblib: Vec<_> = std::fs::read_dir(root().join("fixtures/joblib"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.contains(".joblib"))
+        .collect();
+    joblib.sort();
+    assert!(joblib.len() >= 8, "{joblib:?}");
+    for (i, name) in joblib.iter().enumerate() {
+        audited.push(copy(
+            &format!("fixtures/joblib/{name}"),
+            &format!("sk_{i}.log"),
+        ));
+    }
+    // A pickle whose first operand is longer than any window.
+    let mut long = vec![b'X'];
+    long.extend(600u32.to_le_bytes());
+    long.extend([b'a'; 600]);
+    long.extend(b"0(dp0\nVa\np1\nI1\ns.");
+    std::fs::write(tree.join("model_state.bak"), long).unwrap();
+    audited.push("model_state.bak".into());
+    // A torch.distributed.checkpoint directory under a plain name: one checkpoint.
+    std::fs::create_dir_all(tree.join("ckpt")).unwrap();
+    for f in [".metadata", "__0_0.distcp"] {
+        copy(&format!("fixtures/dcp/plain/{f}"), &format!("ckpt/{f}"));
+    }
+    audited.push("ckpt".into());
+
+    let not_checkpoints = [
+        ("README", &b"Some text about the model.\n"[..], "no-loader"),
+        ("config.json", &b"{\"hidden_size\": 8}"[..], "not-an-index"),
+        // A gzip stream of text: joblib.load inflates it and fails to unpickle, running nothing.
+        (
+            "data.gz",
+            &b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\x0b\xc9\xc8\x2c\x56\x00\xa2\x44\x85\x92\xd4\x8a\x12\x00\xf9\x46\x8e\x23\x0e\x00\x00\x00"[..],
+            "no-loader",
+        ),
+        ("empty", &b""[..], "no-loader"),
+    ];
+    for (name, bytes, _) in &not_checkpoints {
+        std::fs::write(tree.join(name), bytes).unwrap();
+    }
+
+    let t = tree.to_str().unwrap();
+    // Absolute paths: run from the repository; its report is larger than a pipe holds, so
+    // read as it is written (`run_in` waits first).
+    let out = crate::common::tensorplay(&["audit", "--ci-mode", "--fail-on", "never", t]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON report");
+    let files = paths(&report, "files");
+    for name in &audited {
+        assert!(
+            files.contains(&format!("{t}/{name}")),
+            "{name} not audited: {report:#}"
+        );
+    }
+    assert_eq!(files.len(), audited.len(), "{files:#?}");
+    for (name, _, rule) in not_checkpoints {
+        let skipped = report["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["path"] == format!("{t}/{name}"))
+            .unwrap_or_else(|| panic!("{name} is not skipped: {report:#}"));
+        assert_eq!(skipped["rule"], rule, "{skipped}");
+    }
+    // Each is read as what it is, not refused for its name (an old tar archive is audited and
+    // refused whatever its name: tensorplay reads its pickles only).
+    let tar = format!("{t}/old.txt");
+    for f in report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"] != tar)
+    {
+        let codes: Vec<_> = findings(f)
+            .into_iter()
+            .map(|(code, m)| format!("{code} {m}"))
+            .collect();
+        assert!(
+            !codes.iter().any(|c| c.starts_with("TP502")),
+            "{}: {codes:?}",
+            f["path"]
+        );
+    }
+}

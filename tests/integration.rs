@@ -9,6 +9,7 @@ mod architecture;
 mod audit;
 mod bad_input;
 mod budget;
+mod bypass;
 mod color;
 mod convert;
 mod dcp;

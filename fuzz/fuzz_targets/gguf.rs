@@ -4,8 +4,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use tensorplay_engine::load::{read_buffer_as, Sniffed};
+use tensorplay_engine::Format;
 use tensorplay_fuzz::{buffer, consume, limits};
 
 fuzz_target!(|data: &[u8]| {
-    consume(read_buffer_as(Sniffed::Gguf, &buffer(data), limits()));
+    consume(read_buffer_as(
+        Sniffed::Format(Format::Gguf),
+        &buffer(data),
+        limits(),
+    ));
 });

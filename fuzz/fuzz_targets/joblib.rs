@@ -6,10 +6,19 @@
 
 use libfuzzer_sys::fuzz_target;
 use tensorplay_engine::load::{read_buffer_as, Sniffed};
+use tensorplay_engine::Format;
 use tensorplay_fuzz::{buffer, consume, limits};
 
 fuzz_target!(|data: &[u8]| {
     let buffer = buffer(data);
-    consume(read_buffer_as(Sniffed::Pickle, &buffer, limits()));
-    consume(read_buffer_as(Sniffed::Joblib, &buffer, limits()));
+    consume(read_buffer_as(
+        Sniffed::Format(Format::Pickle),
+        &buffer,
+        limits(),
+    ));
+    consume(read_buffer_as(
+        Sniffed::Format(Format::Joblib),
+        &buffer,
+        limits(),
+    ));
 });

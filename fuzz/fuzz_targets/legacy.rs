@@ -4,12 +4,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use tensorplay_engine::load::{read_buffer_as, sniff, Sniffed};
+use tensorplay_engine::Format;
 use tensorplay_fuzz::{buffer, consume, limits};
 
 fuzz_target!(|data: &[u8]| {
     let kind = match sniff(data) {
         Sniffed::Tar => Sniffed::Tar,
-        _ => Sniffed::LegacyPickle,
+        _ => Sniffed::Format(Format::PytorchLegacy),
     };
     consume(read_buffer_as(kind, &buffer(data), limits()));
 });

@@ -6,10 +6,15 @@ use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 use tensorplay_engine::load::{read_buffer_as, Sniffed};
 use tensorplay_engine::pickle::{unpickle, Budget, Loader};
+use tensorplay_engine::Format;
 use tensorplay_fuzz::{buffer, consume, limits, MAX_MEMORY};
 
 fuzz_target!(|data: &[u8]| {
-    consume(read_buffer_as(Sniffed::Pickle, &buffer(data), limits()));
+    consume(read_buffer_as(
+        Sniffed::Format(Format::Pickle),
+        &buffer(data),
+        limits(),
+    ));
     let budget = Budget {
         max_memory: MAX_MEMORY,
         ..Budget::default()

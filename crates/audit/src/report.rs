@@ -258,6 +258,30 @@ pub struct Skipped {
     pub path: String,
     /// Why.
     pub reason: String,
+    /// The discovery rule that excluded it.
+    pub rule: SkipRule,
+}
+
+/// Why discovery passes a file over: a file any loader would open is never one of these
+/// unless it is audited another way (through its index, its directory, another path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SkipRule {
+    /// No loader accepts its bytes (text, images, compressed data that holds no pickle…).
+    NoLoader,
+    /// JSON that is no checkpoint index.
+    NotAnIndex,
+    /// Another path to the same file is audited.
+    SameFile,
+    /// A shard, audited through its index.
+    Shard,
+    /// A file of a checkpoint directory, audited as a whole.
+    DirectoryPart,
+    /// Declared not a checkpoint in `tensorplay.toml`.
+    Declared,
+    /// Not a regular file, a directory that cannot be read, a loop or a directory walked
+    /// already.
+    NotWalked,
 }
 
 impl Report {

@@ -8,30 +8,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tensorplay_audit::config::Config;
-use tensorplay_audit::report::Skipped;
+use tensorplay_audit::report::{SkipRule, Skipped};
 use tensorplay_engine::files;
 use tensorplay_engine::load::{self, Probe, ShardIndex, Sniffed};
-
-/// Extensions that say a file was meant to be a checkpoint. Content alone picks the reader;
-/// the extension only decides whether unrecognised content is a corrupt checkpoint (audited,
-/// TP502) or some other file in the folder (skipped).
-const CHECKPOINT_EXTENSIONS: &[&str] = &[
-    "safetensors",
-    "pt",
-    "pt2",
-    "pth",
-    "bin",
-    "ckpt",
-    "pkl",
-    "pickle",
-    "joblib",
-    "dill",
-    "tar",
-    "distcp",
-    "npy",
-    "npz",
-    "gguf",
-];
 
 /// What to audit and what was passed over.
 #[derive(Debug, Default)]
@@ -141,25 +120,41 @@ impl Walk {
     fn dir(&mut self, dir: &Path, ancestors: &mut Vec<PathBuf>) {
         let real = match dir.canonicalize() {
             Ok(real) => real,
-            Err(e) => return self.skip(dir, format!("cannot read directory: {e}")),
+            Err(e) => {
+                return self.skip(
+                    dir,
+                    SkipRule::NotWalked,
+                    format!("cannot read directory: {e}"),
+                )
+            }
         };
         if let Some(first) = self.walked.get(&real) {
             let reason = match ancestors.contains(&real) {
                 true => format!("symlink loop: leads back to {}", first.display()),
                 false => format!("directory already walked as {}", first.display()),
             };
-            return self.skip(dir, reason);
+            return self.skip(dir, SkipRule::NotWalked, reason);
         }
         self.walked.insert(real.clone(), dir.to_owned());
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
-            Err(e) => return self.skip(dir, format!("cannot read directory: {e}")),
+            Err(e) => {
+                return self.skip(
+                    dir,
+                    SkipRule::NotWalked,
+                    format!("cannot read directory: {e}"),
+                )
+            }
         };
         let mut paths = Vec::new();
         for entry in entries {
             match entry {
                 Ok(entry) => paths.push(entry.path()),
-                Err(e) => self.skip(dir, format!("a directory entry cannot be read: {e}")),
+                Err(e) => self.skip(
+                    dir,
+                    SkipRule::NotWalked,
+                    format!("a directory entry cannot be read: {e}"),
+                ),
             }
         }
         paths.sort();
@@ -167,15 +162,15 @@ impl Walk {
         ancestors.push(real);
         for path in paths {
             if let Some(reason) = parts.as_ref().and_then(|parts| parts(&path)) {
-                self.skip(&path, reason);
+                self.skip(&path, SkipRule::DirectoryPart, reason);
                 continue;
             }
             match std::fs::metadata(&path) {
                 Ok(meta) if meta.is_dir() => self.dir(&path, ancestors),
                 Ok(meta) if meta.is_file() => self.file(&path, false),
-                Ok(meta) => self.skip(&path, not_regular(&meta)),
+                Ok(meta) => self.skip(&path, SkipRule::NotWalked, not_regular(&meta)),
                 Err(_) if is_symlink(&path) => self.broken_link(&path),
-                Err(e) => self.skip(&path, format!("cannot read: {e}")),
+                Err(e) => self.skip(&path, SkipRule::NotWalked, format!("cannot read: {e}")),
             }
         }
         ancestors.pop();
@@ -189,7 +184,7 @@ impl Walk {
         let parts = self.checkpoint_directory(dir);
         for path in paths {
             if let Some(reason) = parts.as_ref().and_then(|parts| parts(&path)) {
-                self.skip(&path, reason);
+                self.skip(&path, SkipRule::DirectoryPart, reason);
             } else if files::is_dir(&path) {
                 self.remote_dir(&path);
             } else {
@@ -231,8 +226,8 @@ impl Walk {
     }
 
     /// Skipped, with the link's target when the path is a symlink.
-    fn skip(&mut self, path: &Path, reason: String) {
-        self.found.skipped.push(skipped(path, reason));
+    fn skip(&mut self, path: &Path, rule: SkipRule, reason: String) {
+        self.found.skipped.push(skipped(path, rule, reason));
     }
 
     /// Looks at each file once. Of the paths reaching one file, the one named on the command
@@ -249,7 +244,8 @@ impl Walk {
                 // The same path twice (named, and found in a named directory): once is enough.
                 Some(first) if first.path == file.path => {}
                 Some(first) if first.real == file.real => {
-                    self.skip(&file.path, format!("same file as {}", first.path.display()))
+                    let reason = format!("same file as {}", first.path.display());
+                    self.skip(&file.path, SkipRule::SameFile, reason)
                 }
                 _ => {
                     audited = Some(file);
@@ -260,35 +256,43 @@ impl Walk {
         self.found
     }
 
+    /// Audits a file that any loader accepts, or that was meant as a checkpoint (named so, or
+    /// on the command line); skips only what no loader accepts, with the rule that says so. A
+    /// file that cannot be looked at is audited, and fails saying why (fail closed).
     fn classify(&mut self, file: &Reached) {
         let path = &file.path;
         let target = Target::probe(path.clone());
         if file.named {
             return self.found.checkpoints.push(target);
         }
-        let meant_as_checkpoint = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| CHECKPOINT_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
+        let meant_as_checkpoint = load::named_as_checkpoint(path);
         let named_as_index = path.to_string_lossy().ends_with(".index.json");
         match &target.probe {
             Ok(p)
                 if p.sniffed() == Sniffed::JsonIndex && p.index().is_none() && !named_as_index =>
             {
-                self.skip(path, "JSON, not a checkpoint index".into())
+                self.skip(
+                    path,
+                    SkipRule::NotAnIndex,
+                    "JSON, not a checkpoint index".into(),
+                )
             }
             Ok(p) if p.sniffed() != Sniffed::Unknown => self.found.checkpoints.push(target),
             _ if meant_as_checkpoint || named_as_index => self.found.checkpoints.push(target),
-            Ok(_) => self.skip(path, "not a checkpoint (unrecognised content)".into()),
-            Err(e) => {
-                let reason = e.to_string();
-                self.skip(path, reason)
+            Ok(_) => self.skip(
+                path,
+                SkipRule::NoLoader,
+                "not a checkpoint: no loader accepts its bytes".into(),
+            ),
+            Err(tensorplay_engine::Error::Empty { .. }) => {
+                self.skip(path, SkipRule::NoLoader, "not a checkpoint: empty".into())
             }
+            Err(_) => self.found.checkpoints.push(target),
         }
     }
 }
 
-fn skipped(path: &Path, reason: String) -> Skipped {
+fn skipped(path: &Path, rule: SkipRule, reason: String) -> Skipped {
     let reason = match std::fs::read_link(path) {
         Ok(target) => format!("{reason} (symlink to {})", target.display()),
         Err(_) => reason,
@@ -296,6 +300,7 @@ fn skipped(path: &Path, reason: String) -> Skipped {
     Skipped {
         path: path.display().to_string(),
         reason,
+        rule,
     }
 }
 
@@ -343,7 +348,9 @@ pub fn skip_declared(found: &mut Discovered, config: &Config) -> usize {
         match config.skip_reason(&target.path.display().to_string()) {
             Some(reason) => {
                 declared += 1;
-                found.skipped.push(skipped(&target.path, reason));
+                found
+                    .skipped
+                    .push(skipped(&target.path, SkipRule::Declared, reason));
             }
             None => kept.push(target),
         }
@@ -375,9 +382,11 @@ fn drop_covered_shards(found: &mut Discovered) {
         let c = canonical(&target.path);
         match covered.iter().find(|(shard, _)| *shard == c) {
             // An index listed as another's shard is still audited as an index.
-            Some((_, index)) if target.index().is_none() => found
-                .skipped
-                .push(skipped(&target.path, format!("shard of {index}"))),
+            Some((_, index)) if target.index().is_none() => found.skipped.push(skipped(
+                &target.path,
+                SkipRule::Shard,
+                format!("shard of {index}"),
+            )),
             _ => kept.push(target),
         }
     }

@@ -30,13 +30,16 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The bytes of the file at `path`.
+/// The bytes of the file at `path`; through a broken symlink, an error naming its target.
 pub(crate) fn open(path: &Path) -> Result<Arc<HostBuffer>> {
     #[cfg(target_os = "linux")]
     if let Some(mounted) = remote::mounted(path) {
         return mounted.open();
     }
-    HostBuffer::map_file(path)
+    HostBuffer::map_file(path).map_err(|e| match e {
+        Error::Io { source, .. } => open_error(path, source),
+        e => e,
+    })
 }
 
 /// Up to `max` leading bytes of the file at `path`, without mapping a local file.

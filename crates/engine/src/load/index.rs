@@ -2,6 +2,8 @@
 //! reading the index, and checking it against what the shards hold.
 
 use super::json::Entries;
+use super::table::{Accepts, FileRule, Row};
+use super::Sniffed;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -9,6 +11,22 @@ use std::path::{Component, Path, PathBuf};
 
 /// Indexes are small; a larger file is not an index.
 const MAX_INDEX_LEN: u64 = 64 << 20;
+
+/// JSON: a sharded checkpoint's index when it parses as one (read through its shards), else
+/// no checkpoint. No loader's other input begins with `{` (no pickle opcode is `{`).
+pub(crate) const ROW: Row = Row {
+    what: "JSON",
+    loader: "transformers (from_pretrained)",
+    extensions: &[],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::JsonIndex,
+        accepts: |bytes| {
+            let text = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+            text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+        },
+        read: None,
+    }),
+};
 
 /// A parsed index: which shard holds each tensor.
 #[derive(Debug)]

@@ -15,8 +15,9 @@
 //! [`Arrays`], so those arrays are tensors over the file's bytes and the file is a joblib one.
 
 use super::joblib::{Arrays, InlineStorages};
+use super::table::{Accepts, FileReader, FileRule, Row};
 use super::torch::{add_member, Member, StorageRecord, StorageSource};
-use super::{pickle_start, Scope, Sink};
+use super::{pickle_start, Scope, Sink, Sniffed};
 use crate::error::{Error, Result};
 use crate::pickle::allowlist::Loader;
 use crate::pickle::weights_only::{replay, Persistent};
@@ -27,6 +28,24 @@ use std::sync::Arc;
 
 /// The member name plain pickles report positions under; positions are file offsets.
 pub const MEMBER: &str = "<pickle>";
+
+/// Whatever CPython's unpickler would run: `pickle.load`, and `np.load`'s, `joblib.load`'s and
+/// `torch.load`'s fallback for what their other rules do not take (joblib's uncompressed files
+/// among them).
+pub(crate) const ROW: Row = Row {
+    what: "a plain pickle",
+    loader: "pickle.load",
+    extensions: &["pkl", "pickle", "dill"],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Format(Format::Pickle),
+        accepts: pickle_start::begins_pickle,
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::PytorchIndex,
+            reads_pickle: true,
+        }),
+    }),
+};
 
 /// Reads every stream of one plain pickle file through `sink`. `pickle.load` stops at the first
 /// STOP, but a caller that loads again runs the next stream, so all are read; bytes after a

@@ -1,4 +1,4 @@
-//! Whether a file's first bytes begin a pickle that CPython's `pickle.load` would run.
+//! Whether bytes begin a pickle that CPython's `pickle.load` would run, walked as it runs them.
 //!
 //! Only protocol 2 and later start with PROTO; protocol 0 and 1 streams start with whatever
 //! they push first (`(`, `}`, `c`, `I`…), and CPython accepts a stream of any protocol without
@@ -25,10 +25,27 @@ pub(crate) fn begins_pickle(prefix: &[u8]) -> bool {
     matches!(walk(prefix), Walked::Pickle | Walked::TooLarge)
 }
 
-/// Whether `prefix`, the first bytes of a longer file, may begin a pickle: [`begins_pickle`],
-/// or a first opcode whose operand runs past the prefix, which only the rest can settle.
-pub(crate) fn may_begin_pickle(prefix: &[u8]) -> bool {
-    walk(prefix) != Walked::NotPickle
+/// What the walk says of the first bytes of a stream that may go on past them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Begins {
+    /// CPython would run it as a pickle.
+    Pickle,
+    /// CPython would reject it before running anything.
+    NotPickle,
+    /// The first opcode's operand runs past the bytes given: only more of the stream settles
+    /// it (a 600-byte `X` string, a long protocol-0 line).
+    NeedMore,
+}
+
+/// [`begins_pickle`] of the first bytes of a stream: `NeedMore` when they are cut inside the
+/// first opcode, so a caller inflating the stream (or reading it by ranges) reads on rather
+/// than deciding from a window.
+pub(crate) fn begins(prefix: &[u8]) -> Begins {
+    match walk(prefix) {
+        Walked::Pickle | Walked::TooLarge => Begins::Pickle,
+        Walked::NotPickle => Begins::NotPickle,
+        Walked::FirstOperandCut => Begins::NeedMore,
+    }
 }
 
 /// Where the stream at the start of `bytes` ends (just past its STOP), walked as CPython runs

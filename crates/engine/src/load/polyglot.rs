@@ -6,6 +6,7 @@
 //! read as that loader reads it; any other name is refused. Either way the globals of the
 //! pickle reading are named: a file made to be both is made to run them somewhere.
 
+use super::table::{named_for, Accepts, FileReader, FileRule, Row};
 use super::Sniffed;
 use super::{pickle_file, pickle_start, safetensors, sink, Scope, Sink};
 use crate::error::{Error, Result};
@@ -13,11 +14,23 @@ use crate::{Format, HostBuffer};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Extensions whose loader is `safetensors`' own.
-const SAFETENSORS_NAMES: [&str; 1] = ["safetensors"];
-/// Extensions the ecosystem hands to `torch.load` or `pickle.load` (transformers'
-/// `pytorch_model.bin`, Lightning's `.ckpt`, `.pt`/`.pth`, `.pkl`).
-const PICKLE_NAMES: [&str; 6] = ["bin", "pt", "pth", "ckpt", "pkl", "pickle"];
+/// A safetensors header CPython would also run as a pickle: ahead of safetensors' own row.
+pub(crate) const ROW: Row = Row {
+    what: "both safetensors and a pickle",
+    loader: "safetensors.safe_open, torch.load",
+    extensions: &[],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Polyglot,
+        accepts: |bytes| {
+            safetensors::looks_like_safetensors(bytes) && pickle_start::begins_pickle(bytes)
+        },
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::PytorchIndex,
+            reads_pickle: true,
+        }),
+    }),
+};
 
 /// What a file [`sniff`](super::sniff) called a polyglot is, from its whole `bytes` and the
 /// name's extension (ASCII case ignored): safetensors when CPython would not run it as a
@@ -26,27 +39,30 @@ const PICKLE_NAMES: [&str; 6] = ["bin", "pt", "pth", "ckpt", "pkl", "pickle"];
 /// other.
 pub(crate) fn settle(path: &Path, bytes: &[u8]) -> Sniffed {
     if !pickle_start::begins_pickle(bytes) {
-        Sniffed::Safetensors
-    } else if named(path, &PICKLE_NAMES) {
-        Sniffed::Pickle
+        Sniffed::Format(Format::Safetensors)
+    } else if named_for(path, Some(runs_pickles)) {
+        Sniffed::Format(Format::Pickle)
     } else {
         Sniffed::Polyglot
     }
 }
 
-fn named(path: &Path, names: &[&str]) -> bool {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or_default();
-    names.iter().any(|n| n.eq_ignore_ascii_case(ext))
+/// A loader that unpickles what it is handed (transformers' `pytorch_model.bin`, Lightning's
+/// `.ckpt`, `.pt`/`.pth` go to `torch.load`; `.pkl` to `pickle.load`).
+fn runs_pickles(loader: &str) -> bool {
+    loader == "torch.load" || loader == "pickle.load"
+}
+
+/// Whether `path` is named for `safe_open`.
+fn named_safetensors(path: &Path) -> bool {
+    named_for(path, Some(|loader| loader == safetensors::ROW.loader))
 }
 
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     match settle(buffer.source(), buffer.bytes()) {
-        Sniffed::Safetensors => safetensors::read_into(buffer, sink),
-        Sniffed::Pickle => pickle_file::read_into(buffer, sink),
-        _ if named(buffer.source(), &SAFETENSORS_NAMES) => {
+        Sniffed::Format(Format::Safetensors) => safetensors::read_into(buffer, sink),
+        Sniffed::Format(Format::Pickle) => pickle_file::read_into(buffer, sink),
+        _ if named_safetensors(buffer.source()) => {
             let globals = pickle_globals(buffer, sink);
             match safetensors::read_into(buffer, sink) {
                 Ok(format) => {
@@ -155,11 +171,11 @@ mod tests {
         let mut bytes = len.to_le_bytes().to_vec();
         bytes.extend_from_slice(json);
         bytes.resize(8 + len as usize, b' ');
-        assert_eq!(sniff(&bytes), Sniffed::Polyglot);
-        // Settled before any reader is chosen, so an index's shards agree on one format.
+        // Judged whole, before any reader is chosen, so an index's shards agree on one format.
+        assert_eq!(sniff(&bytes), Sniffed::Format(Format::Safetensors));
         assert_eq!(
             settle(Path::new("pytorch_model"), &bytes),
-            Sniffed::Safetensors
+            Sniffed::Format(Format::Safetensors)
         );
         let ckpt = read("pytorch_model", &bytes).expect("safetensors");
         assert_eq!(ckpt.format, Format::Safetensors);

@@ -1,9 +1,8 @@
-//! Looking at a path once: what its first bytes say it is and, for an index, the index itself,
+//! Looking at a path once: what its content says it is and, for an index, the index itself,
 //! so that whoever decides what to read (discovery, `open`) and the reading share one look.
 
-use super::{
-    directory_readers, reader, sniff_nonempty, unknown, DirReader, Reader, ShardIndex, Sniffed,
-};
+use super::table::{directory_readers, DirReader};
+use super::{reader, sniff_nonempty, unknown, Reader, ShardIndex, Sniffed};
 use crate::error::{Error, Result};
 use crate::files;
 use std::path::{Path, PathBuf};
@@ -22,13 +21,14 @@ pub(super) enum Found {
     File(Reader),
     /// A sharded index, parsed.
     Index(ShardIndex),
-    /// A checkpoint directory, its row of the directory table and the files it is made of.
-    Directory(DirReader, Vec<PathBuf>),
+    /// A checkpoint directory: what it is, its reader and the files it is made of.
+    Directory(&'static str, DirReader, Vec<PathBuf>),
     /// Content nothing reads, or JSON that is no valid index: reading it reports this.
     Refused(Error),
 }
 
-/// Reads the first bytes of `path` and, when they are JSON, parses the file as an index.
+/// Looks at the whole of `path` as the loaders would and, when it is JSON, parses it as an
+/// index.
 /// Fails only when the file cannot be read or is empty; content no reader takes is reported
 /// by [`read`](super::read), and so is a file that is only part of a checkpoint directory
 /// (a `.distcp` file alone). A checkpoint directory is read as a whole (its `sniffed` is
@@ -41,7 +41,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
             found,
         })
     };
-    for row in directory_readers() {
+    for (_, row) in directory_readers() {
         if (row.is_part)(path) {
             return whole(Found::Refused(Error::DirectoryPart {
                 path: path.to_owned(),
@@ -53,14 +53,14 @@ pub fn probe(path: &Path) -> Result<Probe> {
         return Ok(probe);
     }
     files::settle(path, || {
-        let prefix = read_prefix(path)?;
-        let sniffed = sniff_nonempty(path, &prefix, || files::open(path))?;
+        let buffer = files::open(path)?;
+        let sniffed = sniff_nonempty(path, &buffer)?;
         let found = match (reader(sniffed), sniffed) {
             (Some(reader), _) => Found::File(reader),
             (None, Sniffed::JsonIndex) => {
                 ShardIndex::read(path).map_or_else(Found::Refused, Found::Index)
             }
-            (None, _) => Found::Refused(refusal(path, sniffed, &prefix)),
+            (None, _) => Found::Refused(refusal(path, sniffed, buffer.bytes())),
         };
         Ok(Probe {
             path: path.to_owned(),
@@ -76,12 +76,12 @@ pub fn probe_directory(dir: &Path) -> Option<Probe> {
     if !files::is_dir(dir) {
         return None;
     }
-    directory_readers().into_iter().find_map(|row| {
+    directory_readers().find_map(|(what, row)| {
         let files = (row.files)(dir)?;
         Some(Probe {
             path: dir.to_owned(),
             sniffed: Sniffed::Unknown,
-            found: Found::Directory(row, files),
+            found: Found::Directory(what, row, files),
         })
     })
 }
@@ -92,7 +92,7 @@ impl Probe {
         &self.path
     }
 
-    /// What the first bytes say the file is.
+    /// What the file is, by the first loader that accepts it.
     pub fn sniffed(&self) -> Sniffed {
         self.sniffed
     }
@@ -108,7 +108,7 @@ impl Probe {
     /// What kind of checkpoint directory it is, when it is one.
     pub fn directory(&self) -> Option<&'static str> {
         match &self.found {
-            Found::Directory(row, _) => Some(row.what),
+            Found::Directory(what, ..) => Some(what),
             _ => None,
         }
     }
@@ -126,24 +126,19 @@ impl Probe {
                         .map(|shard| ShardIndex::shard_path(&self.path, shard)),
                 )
                 .collect(),
-            Found::Directory(_, files) => files.clone(),
+            Found::Directory(_, _, files) => files.clone(),
             Found::File(_) | Found::Refused(_) => vec![self.path.clone()],
         }
     }
 }
 
-/// Why a file whose first bytes no reader takes is not read: a Git LFS pointer says what to
-/// do, anything else shows its first bytes.
-pub(super) fn refusal(path: &Path, sniffed: Sniffed, prefix: &[u8]) -> Error {
+/// Why a file no loader accepts is not read: a Git LFS pointer says what to do, anything else
+/// shows its first bytes.
+pub(super) fn refusal(path: &Path, sniffed: Sniffed, bytes: &[u8]) -> Error {
     match sniffed {
         Sniffed::LfsPointer => Error::LfsPointer {
             path: path.to_owned(),
         },
-        _ => unknown(path, prefix),
+        _ => unknown(path, bytes),
     }
-}
-
-/// Up to [`SNIFF_LEN`](super::sniff::SNIFF_LEN) leading bytes, without mapping the file.
-pub(super) fn read_prefix(path: &Path) -> Result<Vec<u8>> {
-    files::read_prefix(path, super::sniff::SNIFF_LEN as u64)
 }

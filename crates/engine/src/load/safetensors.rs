@@ -17,7 +17,8 @@
 //! with the same limits.
 
 use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
-use super::{NewStorage, Sink};
+use super::table::{Accepts, FileReader, FileRule, Row};
+use super::{NewStorage, Sink, Sniffed};
 use crate::error::{Error, Result};
 use crate::layout::Dims;
 use crate::TensorImpl;
@@ -63,6 +64,39 @@ struct Entry<'h> {
 
 /// How many entries the crate reads at once: a few MB of its transient maps.
 const CRATE_BATCH: usize = 4096;
+
+/// `safe_open`'s files, by their header.
+pub(crate) const ROW: Row = Row {
+    what: "safetensors",
+    loader: "safetensors.safe_open",
+    extensions: &["safetensors"],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Format(Format::Safetensors),
+        accepts: looks_like_safetensors,
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::SafetensorsIndex,
+            reads_pickle: false,
+        }),
+    }),
+};
+
+/// A plausible header length (below 2^40, so JSON text in those bytes never qualifies)
+/// followed by JSON: `{`, or whitespace the reader will then reject with a precise message.
+pub(crate) fn looks_like_safetensors(bytes: &[u8]) -> bool {
+    let Some(len_bytes) = bytes.get(..8) else {
+        return false;
+    };
+    let mut le = [0u8; 8];
+    le.copy_from_slice(len_bytes);
+    let n = u64::from_le_bytes(le);
+    let first = bytes
+        .get(8..)
+        .unwrap_or_default()
+        .iter()
+        .find(|b| !b.is_ascii_whitespace());
+    n > 0 && n < (1 << 40) && first == Some(&b'{')
+}
 
 /// Appends the file's tensors and storages (one storage per tensor, as PyTorch's loader
 /// makes them, all pointing into the one buffer) and records its `__metadata__`.
@@ -565,7 +599,7 @@ mod tests {
 
     fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
         crate::load::read_buffer_as(
-            crate::load::Sniffed::Safetensors,
+            crate::load::Sniffed::Format(Format::Safetensors),
             &buffer,
             Default::default(),
         )

@@ -2,8 +2,7 @@
 //! the index checked against what the shards hold.
 
 use super::limits::ReadLimits;
-use super::probe::read_prefix;
-use super::{single_file, sink, Reader, ShardIndex, Sink};
+use super::{read_judged, single_file, sink, Reader, ShardIndex, Sink};
 use crate::error::{Error, Result};
 use crate::{files, Checkpoint, Format};
 use std::path::Path;
@@ -14,7 +13,7 @@ pub(super) fn read(path: &Path, index: &ShardIndex, limits: ReadLimits) -> Resul
     let shards = shard_readers(path, index)?;
     let format = shards
         .first()
-        .map(|(_, reader)| reader.index)
+        .map(|(_, reader)| reader.file.index)
         .ok_or_else(|| Error::IndexEmpty {
             path: path.to_owned(),
         })?;
@@ -40,18 +39,18 @@ pub(super) fn read(path: &Path, index: &ShardIndex, limits: ReadLimits) -> Resul
     })
 }
 
-/// Every shard's reader, from its first bytes, before any shard is read. All must form one
+/// Every shard's reader, from its content, before any shard is read. All must form one
 /// index format: zip and legacy shards are both `torch.save` output and may mix.
 fn shard_readers<'a>(path: &Path, index: &'a ShardIndex) -> Result<Vec<(&'a str, Reader)>> {
     let shards = index.shards();
     let mut readers: Vec<(&str, Reader)> = Vec::with_capacity(shards.len());
     for shard in shards {
         let shard_path = ShardIndex::shard_path(path, shard);
-        let reader = read_prefix(&shard_path)
-            .and_then(|prefix| single_file(&shard_path, &prefix, || files::open(&shard_path)))
+        let reader = files::open(&shard_path)
+            .and_then(|buffer| single_file(&buffer))
             .map_err(in_shard(path))?;
         if let Some((_, first)) = readers.first() {
-            if first.index != reader.index {
+            if first.file.index != reader.file.index {
                 return Err(Error::IndexMixedFormats {
                     path: path.to_owned(),
                     shard: shard.to_owned(),
@@ -68,7 +67,7 @@ fn shard_readers<'a>(path: &Path, index: &'a ShardIndex) -> Result<Vec<(&'a str,
 fn read_shard(path: &Path, shard: &str, reader: &Reader, sink: &mut Sink<'_>) -> Result<()> {
     let buffer = files::open(&ShardIndex::shard_path(path, shard))?;
     // The first bytes say zip; only the archive itself says TorchScript, which is never a shard.
-    if (reader.read)(&buffer, sink)? == Format::Torchscript {
+    if read_judged(*reader, &buffer, sink)? == Format::Torchscript {
         return Err(Error::UnsupportedFormat {
             path: buffer.source().to_owned(),
             format: "TorchScript archive as a shard",

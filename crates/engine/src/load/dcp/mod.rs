@@ -14,6 +14,7 @@
 
 mod metadata;
 use super::limits::{Meter, ReadLimits};
+use super::table::{Accepts, DirReader, Row};
 use super::torch::archive;
 use super::{Scope, Sink};
 use crate::error::{Error, ErrorKind, Result};
@@ -79,6 +80,19 @@ fn zstd_window(frame: &[u8]) -> Option<u64> {
 /// beyond it the checkpoint is refused rather than checked for longer than a read should take
 /// (a per-tensor cap let many tensors of many chunks each run for minutes).
 const MAX_CHUNK_PAIRS: u64 = 1 << 24;
+
+/// `dcp.save`'s directories: `.metadata` and its `.distcp` files.
+pub(crate) const ROW: Row = Row {
+    what: "torch.distributed.checkpoint directory",
+    loader: "dcp.load",
+    extensions: &["distcp"],
+    accepts: Accepts::Directory(DirReader {
+        files: parts,
+        is_part,
+        read: read_into,
+        part: "a .distcp file of a torch.distributed.checkpoint",
+    }),
+};
 
 /// The files that make `dir` a torch.distributed.checkpoint directory, `.metadata` first and
 /// then every `.distcp` file in name order; `None` when it is not one or cannot be listed.

@@ -29,9 +29,8 @@
 mod header;
 mod types;
 
-use super::pickle_start::begins_pickle;
-use super::polyglot::pickle_globals;
-use super::{NewStorage, Sink};
+use super::table::{Accepts, FileReader, FileRule, Row};
+use super::{NewStorage, Sink, Sniffed};
 use crate::error::{clip, Error, Result};
 use crate::load::torch::byteswap;
 use crate::{
@@ -94,29 +93,32 @@ struct Placed {
     swap: bool,
 }
 
+/// llama.cpp's files, by their magic. `G` is a pickle's BINFLOAT, never the start of a
+/// checkpoint torch.load reads, nor of a zip, tar or safetensors header.
+pub(crate) const ROW: Row = Row {
+    what: "a GGUF file",
+    loader: "gguf.GGUFReader",
+    extensions: &["gguf"],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Format(Format::Gguf),
+        accepts: |bytes| bytes.starts_with(MAGIC),
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::Gguf,
+            reads_pickle: false,
+        }),
+    }),
+};
+
 /// Reads one GGUF file through `sink`: its tensors in file order, its metadata summarised.
 ///
 /// `torch.load` unpickles a file that is neither zip nor tar, and `GGUF` begins a pickle (`G`
 /// is BINFLOAT, which takes the version and a byte of the tensor count): a file made to be a
-/// pickle too (its counts, read as opcodes, in the tens of millions) would run it there. Such a
-/// reading's globals are named beside the file's tensors, or its refusal; a file CPython would
-/// not run as a pickle (every GGUF of fewer than 256 tensors: the next byte is no opcode) has
-/// none.
+/// pickle too (its counts, read as opcodes, in the tens of millions) would run it there. The
+/// dispatch names such a reading's globals beside the file's tensors (`load::read_judged`); a
+/// file CPython would not run as a pickle (every GGUF of fewer than 256 tensors: the next byte
+/// is no opcode) has none.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
-    let globals = match begins_pickle(buffer.bytes()) {
-        true => pickle_globals(buffer, sink),
-        false => Vec::new(),
-    };
-    match read_gguf(buffer, sink) {
-        Ok(format) => {
-            sink.add_unsafe_globals(globals);
-            Ok(format)
-        }
-        Err(e) => Err(e.with_unsafe_globals(globals)),
-    }
-}
-
-fn read_gguf(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let path = buffer.source();
     let Header {
         big_endian,
@@ -412,6 +414,7 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::pickle_start::begins_pickle;
     use crate::load::{from_buffer, from_buffer_with, ReadLimits};
 
     /// A GGUF file's bytes, numbers in the chosen byte order.

@@ -5,25 +5,55 @@
 //! An uncompressed file is a pickle: the plain pickle reader reads it with [`Arrays`] as its
 //! [`Inline`](crate::pickle::Inline), and it is a joblib file when an array was read so. A
 //! compressed one (`compress=` or a `.z`, `.gz`, `.bz2`, `.xz`, `.lzma`, `.lz4` name) is told
-//! by its compressor's magic, as joblib's `_detect_compressor` tells it: zlib and gzip are
-//! inflated within the read's memory budget and read as an uncompressed file; bz2, xz, lzma,
-//! lz4 and joblib < 0.9.3's `ZF` format are refused naming the compressor (tensorplay carries
-//! no decompressor for them, and a file it cannot read is never passed).
+//! by its compressor's magic, as joblib's `_detect_compressor` tells it, whatever its name:
+//! zlib, gzip, bz2, xz, lzma-alone, lz4 frames and joblib < 0.9.3's `ZF` format are each
+//! inflated within the read's memory budget (a stream inflating past it is refused) and read
+//! as an uncompressed file; [`compressed_pickle`] tells, inflating only as far as it takes,
+//! whether such a file holds a pickle `joblib.load` would run.
 
 mod compressed;
 mod wrapper;
 
-pub(crate) use compressed::{read_into, refused_compressor, sniff_compressed};
+pub(crate) use compressed::{compressed_pickle, read_into};
 pub(crate) use wrapper::Arrays;
 
+use super::table::{Accepts, FileReader, FileRule, Row};
 use super::torch::{StorageRecord, StorageSource};
 use crate::error::{Error, Result};
 use crate::load::limits::Meter;
+use crate::load::pickle_start::Begins;
 use crate::load::torch::byteswap;
+use crate::load::Sniffed;
 use crate::pickle::InlineArray;
-use crate::{DType, DataPtr, HostBuffer};
+use crate::{DType, DataPtr, Format, HostBuffer};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// `joblib.dump(..., compress=...)`: a stream of a compressor `joblib.load` picks by magic
+/// that inflates to a pickle (uncompressed files are the plain pickle row's).
+pub(crate) const ROW: Row = Row {
+    what: "a compressed joblib file",
+    loader: "joblib.load",
+    extensions: &["joblib"],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Format(Format::Joblib),
+        accepts,
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::Joblib,
+            reads_pickle: false,
+        }),
+    }),
+};
+
+/// Whether the file is a compressed stream that begins a pickle, or may (not shown within what
+/// a look may inflate: read, within the budget, or refused).
+fn accepts(bytes: &[u8]) -> bool {
+    compressed_pickle(bytes, MAX_SNIFF_INFLATE).is_some_and(|begins| begins != Begins::NotPickle)
+}
+
+/// Inflated bytes a compressed file may take to show whether it holds a pickle.
+const MAX_SNIFF_INFLATE: u64 = 64 << 20;
 
 /// The storages of a joblib stream: each array's bytes where they lie in `buffer` (the file,
 /// or its inflated stream), swapped onto the heap when big-endian.

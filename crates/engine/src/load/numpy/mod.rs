@@ -14,8 +14,10 @@
 mod header;
 
 use super::pickle_start::begins_pickle;
-use super::torch::archive::Archive;
+use super::table::{Accepts, FileReader, FileRule, Row, ZipKind};
+use super::torch::archive::{flat_archive, Archive};
 use super::torch::byteswap;
+use super::Sniffed;
 use super::{NewStorage, Sink, ROOT_NAME};
 use crate::error::{Error, Result};
 use crate::pickle::{unpickle, Loader};
@@ -35,6 +37,37 @@ const NPY: &str = ".npy";
 
 /// The member name a `.npy` file's pickled data is reported under; positions are file offsets.
 const DATA: &str = "<npy data>";
+
+/// `np.save`'s files: `np.load` reads one whenever it begins `\\x93NUMPY` (no tar header, zip,
+/// pickle or JSON begins so: 0x93 is a pickle's STACK_GLOBAL, which fails on an empty stack).
+pub(crate) const ROW: Row = Row {
+    what: "a NumPy .npy array",
+    loader: "np.load",
+    extensions: &["npy"],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Format(Format::Numpy),
+        accepts: |bytes| bytes.starts_with(MAGIC),
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::Numpy,
+            reads_pickle: false,
+        }),
+    }),
+};
+
+/// `np.savez`'s archives: `np.load` opens any zip as an `NpzFile`, and one whose members are
+/// all `.npy` is read as one here (no torch archive is); the `.npy` members of any other zip
+/// are judged as `NpzFile` reads them (`torch::archive::audit_other_pickles`).
+pub(crate) const NPZ: Row = Row {
+    what: "a NumPy .npz archive",
+    loader: "np.load",
+    extensions: &["npz"],
+    accepts: Accepts::Records(ZipKind {
+        archive: flat_archive,
+        claims: is_npz,
+        read: read_archive,
+    }),
+};
 
 /// Reads one `.npy` file through `sink`: one tensor, named [`ROOT_NAME`] as a tensor saved
 /// whole by `torch.save` is (`np.load` returns the array itself, under no name).
@@ -100,6 +133,30 @@ pub(crate) fn read_archive(archive: Archive<'_>, sink: &mut Sink<'_>) -> Result<
     match refused {
         Some(e) => Err(e.with_unsafe_globals(sink.take_unsafe_globals(mark))),
         None => Ok(Format::NumpyArchive),
+    }
+}
+
+/// Records the globals of a member of any other archive that begins `\x93NUMPY`: `np.load`
+/// opens every zip as an `NpzFile`, and its `[key]` unpickles such a member's object array
+/// (with `allow_pickle=True`). Other arrays run nothing; a header that cannot be read is
+/// refused, since what numpy would make of it is not known.
+pub(crate) fn member_globals(
+    path: &Path,
+    member: &str,
+    bytes: &[u8],
+    sink: &mut Sink<'_>,
+) -> Result<()> {
+    let source = Source {
+        path,
+        member: Some(member),
+    };
+    let (header, start) = read_header(&source, bytes)?;
+    let data = bytes.get(start..).unwrap_or_default();
+    match header.descr {
+        Descr::Objects(_) => add_pickle_globals(&source, data, start, true, sink),
+        // Never pickled by numpy; should the data be a pickle anyway, its globals are named.
+        Descr::Unsupported(_) => add_pickle_globals(&source, data, start, false, sink),
+        Descr::Plain { .. } => Ok(()),
     }
 }
 

@@ -6,6 +6,7 @@
 
 use super::ModelReader;
 use crate::error::Result;
+use crate::load::table::{Accepts, Row, ZipKind};
 use crate::load::torch::archive::{self, Archive};
 use crate::load::Sink;
 use crate::pickle::Loader;
@@ -20,6 +21,19 @@ const STATE_DICT: [&str; 2] = ["serialized_state_dict.pt", "serialized_state_dic
 const CONSTANTS: [&str; 2] = ["serialized_constants.pt", "serialized_constants.json"];
 /// The major schema version torch 2.9.1 accepts (`SCHEMA_VERSION[0]`).
 const SCHEMA_MAJOR: &str = "8";
+
+/// `torch.export` archives before torch 2.7, by their records (ahead of the rows that need a
+/// folder).
+pub(crate) const ROW: Row = Row {
+    what: "a torch.export archive (before torch 2.7)",
+    loader: "torch.export.load",
+    extensions: &[],
+    accepts: Accepts::Records(ZipKind {
+        archive: archive::flat_archive,
+        claims: is_flat_export,
+        read: read_archive,
+    }),
+};
 
 /// Whether `zip` is such an archive: its first entry outside any folder (PyTorch's reader
 /// refuses it) and a `version` record at its root (torch's zipfile fallback needs one).

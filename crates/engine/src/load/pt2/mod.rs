@@ -28,6 +28,7 @@
 mod expr;
 pub(super) mod flat;
 use super::json::Entries;
+use super::table::{Accepts, Row, ZipKind};
 use super::torch::archive::{self, Archive};
 use super::torch::{legacy, tar};
 use super::{sink, NewStorage, Scope, Sink};
@@ -50,6 +51,18 @@ const CUSTOM_OBJ_PREFIX: &str = "custom_obj_";
 
 /// Memory a parsed JSON member may take per byte of text, charged before parsing.
 const JSON_COST: u64 = 8;
+
+/// `torch.export.save`'s archives, by their records.
+pub(crate) const ROW: Row = Row {
+    what: "a torch.export archive",
+    loader: "torch.export.load",
+    extensions: &["pt2"],
+    accepts: Accepts::Records(ZipKind {
+        archive: archive::archive_of,
+        claims: is_pt2,
+        read: read_archive,
+    }),
+};
 
 /// Whether the archive's records mark it a `torch.export` archive, as torch's
 /// `is_pt2_package` decides: an `archive_format` record under its folder. Any other content
@@ -141,10 +154,10 @@ fn globals_of_loadable_members(archive: &mut Archive<'_>) -> Vec<UnsafeGlobal> {
         let Ok(Some(bytes)) = archive.read(&name) else {
             continue;
         };
-        let prefix = bytes.get(..super::sniff::SNIFF_LEN).unwrap_or(&bytes);
-        let loadable = prefix.starts_with(b"PK\x03\x04")
-            || tar::opens(prefix)
-            || super::pickle_start::begins_pickle(prefix);
+        // Judged whole, as torch.load judges it: a first opcode may run past any window.
+        let loadable = bytes.starts_with(b"PK\x03\x04")
+            || tar::opens(&bytes)
+            || super::pickle_start::begins_pickle(&bytes);
         if !loadable {
             continue;
         }
@@ -639,7 +652,7 @@ fn torch_load(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let bytes = buffer.bytes();
     if bytes.starts_with(b"PK\x03\x04") {
         archive::read_into(buffer, sink)
-    } else if tar::opens(bytes.get(..super::sniff::SNIFF_LEN).unwrap_or(bytes)) {
+    } else if tar::opens(bytes) {
         tar::read_into(buffer, sink)
     } else {
         legacy::read_into(buffer, sink)

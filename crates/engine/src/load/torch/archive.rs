@@ -11,6 +11,9 @@ use super::torchscript::{read_code, Declared};
 use super::{add_member, byteswap, Member, StorageRecord, StorageSource};
 use crate::error::{Error, Result};
 use crate::load::limits::Meter;
+use crate::load::numpy;
+use crate::load::pickle_start::{begins, begins_pickle, Begins};
+use crate::load::table::{Accepts, Row, ZipKind};
 use crate::load::zip::{Entry, Zip};
 use crate::load::{Scope, Sink};
 use crate::pickle::weights_only::{replay, Persistent};
@@ -113,6 +116,19 @@ impl<'a> Archive<'a> {
     }
 }
 
+/// `torch.save` and `torch.jit.save` archives, which the archive's records tell apart: the
+/// zip kind that claims any archive no other kind claims (`torch.load` reads every zip).
+pub(crate) const ROW: Row = Row {
+    what: "a PyTorch zip archive",
+    loader: "torch.load, torch.jit.load",
+    extensions: &["pt", "pth", "bin", "ckpt"],
+    accepts: Accepts::Records(ZipKind {
+        archive: archive_of,
+        claims: |_| Ok(true),
+        read: read_archive,
+    }),
+};
+
 /// Opens `buffer` as a zip archive, its memory accounted in `meter`.
 pub(crate) fn open_archive<'a>(
     buffer: &'a Arc<HostBuffer>,
@@ -137,15 +153,15 @@ pub(crate) fn flat_archive<'a>(
     buffer: &'a Arc<HostBuffer>,
     zip: Zip<'a>,
     meter: &'a Meter,
-) -> Archive<'a> {
-    Archive {
+) -> Result<Archive<'a>> {
+    Ok(Archive {
         buffer,
         prefix: String::new(),
         big_endian: false,
         read: vec![false; zip.entries().len()],
         zip,
         meter,
-    }
+    })
 }
 
 /// The archive PyTorch's reader sees in `zip`: every record under the first entry's folder.
@@ -322,10 +338,16 @@ fn add_pickle(
     Ok(true)
 }
 
-/// Pickles `torch.load` does not run can still be run by whatever else opens the archive
-/// (a script that unpickles `extra.pkl`, torch.package). Every member named `*.pkl` must
-/// parse, and any other member that begins like a pickle (`PROTO` 2 to 5) and parses as one,
-/// has its globals recorded like `data.pkl`'s, judged by the loader that reads the archive.
+/// Bytes of a deflated member inflated to tell whether it may hold a pickle or an array.
+const MEMBER_PEEK: usize = 64 << 10;
+
+/// The members the archive's own reader left unread, judged by every other loader that would
+/// read them. `np.load` opens any zip as an `NpzFile`, and `NpzFile[key]` unpickles an object
+/// array in any member that begins `\x93NUMPY`, whatever its name or folder; a script (or
+/// torch.package) unpickles `extra.pkl`. So every member that is an `.npy` object array has its
+/// pickle's globals recorded, and so has every member CPython would run as a pickle, whatever
+/// its first byte (protocol 0 and 1 streams begin with no PROTO), judged by the loader that
+/// reads the archive. One that must be read and cannot be is refused (fail closed).
 pub(crate) fn audit_other_pickles(
     archive: &Archive<'_>,
     loader: Loader,
@@ -337,18 +359,23 @@ pub(crate) fn audit_other_pickles(
             continue;
         }
         let named = ends_with_caseless(&entry.name, ".pkl");
-        if !named && !matches!(*archive.zip.peek(entry, 2)?, [0x80, 2..=5]) {
+        let head = archive.zip.peek(entry, MEMBER_PEEK)?;
+        let npy = head.starts_with(numpy::MAGIC);
+        if !named && !npy && begins(&head) == Begins::NotPickle {
             continue;
         }
         let bytes = archive.inflate(entry)?;
+        if npy {
+            numpy::member_globals(path, &entry.name, &bytes, sink)?;
+            continue;
+        }
+        if !named && !begins_pickle(&bytes) {
+            continue;
+        }
         let budget = archive.meter.pickle_budget();
         // A TorchScript archive's other pickles (`*.debug_pkl`) are torch.jit.load's to read.
-        match unpickle(&bytes, path, &entry.name, 0, loader, &budget) {
-            Ok(unpickled) => sink.add_unsafe_globals(unpickled.unsafe_globals),
-            Err(e) if named => return Err(e),
-            // Begins like a pickle but is none: nothing would unpickle it either.
-            Err(_) => {}
-        }
+        let unpickled = unpickle(&bytes, path, &entry.name, 0, loader, &budget)?;
+        sink.add_unsafe_globals(unpickled.unsafe_globals);
     }
     Ok(())
 }

@@ -7,7 +7,8 @@
 
 use super::{add_member, storage_record, Member, StorageRecord, StorageSource};
 use crate::error::{Error, Result};
-use crate::load::Sink;
+use crate::load::table::{Accepts, FileReader, FileRule, Row};
+use crate::load::{Sink, Sniffed};
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
@@ -30,6 +31,47 @@ const STORAGES: &str = "legacy storages";
 /// `0x1950a86a20f9469cfc6c`, little-endian, as `LONG1` carries it.
 const MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
 const PROTOCOL_VERSION: i64 = 1001;
+
+/// `torch.save(..., _use_new_zipfile_serialization=False)`: a stream whose first pickle is
+/// PyTorch's magic number (what is neither zip nor tar, `torch.load` unpickles).
+pub(crate) const ROW: Row = Row {
+    what: "a legacy PyTorch pickle",
+    loader: "torch.load",
+    extensions: &["pt", "pth", "bin", "ckpt"],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Format(Format::PytorchLegacy),
+        accepts: begins_legacy,
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::PytorchIndex,
+            reads_pickle: true,
+        }),
+    }),
+};
+
+/// The pickled magic number `0x1950a86a20f9469cfc6c` as `LONG1` (protocol 2 and later).
+const LEGACY_MAGIC: [u8; 12] = [
+    0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
+];
+
+/// The same number as protocols 0 and 1 write it: a text `LONG`.
+const LEGACY_MAGIC_TEXT: &[u8] = b"L119547037146038801333356L\n";
+
+/// Whether the first pickle's first value is PyTorch's legacy magic number, in whichever
+/// protocol `torch.save(..., pickle_protocol=n)` wrote it: text for 0 and 1, `LONG1` after
+/// `PROTO` from 2 on, inside a `FRAME` from 4 on (torch.load reads the first pickle whatever
+/// its protocol and compares the value).
+fn begins_legacy(bytes: &[u8]) -> bool {
+    let mut rest = bytes;
+    if let [0x80, _, tail @ ..] = rest {
+        rest = tail;
+        if let [0x95, tail @ ..] = rest {
+            rest = tail.get(8..).unwrap_or_default();
+        }
+        return rest.starts_with(&LEGACY_MAGIC);
+    }
+    rest.starts_with(LEGACY_MAGIC_TEXT)
+}
 
 /// Reads one legacy file through `sink`.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {

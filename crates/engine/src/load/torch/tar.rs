@@ -13,7 +13,9 @@
 
 use super::legacy::Pickles;
 use crate::error::{Error, Result};
+use crate::load::table::{Accepts, FileReader, FileRule, Row};
 use crate::load::Sink;
+use crate::load::Sniffed;
 use crate::pickle::allowlist::Known;
 use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal};
 use crate::{Format, HostBuffer};
@@ -39,6 +41,23 @@ pub(crate) fn opens(prefix: &[u8]) -> bool {
         .get(..BLOCK as usize)
         .is_some_and(|block| block.iter().all(|&b| b == 0) || Header::parse(block).is_some())
 }
+
+/// `torch.save` before torch 0.4: `torch.load` tries `tarfile` on whatever is not a zip, before
+/// the legacy stream. The reader reads the legacy stream the same bytes may be too.
+pub(crate) const ROW: Row = Row {
+    what: "an old PyTorch tar archive",
+    loader: "torch.load",
+    extensions: &["tar"],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Tar,
+        accepts: |bytes| !bytes.starts_with(b"PK\x03\x04") && opens(bytes),
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::PytorchIndex,
+            reads_pickle: true,
+        }),
+    }),
+};
 
 /// Audits every pickle of a tar checkpoint, and the legacy stream the same bytes may be,
 /// then refuses the file.
@@ -541,7 +560,10 @@ mod tests {
         let mut legacy = vec![0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20];
         legacy.extend_from_slice(&[0x6a, 0xa8, 0x50, 0x19, 0x2e]);
         assert_eq!(sniff(&header(&legacy)), Sniffed::Tar);
-        assert_eq!(sniff(&header(&legacy)[..511]), Sniffed::LegacyPickle);
+        assert_eq!(
+            sniff(&header(&legacy)[..511]),
+            Sniffed::Format(Format::PytorchLegacy)
+        );
     }
 
     #[test]

@@ -7,13 +7,11 @@
 //! `version` record is one from before torch 2.7 (`torch.export.load`'s zipfile fallback);
 //! any other is `torch.load`'s.
 
-use super::{globals_of_every_pickle, Zip};
+use super::globals_of_every_pickle;
 use crate::error::{Error, Result};
-use crate::load::limits::Meter;
-use crate::load::numpy;
-use crate::load::pt2::{self, flat};
-use crate::load::torch::archive::{self, Archive};
-use crate::load::Sink;
+use crate::load::table::{zip_kinds, Accepts, FileReader, FileRule, Row};
+use crate::load::torch::archive;
+use crate::load::{Sink, Sniffed};
 use crate::{Format, HostBuffer};
 use std::sync::Arc;
 
@@ -30,37 +28,28 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
     })
 }
 
-/// One kind of zip archive: how its records are resolved, whether an archive is of this kind,
-/// and its reader.
-struct ZipKind {
-    /// The archive as the kind's loader opens it (under a folder, or from the root).
-    archive: for<'a> fn(&'a Arc<HostBuffer>, Zip<'a>, &'a Meter) -> Result<Archive<'a>>,
-    /// Whether the archive is of this kind, as torch decides.
-    claims: fn(&Archive<'_>) -> Result<bool>,
-    read: fn(Archive<'_>, &mut Sink<'_>) -> Result<Format>,
-}
-
-/// The zip table: the first row that claims an archive reads it; the last claims any.
-#[rustfmt::skip]
-const ZIP_KINDS: [ZipKind; 4] = [
-    // np.savez: every member a `.npy`, at the root or not (before the rows that need a folder).
-    ZipKind { archive: flat,                claims: numpy::is_npz,        read: numpy::read_archive },
-    // torch.export before 2.7: no folder, a root `version` record.
-    ZipKind { archive: flat,                claims: flat::is_flat_export, read: flat::read_archive },
-    // torch.export: an `archive_format` record holding `pt2`.
-    ZipKind { archive: archive::archive_of, claims: pt2::is_pt2,          read: pt2::read_archive },
-    // torch.save and torch.jit.save, which the archive's records tell apart.
-    ZipKind { archive: archive::archive_of, claims: |_| Ok(true),         read: archive::read_archive },
-];
-
-fn flat<'a>(buffer: &'a Arc<HostBuffer>, zip: Zip<'a>, meter: &'a Meter) -> Result<Archive<'a>> {
-    Ok(archive::flat_archive(buffer, zip, meter))
-}
+/// A zip archive, as every loader that opens one tells it: `torch.load` by the local header
+/// its first bytes must be (`_is_zipfile`), `np.load` by that or an end record; which reader
+/// then reads it is the table's zip kinds' to say.
+pub(crate) const ROW: Row = Row {
+    what: "a zip archive",
+    loader: "torch.load, np.load",
+    extensions: &[],
+    accepts: Accepts::Bytes(FileRule {
+        sniffed: Sniffed::Zip,
+        accepts: |bytes| bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06"),
+        read: Some(FileReader {
+            read: read_into,
+            index: Format::PytorchIndex,
+            reads_pickle: false,
+        }),
+    }),
+};
 
 fn read(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let meter = sink.meter();
     let mut zip = archive::open_zip(buffer, meter)?;
-    for kind in &ZIP_KINDS {
+    for kind in zip_kinds() {
         let archive = (kind.archive)(buffer, zip, meter)?;
         if (kind.claims)(&archive)? {
             return (kind.read)(archive, sink);

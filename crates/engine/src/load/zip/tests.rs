@@ -663,3 +663,64 @@ fn of_several_names_equal_ignoring_case_the_first_repeat_in_directory_order_is_r
         refused(&build(&members, b"").bytes, expected);
     }
 }
+
+/// An `.npy` holding an object array whose pickle calls `os.system`.
+fn object_npy(pickle: &[u8]) -> Vec<u8> {
+    let mut header = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }".to_owned();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header.as_bytes());
+    out.extend(pickle);
+    out
+}
+
+#[test]
+fn members_other_loaders_read_are_judged_whatever_their_name_or_first_byte() {
+    use crate::{load::from_buffer, HostBuffer};
+    let call = b"cos\nsystem\n(S'true'\ntR.";
+    let npy = object_npy(&[b"\x80\x02".as_slice(), call].concat());
+    // A 600-byte first operand: no window shows the call after it.
+    let mut long = vec![b'X'];
+    long.extend(600u32.to_le_bytes());
+    long.extend([b'a'; 600]);
+    long.push(b'0');
+    long.extend(b"cposix\nsystem\n(S'true'\ntR.");
+    let members = [
+        stored("a/data.pkl", b"\x80\x02}."),
+        stored("a/extra/x.npy", &npy),
+        stored("a/notes", &long),
+        stored("a/version", b"3\n"),
+    ];
+    let bytes = build(&members, b"").bytes;
+    let ckpt = from_buffer(HostBuffer::from_vec("t.pt", bytes)).expect("reads");
+    let named: Vec<String> = ckpt
+        .unsafe_globals
+        .iter()
+        .map(|g| format!("{}.{}", g.module, g.name))
+        .collect();
+    assert_eq!(
+        named,
+        ["os.system", "posix.system"],
+        "{:?}",
+        ckpt.unsafe_globals
+    );
+    // A plain array and text members run nothing.
+    let plain =
+        b"\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+    let mut plain = plain.to_vec();
+    plain.resize(10 + 0x76 - 1, b' ');
+    plain.push(b'\n');
+    plain.extend([0; 4]);
+    let members = [
+        stored("a/data.pkl", b"\x80\x02}."),
+        stored("a/extra/y.npy", &plain),
+        stored("a/README", b"Some text\n"),
+    ];
+    let bytes = build(&members, b"").bytes;
+    let ckpt = from_buffer(HostBuffer::from_vec("t.pt", bytes)).expect("reads");
+    assert!(ckpt.unsafe_globals.is_empty(), "{:?}", ckpt.unsafe_globals);
+}
