@@ -14,8 +14,11 @@ enum Verdict {
     Reads(&'static str),
     /// Refuses it with this message (after "<path>: ").
     Refuses(&'static str),
+    /// Reads it as the plain pickle it begins with, naming these globals: what follows the
+    /// pickle's STOP is no pickle CPython would run, nor a zip any loader of the file opens.
+    Pickle(&'static [&'static str]),
 }
-use Verdict::{Reads, Refuses};
+use Verdict::{Pickle, Reads, Refuses};
 
 /// Every layout, tensorplay's verdict on it and the codes `tensorplay audit` fails with.
 const LAYOUTS: &[(&str, Verdict, &[&str])] = &[
@@ -38,12 +41,12 @@ const LAYOUTS: &[(&str, Verdict, &[&str])] = &[
     ),
     (
         // torch.load takes it for a legacy file (it does not begin with a local header) and
-        // unpickles the payload in front; tensorplay reads the same first bytes as a pickle,
-        // refuses what follows, and names the payload: a TP501 of its own (torch ran it) beside
-        // the refusal.
+        // unpickles the payload in front, as pickle.load and np.load do; tensorplay reads the
+        // same first bytes as a pickle and names the payload (TP501). The archive after it
+        // begins with PERSID, which CPython refuses unrun, and no loader of the file opens it.
         "prepended_pickle.pt",
-        Refuses("<pickle> at byte 87: text operand is not UTF-8; its pickles also reference unsafe globals: posix.system (<pickle> at byte 2)"),
-        &["TP501", "TP502"],
+        Pickle(&["posix.system"]),
+        &["TP501"],
     ),
     (
         "prepended_entry.pt",
@@ -139,6 +142,17 @@ fn tensorplay_reads_the_data_pkl_torch_reads_or_refuses() {
                     .map(|g| format!("{}.{} in {}", g.module, g.name, g.member))
                     .collect();
                 assert_eq!(from_data_pkl, data_pkl_globals(which), "{path}");
+            }
+            Pickle(globals) => {
+                let ckpt = read.unwrap_or_else(|e| panic!("{path}: {e}"));
+                assert_eq!(ckpt.format, tensorplay_engine::Format::Pickle, "{path}");
+                assert_eq!(torch["torch_load"]["payload_ran"], true, "{path}");
+                let named: Vec<String> = ckpt
+                    .unsafe_globals
+                    .iter()
+                    .map(|g| format!("{}.{}", g.module, g.name))
+                    .collect();
+                assert_eq!(named, *globals, "{path}");
             }
             Refuses(message) => {
                 let e = read.err().unwrap_or_else(|| panic!("{path} was read"));

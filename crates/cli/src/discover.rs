@@ -19,6 +19,9 @@ pub struct Discovered {
     pub checkpoints: Vec<Target>,
     /// Files seen but not audited.
     pub skipped: Vec<Skipped>,
+    /// Of those, files named on the command line that no loader accepts: judged not to be
+    /// checkpoints, as they would be in a walk, so an audit of them is not an audit of nothing.
+    pub named_skipped: usize,
 }
 
 /// A checkpoint to audit, looked at once: what probing it found, for `load::read`, or why it
@@ -256,15 +259,21 @@ impl Walk {
         self.found
     }
 
-    /// Audits a file that any loader accepts, or that was meant as a checkpoint (named so, or
-    /// on the command line); skips only what no loader accepts, with the rule that says so. A
-    /// file that cannot be looked at is audited, and fails saying why (fail closed).
+    /// Audits a file that any loader accepts, or whose name says it was meant as a checkpoint;
+    /// skips only what no loader accepts, with the rule that says so, whether the file was
+    /// named on the command line or found in a walk. A file that cannot be looked at is
+    /// audited, and fails saying why (fail closed).
     fn classify(&mut self, file: &Reached) {
         let path = &file.path;
         let target = Target::probe(path.clone());
-        if file.named {
-            return self.found.checkpoints.push(target);
+        let skipped = self.found.skipped.len();
+        self.judge(path, target);
+        if file.named && self.found.skipped.len() > skipped {
+            self.found.named_skipped += 1;
         }
+    }
+
+    fn judge(&mut self, path: &Path, target: Target) {
         let meant_as_checkpoint = load::named_as_checkpoint(path);
         let named_as_index = path.to_string_lossy().ends_with(".index.json");
         match &target.probe {

@@ -67,6 +67,37 @@ impl Format {
 }
 
 impl Format {
+    /// Whether a reading of this format keeps the tensor objects apart: one object reached
+    /// under several names is one TensorImpl, and separate objects are separate ones. Pickles
+    /// do (a second reference is a memo lookup), and so does a live module; a `.pt2` records a
+    /// storage and a layout per name, GGUF and safetensors an offset per name.
+    pub fn records_objects(self) -> bool {
+        matches!(
+            self,
+            Format::PytorchZip
+                | Format::PytorchLegacy
+                | Format::PytorchIndex
+                | Format::Torchscript
+                | Format::Pickle
+                | Format::Joblib
+                | Format::Live
+        )
+    }
+
+    /// Whether `tensorplay.safe_load` builds tensors from it: what torch.load (weights-only)
+    /// or safetensors reads. TorchScript, `.pt2`, DCP, NumPy, GGUF and joblib files have
+    /// loaders of their own, and plain pickles torch.load refuses.
+    pub fn safe_load(self) -> bool {
+        matches!(
+            self,
+            Format::PytorchZip
+                | Format::PytorchLegacy
+                | Format::PytorchIndex
+                | Format::Safetensors
+                | Format::SafetensorsIndex
+        )
+    }
+
     /// Whether `torch.load` is what reads a file of this format.
     pub fn torch_load(self) -> bool {
         matches!(

@@ -286,48 +286,16 @@ pub enum Error {
         key: String,
     },
 
-    /// An archive or stream is malformed outside its pickles.
+    /// A file its format's loader refuses, or that cannot be read as that loader reads it,
+    /// outside its pickles: an archive or stream (zip, tar, legacy storages, DCP), a NumPy
+    /// array (`np.load`), a joblib file (`joblib.load`), a GGUF file (gguf-py's `GGUFReader`,
+    /// or ggml where it is stricter).
     #[error("{}: {part}: {detail}", .path.display())]
-    Archive {
+    Malformed {
         /// The file.
         path: PathBuf,
-        /// The member or part at fault.
-        part: String,
-        /// What is wrong.
-        detail: String,
-    },
-
-    /// A NumPy array (a `.npy` file, or an `.npz` member) that `np.load` refuses, or whose
-    /// elements no tensor dtype holds.
-    #[error("{}: {part}: {detail}", .path.display())]
-    Numpy {
-        /// The file.
-        path: PathBuf,
-        /// The part at fault (`header`, `data`), after the `.npz` member holding it.
-        part: String,
-        /// What is wrong.
-        detail: String,
-    },
-
-    /// A joblib file (`joblib.dump`) whose arrays or compression `joblib.load` refuses, or that
-    /// tensorplay does not read (a compressor it does not decompress, arrays in other files).
-    #[error("{}: {part}: {detail}", .path.display())]
-    Joblib {
-        /// The file.
-        path: PathBuf,
-        /// The part at fault (`array at byte N`, `compression`).
-        part: String,
-        /// What is wrong.
-        detail: String,
-    },
-
-    /// A GGUF file that gguf-py's `GGUFReader` refuses, that ggml refuses where gguf-py reads
-    /// it (a tensor offset off the alignment), or whose bytes no one reading holds.
-    #[error("{}: {part}: {detail}", .path.display())]
-    Gguf {
-        /// The file.
-        path: PathBuf,
-        /// The part at fault (`header`, `metadata key '…'`, `tensor info '…'`, `tensor '…'`).
+        /// The part at fault: a member, `header`, `data`, `compression`, `array at byte N`,
+        /// `tensor '…'` (after the `.npz` member holding it).
         part: String,
         /// What is wrong.
         detail: String,
@@ -504,10 +472,7 @@ impl Error {
             | Error::IndexSyntax { .. }
             | Error::Pickle { .. }
             | Error::RepeatedKey { .. }
-            | Error::Archive { .. }
-            | Error::Numpy { .. }
-            | Error::Gguf { .. }
-            | Error::Joblib { .. }
+            | Error::Malformed { .. }
             | Error::LfsPointer { .. }
             | Error::DirectoryPart { .. }
             // A link in a checkpoint tree that leads nowhere is a finding about the tree (a

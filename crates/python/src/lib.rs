@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use tensorplay::embed::{self, Failure, Rendering};
 use tensorplay_engine::load::live::{self, LiveStorage, LiveTensor};
-use tensorplay_engine::{DType, DTypeKind, Format, HostBuffer, Owner};
+use tensorplay_engine::{DType, DTypeKind, HostBuffer, Owner};
 
 pyo3::import_exception!(tensorplay.errors, UsageError);
 pyo3::import_exception!(tensorplay.errors, ReadError);
@@ -255,17 +255,6 @@ type LoadedTensor = (
     bool,
 );
 
-/// The formats `load` builds tensors from: those torch.load (weights-only) or safetensors
-/// reads. TorchScript, `.pt2`, DCP, NumPy, GGUF and joblib files have loaders of their own,
-/// and plain pickles torch.load refuses.
-const LOADABLE: [Format; 5] = [
-    Format::PytorchZip,
-    Format::PytorchLegacy,
-    Format::PytorchIndex,
-    Format::Safetensors,
-    Format::SafetensorsIndex,
-];
-
 /// What `tensorplay.safe_load` builds tensors from: `audit ARGS` of one file (its report) and,
 /// from the same reading, its storages and dense tensors. A checkpoint holding what a dense
 /// tensor cannot carry (sparse, nested, subclass and quantized tensors, a distributed
@@ -284,7 +273,7 @@ fn load(
             ckpt.path.display()
         ))
     };
-    if !LOADABLE.contains(&ckpt.format) {
+    if !ckpt.format.safe_load() {
         return Err(ReadError::new_err(format!(
             "{}: a {} checkpoint: safe_load builds tensors from torch.save and safetensors \
              checkpoints only, the formats whose reading is checked against torch.load and \

@@ -187,9 +187,14 @@ pub fn audit_paths(
     let mut found = discover(&paths)?;
     let declared = skip_declared(&mut found, &config);
     // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder); files
-    // the configuration declares are not checkpoints were judged, so they are not nothing (a
-    // pre-commit run whose only staged `.bin` is a tokenizer passes).
-    if found.checkpoints.is_empty() && declared == 0 && !args.allow_empty {
+    // the configuration declares are not checkpoints, and files named that no loader accepts,
+    // were judged, so they are not nothing (a pre-commit run whose only staged `.bin` is a
+    // tokenizer passes).
+    if found.checkpoints.is_empty()
+        && declared == 0
+        && found.named_skipped == 0
+        && !args.allow_empty
+    {
         let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
         anyhow::bail!(
             "nothing to audit: no checkpoint found in {} ({} skipped; --allow-empty accepts this)",

@@ -49,7 +49,9 @@ pub(crate) const ROW: Row = Row {
 
 /// Reads every stream of one plain pickle file through `sink`. `pickle.load` stops at the first
 /// STOP, but a caller that loads again runs the next stream, so all are read; bytes after a
-/// STOP that do not form a pickle are an error, not ignored.
+/// STOP that CPython would run as a pickle must be read as one (or the file is refused), and
+/// bytes it would refuse before running anything are data no loader runs (a text that begins
+/// `N.`, a pickle of `None`, goes on as prose).
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     // torch.load reads a file that is neither zip nor tar as a legacy stream, whose first
     // pickle must be the magic number: it refuses every plain pickle, the question is why.
@@ -83,6 +85,9 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
             .ok()
             .and_then(|p| buffer.bytes().get(p..))
             .unwrap_or_default();
+        if index > 0 && !pickle_start::begins_pickle(rest) {
+            break;
+        }
         let mut unpickled = match unpickle_inline(rest, path, MEMBER, pos, &budget, &arrays) {
             Ok(unpickled) => unpickled,
             Err(e) => {

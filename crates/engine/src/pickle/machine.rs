@@ -1040,7 +1040,8 @@ impl<'a> Machine<'a> {
                 }
             }
             // Frames only batch reads; the whole stream is already in memory. A frame whose
-            // bytes do not exist is refused at once, as the C unpickler refuses it.
+            // bytes do not exist is refused by the C unpickler at once, but the pure-Python one
+            // (`joblib.load`'s) reads what there is and runs on: read on, refused at the end.
             FRAME => {
                 let len = self.u64()?;
                 let pos = self.pos;
@@ -1059,15 +1060,21 @@ impl<'a> Machine<'a> {
                 // Read from elsewhere than where the frame begins: the other reading differs,
                 // even if this one fails here.
                 self.framing_anomaly |= start != pos;
-                let end = usize::try_from(len)
+                let end = match usize::try_from(len)
                     .ok()
                     .and_then(|len| start.checked_add(len))
                     .filter(|&end| end <= self.bytes.len())
-                    .ok_or_else(|| {
-                        self.err(format!(
-                            "FRAME of {len} bytes runs past the end of the stream"
-                        ))
-                    })?;
+                {
+                    Some(end) => end,
+                    None => {
+                        self.frame_mismatch(format!(
+                            "FRAME of {len} bytes runs past the end of the stream: CPython's C \
+                             unpickler refuses it, its pure-Python one (joblib.load's) reads \
+                             what there is"
+                        ));
+                        self.bytes.len().max(start)
+                    }
+                };
                 if self.frame_end.is_some() {
                     self.frame_mismatch(
                         "a FRAME begins before the current frame ends: CPython's C unpickler \

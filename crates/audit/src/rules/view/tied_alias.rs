@@ -116,23 +116,6 @@ enum Evidence {
     Unrecorded,
 }
 
-/// Whether a reading of `format` keeps the tensor objects apart: one object reached under
-/// several names is one TensorImpl, and separate objects are separate ones. Pickles do (a
-/// second reference is a memo lookup), and so does a live module; a `.pt2` records a storage
-/// and a layout per name, GGUF and safetensors an offset per name.
-fn records_objects(format: Format) -> bool {
-    matches!(
-        format,
-        Format::PytorchZip
-            | Format::PytorchLegacy
-            | Format::PytorchIndex
-            | Format::Torchscript
-            | Format::Pickle
-            | Format::Joblib
-            | Format::Live
-    )
-}
-
 fn evidence(format: Format, group: &[&Tensor]) -> Evidence {
     let mut objects = HashSet::with_capacity(group.len());
     let mut parameters = 0usize;
@@ -144,7 +127,7 @@ fn evidence(format: Format, group: &[&Tensor]) -> Evidence {
     }
     match objects.len() {
         1 => Evidence::OneObject,
-        _ if !records_objects(format) => Evidence::Unrecorded,
+        _ if !format.records_objects() => Evidence::Unrecorded,
         _ if parameters >= 2 => Evidence::SeparateParameters(parameters),
         _ => Evidence::Separate,
     }

@@ -157,7 +157,7 @@ fn without_dcp_globals(error: Error) -> Error {
 }
 
 fn err(path: &Path, detail: impl Into<String>) -> Error {
-    Error::Archive {
+    Error::Malformed {
         path: path.to_owned(),
         part: MEMBER.into(),
         detail: detail.into(),

@@ -453,7 +453,7 @@ impl<'a> Reading<'a> {
         let mut bytes: Option<Vec<u8>> = None;
         for descriptor in &item.transforms {
             if !is_zstd(descriptor) {
-                return Err(Error::Archive {
+                return Err(Error::Malformed {
                     path: self.dir.to_owned(),
                     part: record.to_owned(),
                     detail: format!(
@@ -487,7 +487,7 @@ impl<'a> Reading<'a> {
         meter: &Meter,
     ) -> Result<Vec<u8>> {
         use std::io::Read;
-        let corrupt = |detail: String| Error::Archive {
+        let corrupt = |detail: String| Error::Malformed {
             path: self.dir.to_owned(),
             part: record.to_owned(),
             detail,

@@ -72,7 +72,7 @@ impl Problem {
 
     fn into_error(self, path: &Path) -> Error {
         match self {
-            Problem::At { part, detail } => Error::Gguf {
+            Problem::At { part, detail } => Error::Malformed {
                 path: path.to_owned(),
                 part,
                 detail,
@@ -293,7 +293,7 @@ fn build(
     sink: &mut Sink<'_>,
 ) -> Result<()> {
     let path = buffer.source();
-    let refuse = |name: &str, detail: String| Error::Gguf {
+    let refuse = |name: &str, detail: String| Error::Malformed {
         path: path.to_owned(),
         part: format!("tensor '{}'", clip(name)),
         detail,

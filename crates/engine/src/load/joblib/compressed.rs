@@ -124,7 +124,7 @@ pub(crate) fn compressed_pickle(bytes: &[u8], max: u64) -> Option<Begins> {
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let path = buffer.source();
     let bytes = buffer.bytes();
-    let refuse = |detail: String| Error::Joblib {
+    let refuse = |detail: String| Error::Malformed {
         path: path.to_owned(),
         part: "compression".into(),
         detail,
@@ -191,12 +191,7 @@ fn inflate(
         Compressor::Zlib => pump(&mut ZlibDecoder::new(bytes), out, limit, enough),
         Compressor::Zf => pump(&mut ZlibDecoder::new(zf_stream(bytes)), out, limit, enough),
         Compressor::Gzip => pump(&mut MultiGzDecoder::new(bytes), out, limit, enough),
-        Compressor::Bz2 => pump(
-            &mut bzip2::bufread::MultiBzDecoder::new(bytes),
-            out,
-            limit,
-            enough,
-        ),
+        Compressor::Bz2 => pump(&mut Bz2File::new(bytes), out, limit, enough),
         Compressor::Xz | Compressor::Lzma => pump(&mut LzmaFile::new(bytes), out, limit, enough),
         Compressor::Lz4 => pump(&mut Lz4File::new(bytes), out, limit, enough),
     }
@@ -294,6 +289,65 @@ fn zf_length(bytes: &[u8]) -> Option<u64> {
         value = value.checked_mul(16)?.checked_add(u64::from(digit))?;
     }
     Some(value)
+}
+
+/// The streams of a bz2 file as `bz2.BZ2File` reads them: one after another; bytes after a
+/// stream on which a new decoder fails before giving anything are trailing data, ignored
+/// (`_compression.DecompressReader` breaks on its `trailing_error` there).
+struct Bz2File<'a> {
+    /// The input not yet given to a decoder.
+    rest: &'a [u8],
+    stream: Option<bzip2::bufread::BzDecoder<&'a [u8]>>,
+    /// Whether a stream before the current one ended.
+    after_first: bool,
+    /// Whether the current stream gave output.
+    produced: bool,
+}
+
+impl<'a> Bz2File<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Bz2File {
+            rest: bytes,
+            stream: None,
+            after_first: false,
+            produced: false,
+        }
+    }
+}
+
+impl Read for Bz2File<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let stream = match &mut self.stream {
+                Some(stream) => stream,
+                None if self.rest.is_empty() => return Ok(0),
+                None => {
+                    self.produced = false;
+                    self.stream
+                        .insert(bzip2::bufread::BzDecoder::new(self.rest))
+                }
+            };
+            match stream.read(buf) {
+                Ok(0) if !buf.is_empty() => {
+                    // The stream ended: the decoder consumed exactly its bytes.
+                    if let Some(ended) = self.stream.take() {
+                        self.rest = ended.into_inner();
+                    }
+                    self.after_first = true;
+                }
+                Ok(n) => {
+                    self.produced |= n > 0;
+                    return Ok(n);
+                }
+                Err(_) if self.after_first && !self.produced => {
+                    self.rest = &[];
+                    self.stream = None;
+                    return Ok(0);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 /// The streams of an xz or lzma file as `lzma.LZMAFile` reads them (`FORMAT_AUTO`): one

@@ -86,11 +86,14 @@ impl StorageSource for InlineStorages<'_> {
         nbytes: u64,
     ) -> Result<Option<DataPtr>> {
         let path = self.buffer.source();
-        let array = self.arrays.get(&record.key).ok_or_else(|| Error::Joblib {
-            path: path.to_owned(),
-            part: format!("storage '{}'", record.key),
-            detail: "no array of the stream lies there".into(),
-        })?;
+        let array = self
+            .arrays
+            .get(&record.key)
+            .ok_or_else(|| Error::Malformed {
+                path: path.to_owned(),
+                part: format!("storage '{}'", record.key),
+                detail: "no array of the stream lies there".into(),
+            })?;
         let range = array.start..array.start.saturating_add(nbytes);
         if !array.swap {
             return DataPtr::host(Arc::clone(self.buffer), range).map(Some);

@@ -38,7 +38,7 @@ impl Inline for Arrays<'_> {
         let Node::Object(built) = heap.get(object) else {
             return Ok(None);
         };
-        let err = |detail: String| Error::Joblib {
+        let err = |detail: String| Error::Malformed {
             path: self.path.to_owned(),
             part: format!("array at byte {at}"),
             detail,

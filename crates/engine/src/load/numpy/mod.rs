@@ -85,7 +85,10 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
 }
 
 /// Whether a zip archive is an `.npz`: every member is named `*.npy` (what `np.savez`
-/// writes). `np.load` takes any zip as one, but a `torch.save` archive holds none.
+/// writes). `np.load` takes any zip as one, but a `torch.save` archive holds none; what
+/// `NpzFile` would unpickle from any other zip is judged beside its own reading
+/// (`torch::archive::audit_other_pickles`, and `zip::globals_of_every_pickle` when it is
+/// refused).
 pub(crate) fn is_npz(archive: &Archive<'_>) -> Result<bool> {
     let entries = archive.zip.entries();
     Ok(!entries.is_empty() && entries.iter().all(|e| e.name.ends_with(NPY)))
@@ -106,9 +109,10 @@ pub(crate) fn read_archive(archive: Archive<'_>, sink: &mut Sink<'_>) -> Result<
     let mark = sink.global_mark();
     let mut refused = None;
     for entry in archive.zip.entries() {
-        let key = entry.name.strip_suffix(NPY).unwrap_or(&entry.name);
+        let stripped = entry.name.strip_suffix(NPY);
+        let key = stripped.unwrap_or(&entry.name);
         // `NpzFile[key]` looks for a member named `key` before `key + '.npy'`.
-        if names.contains(key) {
+        if stripped.is_some() && names.contains(key) {
             return Err(Error::AmbiguousArchive {
                 path: path.to_owned(),
                 reason: format!(
@@ -160,6 +164,21 @@ pub(crate) fn member_globals(
     }
 }
 
+/// Where the pickle of an `.npy` object array begins in `bytes`, and the pickle; `None` for
+/// any other array, or bytes whose header cannot be read (for a caller that names what every
+/// reading of a refused archive would run).
+pub(crate) fn object_array_pickle(bytes: &[u8]) -> Option<(usize, &[u8])> {
+    let source = Source {
+        path: Path::new(""),
+        member: None,
+    };
+    let (header, start) = read_header(&source, bytes).ok()?;
+    match header.descr {
+        Descr::Objects(_) => Some((start, bytes.get(start..)?)),
+        Descr::Plain { .. } | Descr::Unsupported(_) => None,
+    }
+}
+
 /// Where an array's bytes are, for messages: the file, and the `.npz` member holding it.
 struct Source<'a> {
     path: &'a Path,
@@ -172,7 +191,7 @@ impl Source<'_> {
             Some(member) => format!("{member}: {part}"),
             None => part.to_owned(),
         };
-        Error::Numpy {
+        Error::Malformed {
             path: self.path.to_owned(),
             part,
             detail: detail.into(),

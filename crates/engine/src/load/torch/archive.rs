@@ -45,7 +45,7 @@ impl<'a> Archive<'a> {
     }
 
     pub fn err(&self, part: &str, detail: impl Into<String>) -> Error {
-        Error::Archive {
+        Error::Malformed {
             path: self.path().to_owned(),
             part: part.to_owned(),
             detail: detail.into(),
@@ -170,7 +170,7 @@ pub(crate) fn archive_of<'a>(
     zip: Zip<'a>,
     meter: &'a Meter,
 ) -> Result<Archive<'a>> {
-    let zip_err = |detail: String| Error::Archive {
+    let zip_err = |detail: String| Error::Malformed {
         path: buffer.source().to_owned(),
         part: "zip".into(),
         detail,

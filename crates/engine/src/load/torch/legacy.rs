@@ -7,6 +7,8 @@
 
 use super::{add_member, storage_record, Member, StorageRecord, StorageSource};
 use crate::error::{Error, Result};
+use crate::load::limits::Meter;
+use crate::load::pickle_start;
 use crate::load::table::{Accepts, FileReader, FileRule, Row};
 use crate::load::{Sink, Sniffed};
 use crate::pickle::weights_only::{replay, Persistent};
@@ -14,6 +16,7 @@ use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal, Wei
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::collections::HashMap;
 use std::ops::Range;
+use std::path::Path;
 use std::sync::Arc;
 
 /// The five pickles, named after what `_legacy_save` dumps; positions are file offsets.
@@ -57,10 +60,11 @@ const LEGACY_MAGIC: [u8; 12] = [
 /// The same number as protocols 0 and 1 write it: a text `LONG`.
 const LEGACY_MAGIC_TEXT: &[u8] = b"L119547037146038801333356L\n";
 
-/// Whether the first pickle's first value is PyTorch's legacy magic number, in whichever
-/// protocol `torch.save(..., pickle_protocol=n)` wrote it: text for 0 and 1, `LONG1` after
-/// `PROTO` from 2 on, inside a `FRAME` from 4 on (torch.load reads the first pickle whatever
-/// its protocol and compares the value).
+/// Whether the first pickle's value is PyTorch's legacy magic number, as `torch.load` decides:
+/// it unpickles the first pickle whatever its protocol and compares the value. The encodings
+/// `torch.save(..., pickle_protocol=n)` writes are matched at once (text for 0 and 1, `LONG1`
+/// after `PROTO` from 2 on, inside a `FRAME` from 4 on); any other short first pickle (the
+/// number as `INT` text, `LONG4`, in hexadecimal) is read by the machine for its value.
 fn begins_legacy(bytes: &[u8]) -> bool {
     let mut rest = bytes;
     if let [0x80, _, tail @ ..] = rest {
@@ -68,10 +72,26 @@ fn begins_legacy(bytes: &[u8]) -> bool {
         if let [0x95, tail @ ..] = rest {
             rest = tail.get(8..).unwrap_or_default();
         }
-        return rest.starts_with(&LEGACY_MAGIC);
+        if rest.starts_with(&LEGACY_MAGIC) {
+            return true;
+        }
+    } else if rest.starts_with(LEGACY_MAGIC_TEXT) {
+        return true;
     }
-    rest.starts_with(LEGACY_MAGIC_TEXT)
+    let Some(first) = pickle_start::stream_end(bytes)
+        .filter(|&end| end <= MAX_MAGIC_PICKLE)
+        .and_then(|end| bytes.get(..end))
+    else {
+        return false;
+    };
+    let budget = Meter::default().pickle_budget();
+    unpickle(first, Path::new(""), PICKLES[0], 0, Loader::Python, &budget)
+        .is_ok_and(|magic| magic.heap.get(magic.root) == &Node::BigInt(MAGIC.into()))
 }
+
+/// The longest first pickle looked at for the magic number (any plain encoding of it takes a
+/// few dozen bytes); a longer one is read as the pickle it is.
+const MAX_MAGIC_PICKLE: usize = 4096;
 
 /// Reads one legacy file through `sink`.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
@@ -356,5 +376,31 @@ impl StorageSource for Ranges<'_> {
             )));
         }
         DataPtr::host(Arc::clone(self.buffer), range.clone()).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::begins_legacy;
+
+    #[test]
+    fn the_magic_number_is_known_by_its_value_in_any_encoding() {
+        let decimal = b"119547037146038801333356";
+        // INT text, as protocol 0 may write it; LONG4; LONG1 with a redundant sign byte.
+        let int = [b"I".as_slice(), decimal, b"\n."].concat();
+        let mut long4 = vec![0x80, 0x02, 0x8b, 10, 0, 0, 0];
+        long4.extend(super::MAGIC);
+        long4.push(b'.');
+        let mut padded = vec![0x80, 0x02, 0x8a, 11];
+        padded.extend(super::MAGIC);
+        padded.extend([0, b'.']);
+        for stream in [int, long4, padded] {
+            assert!(begins_legacy(&stream), "{stream:?}");
+        }
+        // Another number, or the number built by a call, is not the magic number.
+        assert!(!begins_legacy(b"I119547037146038801333357\n."));
+        assert!(!begins_legacy(
+            b"cbuiltins\neval\n(V0x1950a86a20f9469cfc6c\ntR."
+        ));
     }
 }

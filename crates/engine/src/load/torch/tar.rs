@@ -109,7 +109,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
 }
 
 fn archive(path: &Path, part: &str, detail: &str) -> Error {
-    Error::Archive {
+    Error::Malformed {
         path: path.to_owned(),
         part: part.to_owned(),
         detail: detail.to_owned(),

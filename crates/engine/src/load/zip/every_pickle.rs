@@ -2,11 +2,14 @@
 //!
 //! An ambiguous archive (two end records, two entries one name ignoring case) is one that
 //! different readers resolve to different members; the refusal fails the gate, but it must
-//! also name what each reading would run. So every `.pkl` member any central directory entry in the
-//! file (or a local header with its own sizes) announces is read for its pickle.
+//! also name what each reading would run. So every member any central directory entry in the
+//! file (or a local header with its own sizes) announces is read for its pickle: a `.pkl`, any
+//! member CPython would run as one, and an `.npy` object array (`np.load`'s `NpzFile` unpickles
+//! it whatever the member's name).
 
 use crate::inflate;
-use crate::load::pickle_start::begins_pickle;
+use crate::load::numpy;
+use crate::load::pickle_start::{begins, begins_pickle, Begins};
 use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal};
 use std::path::Path;
 
@@ -43,15 +46,22 @@ pub(crate) fn globals_of_every_pickle(
         let named = is_pickle_name(m.name.as_bytes());
         let data = match m.method {
             0 => m.data.to_vec(),
-            8 if named || begins_pickle(&inflate::prefix(m.data, PREFIX)) => {
+            8 => {
+                let head = inflate::prefix(m.data, PREFIX);
+                if !named && !head.starts_with(numpy::MAGIC) && begins(&head) == Begins::NotPickle {
+                    return None;
+                }
                 inflate::all(m.data, m.size.min(budget.max_memory)).ok()?
             }
             _ => return None,
         };
-        (named || begins_pickle(&data)).then_some((m.name, data))
+        if let Some((start, pickle)) = numpy::object_array_pickle(&data) {
+            return Some((m.name, start, pickle.to_vec()));
+        }
+        (named || begins_pickle(&data)).then_some((m.name, 0, data))
     });
-    for (name, data) in pickles.take(MAX_PICKLES) {
-        match unpickle(&data, path, &name, 0, Loader::Python, budget) {
+    for (name, start, data) in pickles.take(MAX_PICKLES) {
+        match unpickle(&data, path, &name, start as u64, Loader::Python, budget) {
             Ok(u) => globals.extend(u.unsafe_globals),
             Err(e) => globals.extend(e.unsafe_globals().iter().cloned()),
         }

@@ -198,7 +198,7 @@ impl<'a> File<'a> {
 
     /// Malformed: no reader would make sense of it.
     fn damaged(&self, part: &str, detail: impl Into<String>) -> Error {
-        Error::Archive {
+        Error::Malformed {
             path: self.path.to_owned(),
             part: part.to_owned(),
             detail: detail.into(),
