@@ -12,10 +12,11 @@ if [ -n "${TENSORPLAY_TORCH_VENV:-}" ]; then
 fi
 
 venv=target/ci-tools/differential-venv
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-    rm -rf "$venv"
-    python3 -m venv "$venv"
+# joblib and lz4 (fixtures/requirements-joblib.txt) for the acceptance oracle's joblib.load.
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, joblib, lz4" 2>/dev/null; then
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
-        -r fixtures/requirements.txt -r fixtures/requirements-torch.txt >&2
+        -r fixtures/requirements.txt -r fixtures/requirements-torch.txt \
+        -r fixtures/requirements-joblib.txt >&2
 fi
 echo "$PWD/$venv"

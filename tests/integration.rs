@@ -4,6 +4,7 @@
 
 mod common;
 
+mod acceptance;
 mod allowlist;
 mod architecture;
 mod audit;

@@ -34,7 +34,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-ORACLES = ["oracle_pickle", "oracle_script_pt2", "oracle_dcp", "oracle_weights_only"]
+ORACLES = ["oracle_pickle", "oracle_script_pt2", "oracle_dcp", "oracle_weights_only", "oracle_accept"]
+# The oracles asked again about a variant met in a directory walk: what a loader runs must be
+# audited there too, whatever the file's name (a bare one here).
+IN_DIRECTORY = ("pickle", "accept")
 
 
 def load_oracles():
@@ -149,11 +152,11 @@ def in_directory(name, data, tp, oracles, allowed, work):
         audit_json, _ = tp.audit(folder)
         found = []
         for oracle in oracles:
-            if oracle.NAME != "pickle":
+            if oracle.NAME not in IN_DIRECTORY:
                 continue
             rec = oracle.record(target)
             for d in flexible(oracle.divergences, rec, None, audit_json, allowed):
-                found.append({"oracle": "pickle-in-directory", "divergence": d, "record": rec})
+                found.append({"oracle": f"{oracle.NAME}-in-directory", "divergence": d, "record": rec})
         return found
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -294,7 +297,7 @@ def main():
                     for label, payload in mutants(oracle, path, rng):
                         folder, target = write_variant(work, Path(path).name, payload)
                         found = check(target, oracles, tp, allowed)
-                        if not isinstance(payload, dict) and oracle.NAME == "pickle":
+                        if not isinstance(payload, dict) and oracle.NAME in IN_DIRECTORY:
                             found += in_directory("pytorch_model", payload, tp, oracles, allowed, work)
                         shutil.rmtree(folder, ignore_errors=True)
                         checked += 1

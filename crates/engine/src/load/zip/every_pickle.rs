@@ -16,6 +16,9 @@ use std::path::Path;
 const LOCAL_SIG: &[u8; 4] = b"PK\x03\x04";
 const CENTRAL_SIG: &[u8; 4] = b"PK\x01\x02";
 const DESCRIPTOR_SIG: &[u8; 4] = b"PK\x07\x08";
+const END_SIG: &[u8; 4] = b"PK\x05\x06";
+/// Fixed part of an end of central directory record.
+const END_LEN: usize = 22;
 /// Fixed parts of a local header and a central directory entry.
 const LOCAL_LEN: usize = 30;
 const CENTRAL_LEN: usize = 46;
@@ -34,8 +37,9 @@ pub(crate) fn globals_of_every_pickle(
     bytes: &[u8],
     budget: &Budget,
 ) -> Vec<UnsafeGlobal> {
+    let shifts = shifts(bytes);
     let mut members: Vec<Member<'_>> = every(bytes, CENTRAL_SIG)
-        .filter_map(|at| central_member(bytes, at))
+        .filter_map(|at| central_member(bytes, at, &shifts))
         .chain(every(bytes, LOCAL_SIG).filter_map(|at| local_member(bytes, at)))
         .collect();
     // One member may be announced by its central entry and its local header alike.
@@ -89,24 +93,84 @@ impl Record<'_> {
     }
 }
 
-/// The member a central directory entry at `at` points to.
-fn central_member(bytes: &[u8], at: usize) -> Option<Member<'_>> {
+/// The end record's "unset" 32-bit field: the value is in the zip64 extra field.
+const ZIP64: u32 = u32::MAX;
+
+/// How far the archive each end record describes lies from where its central directory says:
+/// Python's `zipfile` takes bytes in front of an archive (`concat`) as shifting every offset,
+/// so a central entry's local header is looked for at its offset plus each shift found.
+fn shifts(bytes: &[u8]) -> Vec<usize> {
+    let mut shifts = vec![0];
+    for at in every(bytes, END_SIG).take(MAX_PICKLES) {
+        let Some(end) = bytes.get(at..at.saturating_add(END_LEN)).map(Record) else {
+            continue;
+        };
+        let shift = end.u32(12).zip(end.u32(16)).and_then(|(size, offset)| {
+            at.checked_sub(usize::try_from(size).ok()?)?
+                .checked_sub(usize::try_from(offset).ok()?)
+        });
+        if let Some(shift) = shift.filter(|s| !shifts.contains(s)) {
+            shifts.push(shift);
+        }
+    }
+    shifts
+}
+
+/// The member a central directory entry at `at` points to, its local header found at its
+/// offset plus one of `shifts`.
+fn central_member<'a>(bytes: &'a [u8], at: usize, shifts: &[usize]) -> Option<Member<'a>> {
     let entry = Record(bytes.get(at..at.checked_add(CENTRAL_LEN)?)?);
     let name_start = at.checked_add(CENTRAL_LEN)?;
-    let name = bytes.get(name_start..name_start.checked_add(usize::from(entry.u16(28)?))?)?;
-    let local = usize::try_from(entry.u32(42)?).ok()?;
+    let name_end = name_start.checked_add(usize::from(entry.u16(28)?))?;
+    let name = bytes.get(name_start..name_end)?;
+    let extra = bytes.get(name_end..name_end.checked_add(usize::from(entry.u16(30)?))?)?;
+    let (compressed, size) = sizes(entry.u32(20)?, entry.u32(24)?, extra)?;
+    let offset = usize::try_from(entry.u32(42)?).ok()?;
+    let local = shifts.iter().find_map(|shift| {
+        let local = offset.checked_add(*shift)?;
+        bytes.get(local..)?.starts_with(LOCAL_SIG).then_some(local)
+    })?;
     let header = Record(bytes.get(local..local.checked_add(LOCAL_LEN)?)?);
     let data_start = local
         .checked_add(LOCAL_LEN)?
         .checked_add(usize::from(header.u16(26)?))?
         .checked_add(usize::from(header.u16(28)?))?;
-    let compressed = usize::try_from(entry.u32(20)?).ok()?;
     Some(Member {
         name: String::from_utf8_lossy(name).into_owned(),
         method: entry.u16(10)?,
-        size: u64::from(entry.u32(24)?),
+        size,
         data: bytes.get(data_start..data_start.checked_add(compressed)?)?,
     })
+}
+
+/// A record's compressed and uncompressed sizes, from its zip64 extra field where the 32-bit
+/// fields say so (`np.savez` writes every member with `force_zip64`): the extra field holds
+/// the uncompressed size, then the compressed, each only where its field is unset.
+fn sizes(compressed: u32, size: u32, extra: &[u8]) -> Option<(usize, u64)> {
+    let mut wide = None;
+    let mut rest = extra;
+    while let [a, b, c, d, tail @ ..] = rest {
+        let len = usize::from(u16::from_le_bytes([*c, *d]));
+        let body = tail.get(..len)?;
+        if u16::from_le_bytes([*a, *b]) == 1 {
+            wide = Some(body);
+        }
+        rest = tail.get(len..)?;
+    }
+    let mut fields = wide.unwrap_or_default().chunks_exact(8).map(|f| {
+        let mut le = [0u8; 8];
+        le.copy_from_slice(f);
+        u64::from_le_bytes(le)
+    });
+    let size = match size {
+        ZIP64 => fields.next()?,
+        size => u64::from(size),
+    };
+    let compressed = match compressed {
+        ZIP64 => fields.next()?,
+        compressed => u64::from(compressed),
+    };
+    Some((usize::try_from(compressed).ok()?, size))
 }
 
 /// The member whose local header is at `at`, as a streaming reader finds it: sizes from the
@@ -117,15 +181,15 @@ fn local_member(bytes: &[u8], at: usize) -> Option<Member<'_>> {
     let name_start = at.checked_add(LOCAL_LEN)?;
     let name_len = usize::from(header.u16(26)?);
     let name = bytes.get(name_start..name_start.checked_add(name_len)?)?;
-    let data_start = name_start
-        .checked_add(name_len)?
-        .checked_add(usize::from(header.u16(28)?))?;
+    let extra_start = name_start.checked_add(name_len)?;
+    let data_start = extra_start.checked_add(usize::from(header.u16(28)?))?;
+    let extra = bytes.get(extra_start..data_start)?;
     let (compressed, size) = match (header.u32(18)?, header.u32(22)?) {
         // Only a pickle's name is worth a search for its descriptor.
         (0, _) if header.u16(6)? & 0x8 != 0 && is_pickle_name(name) => {
             descriptor(bytes, data_start)?
         }
-        (compressed, size) => (usize::try_from(compressed).ok()?, u64::from(size)),
+        (compressed, size) => sizes(compressed, size, extra)?,
     };
     Some(Member {
         name: String::from_utf8_lossy(name).into_owned(),
