@@ -75,21 +75,22 @@ enum Walked {
 fn walk(bytes: &[u8]) -> Walked {
     let mut walk = Walk::new(bytes);
     let mut whole = 0usize;
-    let mut named_global = false;
     loop {
         let at = walk.pos;
         match walk.step() {
-            Ok(()) => {
-                whole += 1;
-                named_global |= matches!(
+            // A global named: CPython has imported and called it whatever follows.
+            Ok(())
+                if matches!(
                     bytes.get(at),
                     Some(&(ops::GLOBAL | ops::INST | ops::STACK_GLOBAL))
-                );
+                ) =>
+            {
+                return Walked::Pickle
             }
+            Ok(()) => whole += 1,
             Err(End::Stop) => return Walked::Pickle,
             Err(End::OutOfPrefix) if whole > 0 => return Walked::Pickle,
             Err(End::OutOfPrefix) => return Walked::FirstOperandCut,
-            Err(End::Invalid) if named_global => return Walked::Pickle,
             Err(End::Invalid) => return Walked::NotPickle,
             Err(End::TooLarge) => return Walked::TooLarge,
         }
@@ -121,7 +122,51 @@ struct Walk<'a> {
     /// Depths saved by MARK.
     marks: Vec<usize>,
     /// Memo keys set so far.
-    memo: std::collections::HashSet<u64>,
+    memo: MemoKeys,
+}
+
+/// A set of memo keys: a bitset for the keys writers use (BINPUT, LONG_BINPUT and MEMOIZE
+/// count up from 0), a hash set for any others; a file-length walk sets a key per value.
+#[derive(Default)]
+struct MemoKeys {
+    bits: Vec<u64>,
+    others: std::collections::HashSet<u64>,
+    len: usize,
+}
+
+impl MemoKeys {
+    /// Keys below this are bits.
+    const BITS: u64 = (MAX_TRACKED as u64) * 4;
+
+    fn contains(&self, key: u64) -> bool {
+        match key < Self::BITS {
+            true => usize::try_from(key / 64)
+                .ok()
+                .and_then(|word| self.bits.get(word))
+                .is_some_and(|word| word & (1 << (key % 64)) != 0),
+            false => self.others.contains(&key),
+        }
+    }
+
+    fn insert(&mut self, key: u64) {
+        let new = match key < Self::BITS {
+            true => {
+                // Below BITS, so within usize.
+                let word = (key / 64) as usize;
+                if self.bits.len() <= word {
+                    self.bits.resize(word + 1, 0);
+                }
+                let bit = 1 << (key % 64);
+                self.bits.get_mut(word).is_some_and(|word| {
+                    let new = *word & bit == 0;
+                    *word |= bit;
+                    new
+                })
+            }
+            false => self.others.insert(key),
+        };
+        self.len += usize::from(new);
+    }
 }
 
 impl<'a> Walk<'a> {
@@ -131,7 +176,7 @@ impl<'a> Walk<'a> {
             pos: 0,
             depth: 0,
             marks: Vec::new(),
-            memo: std::collections::HashSet::new(),
+            memo: MemoKeys::default(),
         }
     }
 
@@ -192,7 +237,7 @@ impl<'a> Walk<'a> {
         if self.depth == 0 {
             return Err(End::Invalid);
         }
-        if self.memo.len() >= MAX_TRACKED {
+        if self.memo.len >= MAX_TRACKED {
             return Err(End::TooLarge);
         }
         self.memo.insert(key);
@@ -236,7 +281,7 @@ impl<'a> Walk<'a> {
             ops::PERSID => text(self.line()?.is_ascii())?,
             ops::GET | ops::BINGET | ops::LONG_BINGET => {
                 let key = self.memo_key(op)?;
-                if !self.memo.contains(&key) {
+                if !self.memo.contains(key) {
                     return Err(End::Invalid);
                 }
                 (0, 1)
@@ -328,7 +373,7 @@ impl<'a> Walk<'a> {
             ops::GET | ops::PUT => decimal(self.line()?),
             ops::BINGET | ops::BINPUT => self.uint(1),
             ops::LONG_BINGET | ops::LONG_BINPUT => self.uint(4),
-            _ => Ok(self.memo.len() as u64),
+            _ => Ok(self.memo.len as u64),
         }
     }
 
@@ -445,6 +490,20 @@ mod tests {
         for failure in failures {
             assert!(!begins_pickle(&[b"N", failure].concat()), "{failure:?}");
         }
+    }
+
+    #[test]
+    fn memo_keys_of_any_size_are_tracked() {
+        // PUT then GET of a small and a huge text key, a BINPUT and MEMOIZE's count: whole
+        // pickles; a GET of a key never put is one CPython refuses.
+        for key in ["7", "99999999999999"] {
+            let stream = format!("Np{key}\n0g{key}\n.");
+            assert!(begins_pickle(stream.as_bytes()), "{stream}");
+            let unset = format!("Np{key}\n0g1{key}\n.");
+            assert!(!begins_pickle(unset.as_bytes()), "{unset}");
+        }
+        assert!(begins_pickle(b"\x80\x04N\x94K\x01q\x010h\x00h\x01\x86."));
+        assert!(!begins_pickle(b"\x80\x04N\x94h\x01."));
     }
 
     #[test]
