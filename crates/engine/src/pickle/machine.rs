@@ -111,12 +111,26 @@ fn run_stream(
                 if let Err(e) = read {
                     more.extend(e.unsafe_globals().iter().cloned());
                 }
-                // A global both readings name at one place is named once.
-                more.retain(|g| {
-                    !globals.iter().any(|h| {
-                        (&h.module, &h.name, &h.member, h.position)
-                            == (&g.module, &g.name, &g.member, g.position)
+                // A global both readings name at one place is named once (looked up, not
+                // compared pairwise: a stream may name thousands of long globals).
+                let named: std::collections::HashSet<_> = globals
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.position,
+                            h.member.as_str(),
+                            h.module.as_str(),
+                            h.name.as_str(),
+                        )
                     })
+                    .collect();
+                more.retain(|g| {
+                    !named.contains(&(
+                        g.position,
+                        g.member.as_str(),
+                        g.module.as_str(),
+                        g.name.as_str(),
+                    ))
                 });
                 globals.append(&mut more);
             }
