@@ -7,6 +7,7 @@
 //! member CPython would run as one, and an `.npy` object array (`np.load`'s `NpzFile` unpickles
 //! it whatever the member's name).
 
+use super::fields::zip64_fields;
 use crate::inflate;
 use crate::load::numpy;
 use crate::load::pickle_start::{begins, begins_pickle, Begins};
@@ -147,16 +148,7 @@ fn central_member<'a>(bytes: &'a [u8], at: usize, shifts: &[usize]) -> Option<Me
 /// fields say so (`np.savez` writes every member with `force_zip64`): the extra field holds
 /// the uncompressed size, then the compressed, each only where its field is unset.
 fn sizes(compressed: u32, size: u32, extra: &[u8]) -> Option<(usize, u64)> {
-    let mut wide = None;
-    let mut rest = extra;
-    while let [a, b, c, d, tail @ ..] = rest {
-        let len = usize::from(u16::from_le_bytes([*c, *d]));
-        let body = tail.get(..len)?;
-        if u16::from_le_bytes([*a, *b]) == 1 {
-            wide = Some(body);
-        }
-        rest = tail.get(len..)?;
-    }
+    let wide = zip64_fields(extra).ok()?.last().copied();
     let mut fields = wide.unwrap_or_default().chunks_exact(8).map(|f| {
         let mut le = [0u8; 8];
         le.copy_from_slice(f);
