@@ -103,9 +103,9 @@ fn said(report: &Value, path: &str) -> String {
     )
 }
 
-/// Ok when the report has `path` with an error that names `payload`: TP501's global, or the
+/// Ok when the report has `path` with an error that names `global`: TP501's global, or the
 /// message of a refusal (TP502) that names what it refuses.
-fn names_payload(report: &Value, path: &str, payload: &str) -> Result<(), String> {
+fn names_global(report: &Value, path: &str, payload: &str) -> Result<(), String> {
     let file = listed(report, "files", path).ok_or_else(|| said(report, path))?;
     let named = file["findings"]
         .as_array()
@@ -137,7 +137,7 @@ fn fails_naming(
     let Some(report) = report else {
         return Err(format!("exit {code:?}, no report: {}", err.trim()));
     };
-    names_payload(report, path, payload).map_err(|s| format!("exit {code:?}, {s}"))?;
+    names_global(report, path, payload).map_err(|s| format!("exit {code:?}, {s}"))?;
     match code {
         Some(1) => Ok(()),
         _ => Err(format!("exit {code:?}, {}", said(report, path))),
@@ -228,6 +228,38 @@ fn every_file_a_loader_runs_code_from_fails_the_gate_naming_what_it_runs() {
     );
 }
 
+/// Loaders with no allowlist: every global they resolve is one they import.
+const IMPORT_ANY: [&str; 3] = ["np.load", "joblib.load", "pickle.load"];
+
+#[test]
+fn every_global_a_loader_without_an_allowlist_resolves_is_named() {
+    let truth = truth();
+    let mut wrong = Vec::new();
+    for (path, t, _) in runs_code(&truth) {
+        let run = audit(&["--fail-on", "error", path]);
+        let Some(report) = &run.1 else {
+            wrong.push(format!("{path}: exit {:?}, no report", run.0));
+            continue;
+        };
+        for loader in IMPORT_ANY {
+            for global in t["loaders"][loader]["globals"].as_array().expect("globals") {
+                let global = global.as_str().expect("global");
+                if names_global(report, path, global).is_err() {
+                    wrong.push(format!(
+                        "{path}: {loader} resolves {global}; {}",
+                        said(report, path)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "globals a loader resolves, not named:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn alone_in_a_directory_under_a_bare_name_each_is_audited_and_fails() {
     let truth = truth();
@@ -292,7 +324,7 @@ fn walking_the_folder_fails_every_file_a_loader_runs_code_from_and_judges_the_co
     let report = report.expect("a report");
     let mut wrong = Vec::new();
     for (path, t, payload) in runs_code(&truth) {
-        if let Err(why) = names_payload(&report, path, payload) {
+        if let Err(why) = names_global(&report, path, payload) {
             wrong.push(wrong_line(path, t, &why));
         }
     }

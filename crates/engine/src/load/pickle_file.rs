@@ -94,6 +94,7 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
                 // Refused though CPython runs it to its STOP (its frames, say): the streams
                 // after it are still there for a caller that loads again.
                 let mut named = sink.take_unsafe_globals(0);
+                named.extend(as_pickle_load_reads(rest, path, pos, &budget));
                 if let Some(end) = pickle_start::stream_end(rest) {
                     named.extend(globals_after(buffer, pos + end as u64, &budget));
                 }
@@ -120,15 +121,7 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
             return Err(refused.with_unsafe_globals(named));
         }
         if unpickled.inlined > 0 {
-            // `pickle.load` (and `torch.load`) read what joblib writes after a wrapper's BUILD
-            // as opcodes: an array's bytes (joblib < 1.2 pads nothing), an object array's
-            // nested pickle run with the outer stream's memo. The globals that reading resolves
-            // are named too: the two loaders disagree, and what either runs is judged.
-            let plain = match unpickle(rest, path, MEMBER, pos, Loader::Python, &budget) {
-                Ok(plain) => plain.unsafe_globals,
-                Err(e) => e.unsafe_globals().to_vec(),
-            };
-            for global in plain {
+            for global in as_pickle_load_reads(rest, path, pos, &budget) {
                 let named = unpickled.unsafe_globals.iter().any(|g| {
                     (&g.module, &g.name, g.position)
                         == (&global.module, &global.name, global.position)
@@ -173,6 +166,17 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
     Ok(joblib)
 }
 
+/// The globals `pickle.load` (and `torch.load`) resolve in a stream joblib reads otherwise:
+/// they read what joblib writes after a wrapper's BUILD as opcodes (an array's bytes, since
+/// joblib < 1.2 pads nothing; an object array's nested pickle, run with the outer stream's
+/// memo). The two loaders disagree, and what either runs is judged.
+fn as_pickle_load_reads(rest: &[u8], path: &Path, pos: u64, budget: &Budget) -> Vec<UnsafeGlobal> {
+    match unpickle(rest, path, MEMBER, pos, Loader::Python, budget) {
+        Ok(plain) => plain.unsafe_globals,
+        Err(e) => e.unsafe_globals().to_vec(),
+    }
+}
+
 /// The globals of the streams from `pos` on, up to the first that does not parse: a stream
 /// refused for what it holds (not how it parses) still leaves the next for a caller that loads
 /// again, and the refusal names what they would run.
@@ -190,11 +194,15 @@ fn globals_after(buffer: &HostBuffer, mut pos: u64, budget: &Budget) -> Vec<Unsa
     {
         match unpickle_inline(rest, buffer.source(), MEMBER, pos, budget, &arrays) {
             Ok(u) => {
+                if u.inlined > 0 {
+                    globals.extend(as_pickle_load_reads(rest, buffer.source(), pos, budget));
+                }
                 globals.extend(u.unsafe_globals);
                 pos += u.len.max(1);
             }
             Err(e) => {
                 globals.extend(e.unsafe_globals().iter().cloned());
+                globals.extend(as_pickle_load_reads(rest, buffer.source(), pos, budget));
                 break;
             }
         }

@@ -802,15 +802,18 @@ impl<'a> Machine<'a> {
         Ok(pairs.iter().map(|&[k, v]| (k, v)).collect())
     }
 
+    /// On any other target CPython calls its own `append`/`extend` or `__setitem__` (a
+    /// tensor's, an opaque object's), which may well succeed and read on: so does this
+    /// machine, dropping the items, so every later global is named; refused at the end.
     fn append_to_top(&mut self, items: Vec<Id>) -> Result<()> {
         let target = self.top()?;
         self.charge(slice_bytes::<(Option<Id>, Id)>(items.len()))?;
         match self.heap.get_mut(target) {
             Some(Node::List(list) | Node::Set(list)) => list.extend(items),
             Some(Node::Object(object)) => object.items.extend(items.into_iter().map(|v| (None, v))),
-            _ => {
-                return Err(self.err("APPEND/ADDITEMS on a value that is not a list, set or object"))
-            }
+            _ => self.refuse_at_end(
+                self.err("APPEND/ADDITEMS on a value that is not a list, set or object"),
+            ),
         }
         Ok(())
     }
@@ -823,7 +826,7 @@ impl<'a> Machine<'a> {
             Some(Node::Object(object)) => object
                 .items
                 .extend(pairs.into_iter().map(|(k, v)| (Some(k), v))),
-            _ => return Err(self.err("SETITEM on a value that is not a dict or object")),
+            _ => self.refuse_at_end(self.err("SETITEM on a value that is not a dict or object")),
         }
         Ok(())
     }
