@@ -14,7 +14,7 @@ use super::opcodes::*;
 use super::Loader;
 use crate::{DTypeKind, Device, Tensor};
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 /// What `_rebuild_tensor`'s `set_` says of a tensor it rebuilds: torch checks, in signed 64-bit
@@ -82,15 +82,61 @@ pub enum Persistent {
 /// Replays `stream` (which may run on past its STOP) through torch's weights-only unpickler:
 /// `Ok` where it reads to STOP, else torch's message.
 pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
-    let mut m = Machine {
-        data: stream,
-        pos: 0,
-        stack: Vec::new(),
-        metastack: Vec::new(),
-        memo: HashMap::new(),
-        persistent,
-    };
-    m.run()
+    let gets = memo_gets(stream);
+    Machine::new(stream, persistent, Some(gets)).run()
+}
+
+/// The memo keys the replay will fetch (BINGET, LONG_BINGET), found by reading its opcodes
+/// through the same readers it uses, so both consume the same bytes: the replay memoizes only
+/// these. `torch.save` memoizes every value and fetches a handful (the globals, the device
+/// strings), so a hundred thousand tensors' values no longer stay alive in the memo.
+fn memo_gets(stream: &[u8]) -> HashSet<u32> {
+    let mut m = Machine::new(stream, Persistent::Refused, None);
+    let mut gets = HashSet::new();
+    // Any read that fails ends the replay at the same opcode: nothing after it is fetched.
+    let _ = (|| -> Result<(), String> {
+        loop {
+            let op = m.byte()?;
+            match op {
+                GLOBAL => {
+                    m.line()?;
+                    m.line()?;
+                }
+                BININT | BINFLOAT => {
+                    m.read(if op == BININT { 4 } else { 8 })?;
+                }
+                BININT1 | BINPUT | PROTO => {
+                    m.byte()?;
+                }
+                BININT2 => {
+                    m.read(2)?;
+                }
+                LONG_BINPUT => {
+                    m.u32_le()?;
+                }
+                BINUNICODE => {
+                    let len = m.u32_le()?;
+                    m.read_up_to(len as usize);
+                }
+                SHORT_BINSTRING | LONG1 => {
+                    let len = m.byte()?;
+                    m.read_up_to(len.into());
+                }
+                BINGET => {
+                    gets.insert(u32::from(m.byte()?));
+                }
+                LONG_BINGET => {
+                    gets.insert(m.u32_le()?);
+                }
+                NEWOBJ | REDUCE | BUILD | APPEND | APPENDS | SETITEM | SETITEMS | MARK | TUPLE
+                | TUPLE1 | TUPLE2 | TUPLE3 | NONE | NEWFALSE | NEWTRUE | EMPTY_TUPLE
+                | EMPTY_LIST | EMPTY_DICT | EMPTY_SET | BINPERSID => {}
+                // STOP, or an opcode the replay refuses: it reads no further.
+                _ => return Ok(()),
+            }
+        }
+    })();
+    gets
 }
 
 /// The kind of a value the weights-only unpickler would hold: enough to decide every check
@@ -212,6 +258,8 @@ struct Machine<'a> {
     stack: Vec<V>,
     metastack: Vec<Vec<V>>,
     memo: HashMap<u32, V>,
+    /// The keys worth memoizing (every key when `None`): a value never fetched is not kept.
+    gets: Option<HashSet<u32>>,
     persistent: Persistent,
 }
 
@@ -224,6 +272,18 @@ fn index_error(what: &str) -> String {
 }
 
 impl<'a> Machine<'a> {
+    fn new(data: &'a [u8], persistent: Persistent, gets: Option<HashSet<u32>>) -> Machine<'a> {
+        Machine {
+            data,
+            pos: 0,
+            stack: Vec::new(),
+            metastack: Vec::new(),
+            memo: HashMap::new(),
+            gets,
+            persistent,
+        }
+    }
+
     fn read(&mut self, n: usize) -> Result<&'a [u8], String> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len());
         let end =
@@ -466,7 +526,9 @@ impl<'a> Machine<'a> {
                         self.u32_le()?
                     };
                     let top = self.top()?.clone();
-                    self.memo.insert(index, top);
+                    if self.gets.as_ref().is_none_or(|gets| gets.contains(&index)) {
+                        self.memo.insert(index, top);
+                    }
                 }
                 LONG1 => {
                     let n = self.byte()?;

@@ -156,3 +156,65 @@ fn an_empty_state_builds_a_tensor() {
     ));
     assert_eq!(replay(&stream, Persistent::Zip), Ok(()));
 }
+
+mod memo_gets {
+    use super::super::{memo_gets, Machine, Persistent};
+    use crate::pickle::opcodes::*;
+    use proptest::prelude::*;
+
+    /// One opcode with operands the replay reads, memo keys among a few so gets meet puts.
+    fn op() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            (0u8..4).prop_map(|k| vec![BINPUT, k]),
+            (0u8..4).prop_map(|k| vec![BINGET, k]),
+            (0u32..4).prop_map(|k| [&[LONG_BINPUT][..], &k.to_le_bytes()].concat()),
+            (0u32..4).prop_map(|k| [&[LONG_BINGET][..], &k.to_le_bytes()].concat()),
+            Just(b"ctorch._utils\n_rebuild_tensor_v2\n".to_vec()),
+            Just(b"ccollections\nOrderedDict\n".to_vec()),
+            Just(b"X\x07\x00\x00\x00storage".to_vec()),
+            Just(b"U\x03cpu".to_vec()),
+            Just(b"X\xff\x00\x00\x00short".to_vec()),
+            Just(vec![BININT1, 7]),
+            Just(vec![BININT2, 1, 0]),
+            Just(vec![LONG1, 2, 1, 0]),
+            Just(vec![PROTO, 2]),
+            prop::sample::select(vec![
+                MARK,
+                TUPLE,
+                TUPLE1,
+                TUPLE2,
+                TUPLE3,
+                EMPTY_TUPLE,
+                EMPTY_LIST,
+                EMPTY_DICT,
+                NONE,
+                NEWTRUE,
+                REDUCE,
+                NEWOBJ,
+                BUILD,
+                APPEND,
+                APPENDS,
+                SETITEM,
+                SETITEMS,
+                BINPERSID,
+                STOP,
+                POP,
+            ])
+            .prop_map(|b| vec![b]),
+        ]
+    }
+
+    proptest! {
+        /// Memoizing only the keys the stream fetches changes no verdict and no message.
+        #[test]
+        fn keeping_only_fetched_keys_gives_the_same_verdict(
+            ops in prop::collection::vec(op(), 0..40),
+            persistent in prop::sample::select(vec![Persistent::Zip, Persistent::Legacy]),
+        ) {
+            let stream = ops.concat();
+            let every = Machine::new(&stream, persistent, None).run();
+            let fetched = Machine::new(&stream, persistent, Some(memo_gets(&stream))).run();
+            prop_assert_eq!(every, fetched);
+        }
+    }
+}
