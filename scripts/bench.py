@@ -195,7 +195,7 @@ def scale(args):
     for kind, n, path in files:
         subprocess.run(f"cat {path} > /dev/null", shell=True, check=True)
         r = {"kind": kind, "n": n}
-        # The budget is raised so the largest file is audited rather than refused (TP506):
+        # The budget is raised so the largest file is audited rather than refused (TP502):
         # under the default 1 GiB a million tensors do not fit beside the crate's reading.
         r["tp"] = measure([tp, "audit", "--ci-mode", "--fail-on", "never", "--metadata-only",
                            "--max-memory", "4GiB", path], args.runs)
