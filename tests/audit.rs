@@ -718,7 +718,7 @@ fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 B)
     fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:1\" to allowed_devices
 
 fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 B)
-  no findings (19 rules checked)
+  no findings (20 rules checked)
 
 2 files, 7 tensors, 7 storages, 136 B: 1 error, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
 ";
@@ -811,7 +811,7 @@ fn rules_and_explain_print_the_registry() {
     let out = tensorplay(&["rules"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 22, "{text}");
+    assert_eq!(text.lines().count(), 23, "{text}");
     assert!(text.contains("TP101  view-overlap         error     Two tensors' byte ranges in one storage partly overlap."), "{text}");
     for which in ["TP401", "non-finite", "tp401"] {
         let out = tensorplay(&["explain", which]);
@@ -822,6 +822,26 @@ fn rules_and_explain_print_the_registry() {
             "{text}"
         );
         assert!(text.contains("How to fix"));
+    }
+    // A refusal for a limit of the run is explained as such: not corrupt, the flag to raise.
+    for which in ["TP506", "over-budget"] {
+        let out = tensorplay(&["explain", which]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = stdout(&out);
+        assert!(
+            text.starts_with("TP506 over-budget (default severity: error)\n"),
+            "{text}"
+        );
+        for flag in [
+            "--max-memory",
+            "max_memory",
+            "--max-remote-bytes",
+            "--max-requests",
+            "--timeout-per-file",
+        ] {
+            assert!(text.contains(flag), "{flag}: {text}");
+        }
+        assert!(!text.contains("Re-upload"), "{text}");
     }
     let out = tensorplay(&["explain", "TP999"]);
     assert_eq!(out.status.code(), Some(2));

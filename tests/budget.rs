@@ -1,9 +1,10 @@
 //! One memory budget per run (`--max-memory`), shared by the files read side by side, against
 //! files that weigh little and would take much (`fixtures/hostile/budget/`, made by `fixtures/hostile/make_budget.py`). Each is
-//! refused TP502 naming the budget, at a small budget so no test allocates much, or read
-//! within it; the other files of the run go on; `--metadata-only` reads the bomb without
-//! inflating it; deflated storages are scanned as they stream, and a record that inflates
-//! to another size than it declares is refused.
+//! refused TP506 (over-budget, not TP502 corrupt-file) naming the budget, its flag and the
+//! sizes, at a small budget so no test allocates much, or read within it; the other files of
+//! the run go on; `--metadata-only` reads the bomb without inflating it; deflated storages are
+//! scanned as they stream, and a record that inflates to another size than it declares is
+//! refused (TP502: that one is damaged). `--timeout-per-file` refuses TP506 too.
 
 use crate::common::{
     error_findings, peak_rss, read_json, root, stderr, stdout, tensorplay, TempDir,
@@ -21,6 +22,31 @@ const SMALL: u64 = 16 << 20;
 
 fn truth() -> serde_json::Value {
     read_json(&format!("{DIR}/truth.json"))
+}
+
+/// A refusal for a limit says which limit, and that the file was not judged: never that it
+/// is corrupt or should be uploaded again.
+fn not_called_corrupt(message: &str) {
+    for word in ["corrupt", "re-upload", "re-save"] {
+        assert!(!message.contains(word), "{message}");
+    }
+}
+
+/// Each error finding of each file of an audit, as JSON, in report order.
+fn error_json(args: &[&str]) -> (Option<i32>, Vec<serde_json::Value>) {
+    let mut all = vec!["audit", "--ci-mode"];
+    all.extend_from_slice(args);
+    let out = tensorplay(&all);
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    let findings = report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .flat_map(|f| f["findings"].as_array().expect("findings").clone())
+        .filter(|f| f["severity"] == "error")
+        .collect();
+    (out.status.code(), findings)
 }
 
 /// Errors and their messages for each file of an audit, in report order.
@@ -78,15 +104,36 @@ fn a_pickle_that_amplifies_is_refused_naming_the_budget() {
     let [(global, _), (rule, message)] = file.as_slice() else {
         panic!("{file:?}")
     };
-    assert_eq!((global.as_str(), rule.as_str()), ("TP501", "TP502"));
-    let budget = format!("{AMPLIFIER}: exceeds the memory budget (");
+    assert_eq!((global.as_str(), rule.as_str()), ("TP501", "TP506"));
+    let budget =
+        format!("{AMPLIFIER}: exceeds the memory budget (--max-memory): the read would hold ");
     assert!(message.starts_with(&budget), "{message}");
     assert!(
-        message.contains(" > 16777216): the values pickle <pickle> builds (at byte "),
+        message.contains(
+            ", more than the 16.0 MiB (16777216 bytes) allowed, for the values pickle <pickle> \
+             builds (at byte "
+        ),
         "{message}"
     );
     // The globals met before the refusal are still named.
     assert!(message.contains("also reference unsafe globals: mmm"));
+    not_called_corrupt(message);
+    // The fix raises the flag above what the read needed so far.
+    let (_, findings) = error_json(&["--max-memory", "16MiB", AMPLIFIER]);
+    let refusal = findings.last().expect("the refusal");
+    assert_eq!(refusal["code"], "TP506");
+    assert_eq!(refusal["rule"], "over-budget");
+    let fix = refusal["fix"].as_str().expect("fix");
+    assert!(
+        fix.contains(
+            "raise --max-memory above the 16.0 MiB it needed so far, e.g. --max-memory 17MiB"
+        ),
+        "{fix}"
+    );
+    assert!(
+        fix.contains("not found corrupt") && !fix.contains("re-upload"),
+        "{fix}"
+    );
 }
 
 #[test]
@@ -99,11 +146,15 @@ fn the_other_files_of_the_run_go_on() {
         .map(|f| f.iter().map(|(c, _)| c.as_str()).collect())
         .collect();
     assert_eq!(codes.len(), 3);
+    // The short record is damaged (TP502); the amplifier is over the budget (TP506, after
+    // the globals it named); the clean file passes.
+    let mut codes = codes;
+    codes.sort();
     assert_eq!(
-        codes.iter().filter(|c| c.last() == Some(&"TP502")).count(),
-        2
+        codes,
+        [vec![], vec!["TP501", "TP506"], vec!["TP502"]],
+        "{files:?}"
     );
-    assert!(codes.iter().any(|c| c.is_empty()), "{codes:?}");
 }
 
 /// `--metadata-only` records where the deflated record is and what it declares, and never
@@ -158,7 +209,7 @@ fn the_engine_defers_or_refuses_by_its_limits() {
             if (claim..claim + (1 << 16)).contains(&needed) && limit == SMALL),
         "{refused}"
     );
-    assert_eq!(refused.kind(), ErrorKind::Corrupt);
+    assert_eq!(refused.kind(), ErrorKind::OverBudget);
     let ckpt = read(true, true, 1 << 30).expect("reads");
     let bytes = ckpt.storages[0].data_ptr().bytes().expect("inflated");
     assert_eq!(bytes.len(), 64 << 20);
@@ -259,11 +310,21 @@ fn the_config_file_sets_the_budget_and_the_flag_overrides_it() {
         .concat()
         .try_into()
         .unwrap_or_else(|f| panic!("{f:?}"));
-    assert_eq!(rule, "TP502");
+    assert_eq!(rule, "TP506");
     assert!(
-        message.starts_with(&format!("{clean}: exceeds the memory budget ("))
-            && message.ends_with(" > 100): the central directory's 10 entries"),
+        message.starts_with(&format!(
+            "{clean}: exceeds the memory budget (--max-memory): the read would hold "
+        )) && message.ends_with(
+            " bytes), more than the 100 bytes allowed, for the central directory's 10 entries"
+        ),
         "{message}"
+    );
+    // The fix names the config key that set it, beside the flag.
+    let (_, findings) = error_json(&["--config", config, clean]);
+    let fix = findings[0]["fix"].as_str().expect("fix");
+    assert!(
+        fix.contains("--max-memory ") && fix.contains("max_memory = \""),
+        "{fix}"
     );
     let (code, files) = audit(&["--config", config, "--max-memory", "1MiB", clean]);
     assert_eq!(code, Some(0), "{files:?}");
@@ -319,11 +380,15 @@ fn files_read_side_by_side_share_one_budget() {
             .collect()
     };
     let alone = last_message(&alone);
-    assert!(alone[0].contains("exceeds the memory budget (") && alone[0].contains(" > 134217728)"));
+    assert!(
+        alone[0].contains("exceeds the memory budget (--max-memory): ")
+            && alone[0].contains("more than the 128.0 MiB (134217728 bytes) allowed"),
+        "{alone:?}"
+    );
     assert_eq!(last_message(&together), vec![alone[0].clone(); 4]);
 }
 
-/// A file not judged within `--timeout-per-file` fails TP502 unjudged, at once, and the other
+/// A file not judged within `--timeout-per-file` fails TP506 unjudged, at once, and the other
 /// files of the run are judged as ever: a slow file never hangs the gate.
 #[test]
 fn a_file_past_the_time_limit_fails_and_the_others_go_on() {
@@ -332,9 +397,13 @@ fn a_file_past_the_time_limit_fails_and_the_others_go_on() {
     assert!(start.elapsed().as_secs() < 8, "{:?}", start.elapsed());
     assert_eq!(code, Some(1));
     let timed_out = (
-        "TP502".to_owned(),
-        format!("{AMPLIFIER}: not judged within 1 s (--timeout-per-file): refused"),
+        "TP506".to_owned(),
+        format!(
+            "{AMPLIFIER}: exceeds the time limit per file (--timeout-per-file): not judged \
+             within the 1 s allowed; its reading was abandoned"
+        ),
     );
+    not_called_corrupt(&timed_out.1);
     assert!(
         errors
             .iter()
@@ -348,6 +417,14 @@ fn a_file_past_the_time_limit_fails_and_the_others_go_on() {
             .flatten()
             .any(|(_, m)| m.starts_with(SHORT) && m.contains("inflates to")),
         "{errors:?}"
+    );
+    // The fix raises the flag, and says the file is not known to be damaged.
+    let (_, findings) = error_json(&["--timeout-per-file", "1", AMPLIFIER]);
+    let fix = findings[0]["fix"].as_str().expect("fix");
+    assert!(fix.contains("--timeout-per-file 2"), "{fix}");
+    assert!(
+        fix.contains("not found corrupt") && !fix.contains("re-upload"),
+        "{fix}"
     );
 }
 

@@ -410,8 +410,11 @@ fn a_metadata_refused_midway_names_no_dcp_dataclass() {
     let report: Value = serde_json::from_str(&stdout(&out)).expect("JSON report");
     let findings = report["files"][0]["findings"].as_array().unwrap();
     assert_eq!(findings.len(), 1, "{findings:?}");
-    assert_eq!(findings[0]["code"], "TP502");
+    assert_eq!(findings[0]["code"], "TP506");
     let text = findings[0]["message"].as_str().unwrap();
-    assert!(text.contains("exceeds the memory budget"), "{text}");
+    assert!(
+        text.contains("exceeds the memory budget (--max-memory)"),
+        "{text}"
+    );
     assert!(!text.contains("torch.distributed"), "{text}");
 }

@@ -1,5 +1,6 @@
 //! Memory under hostile input: files that claim far more than they hold, or hold very many
-//! members, stay under the memory budget, with a clean finding or TP502, or read correctly.
+//! members, stay under the memory budget, with a clean finding, TP502 (damaged) or TP506
+//! (over the budget), or read correctly.
 //! Each audit runs as a child process whose peak resident memory (its `--verbose` note) is
 //! printed; the bound asserted is generous (1.5 × the
 //! budget): memory, never time.
@@ -279,13 +280,18 @@ fn a_300_000_member_archive_reads_within_the_budget_or_is_refused_cleanly() {
     let [(code, message)] = errors.as_slice() else {
         panic!("{errors:?}")
     };
-    assert_eq!(code, "TP502");
+    assert_eq!(code, "TP506");
     assert!(
-        message.starts_with(&format!("{shown}: exceeds the memory budget (")),
+        message.starts_with(&format!(
+            "{shown}: exceeds the memory budget (--max-memory): the read would hold "
+        )),
         "{message}"
     );
     assert!(
-        message.ends_with("): the central directory's 300004 entries"),
+        message.ends_with(
+            ", more than the 64.0 MiB (67108864 bytes) allowed, for the central directory's \
+             300004 entries"
+        ),
         "{message}"
     );
     within_budget("300 000 members, small budget", &run, BUDGET);

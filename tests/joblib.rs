@@ -174,9 +174,10 @@ fn every_compressor_joblib_picks_by_magic_is_inflated_within_the_budget() {
         assert!(e.over_budget(), "{path}: {e}");
         assert!(
             e.to_string().ends_with(&format!(
-                "exceeds the memory budget ({size} > {}): the inflated {name} stream (more \
-                 than {} bytes)",
-                size - 1,
+                "exceeds the memory budget (--max-memory): the read would hold {}, more than the \
+                 {} allowed, for the inflated {name} stream (more than {} bytes)",
+                tensorplay_engine::units::bytes_exactly(size),
+                tensorplay_engine::units::bytes_exactly(size - 1),
                 size - 1
             )),
             "{path}: {e}"

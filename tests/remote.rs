@@ -1,6 +1,7 @@
 //! Remote checkpoints (`https://`, `hf://`) read by byte ranges from a loopback server: the
 //! same findings as the same files audited locally, far fewer bytes read than they weigh, and
-//! every fault of the store a refusal (exit 2 or TP502), never a pass.
+//! every fault of the store a refusal (exit 2 or TP502), never a pass; a read past the run's
+//! remote budget is TP506 (over-budget), naming the flag.
 
 use crate::common::range_server::{Fault, RangeServer, BUCKET, SHA};
 use crate::common::{root, stderr, stdout};
@@ -280,6 +281,30 @@ fn plain_http_beyond_loopback_and_unknown_schemes_are_refused_before_any_read() 
     );
 }
 
+/// The one finding of a one-file audit: its code, message and fix.
+fn only_finding(out: &Output) -> (String, String, String) {
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout(out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(out)));
+    let findings = report["files"][0]["findings"].as_array().expect("findings");
+    let [f] = findings.as_slice() else {
+        panic!("{findings:?}")
+    };
+    let text = |k: &str| f[k].as_str().expect(k).to_owned();
+    (text("code"), text("message"), text("fix"))
+}
+
+/// A refusal for a limit says which one and that the object was not judged, never that it
+/// is corrupt or should be uploaded again.
+fn not_called_corrupt(message: &str, fix: &str) {
+    for word in ["corrupt", "re-upload", "re-save"] {
+        assert!(!message.contains(word), "{message}");
+    }
+    assert!(
+        fix.contains("not found corrupt") && !fix.contains("re-upload"),
+        "{fix}"
+    );
+}
+
 #[test]
 fn the_remote_read_budget_refuses_a_deep_read_it_cannot_hold() {
     let dir = crate::common::TempDir::new("remote-budget");
@@ -287,12 +312,47 @@ fn the_remote_read_budget_refuses_a_deep_read_it_cannot_hold() {
     let server = RangeServer::start(&dir.0);
     let url = server.url("f.safetensors");
     let out = audit(&["--deep", "--max-remote-bytes", "512KiB", &url], None);
-    let all = format!("{}{}", stdout(&out), stderr(&out));
-    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let (code, message, fix) = only_finding(&out);
+    assert_eq!(code, "TP506", "{message}");
+    // The first 128 KiB and the last 64 KiB, then the rest of the 1 MiB file in one range.
     assert!(
-        all.contains("TP502") && all.contains("--max-remote-bytes"),
-        "{all}"
+        message.starts_with(&format!(
+            "{url}: exceeds the remote read budget (--max-remote-bytes): the run's remote reads \
+             would reach "
+        )) && message.ends_with(", more than the 512.0 KiB (524288 bytes) allowed"),
+        "{message}"
     );
+    assert!(fix.contains("raise --max-remote-bytes above the "), "{fix}");
+    not_called_corrupt(&message, &fix);
+}
+
+#[test]
+fn the_request_budget_refuses_a_read_that_needs_more_requests() {
+    let dir = crate::common::TempDir::new("remote-requests");
+    zeros_safetensors(&dir.0.join("f.safetensors"), 1);
+    let server = RangeServer::start(&dir.0);
+    let url = server.url("f.safetensors");
+    // The first range takes the one request allowed; --deep needs another for the rest.
+    let out = audit(&["--deep", "--max-requests", "1", &url], None);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let (code, message, fix) = only_finding(&out);
+    assert_eq!(code, "TP506", "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "{url}: exceeds the remote read budget (--max-requests): the run would make 2 range \
+             requests, more than the 1 allowed"
+        )
+    );
+    assert!(
+        fix.contains("raise --max-requests above 1, e.g. --max-requests 2"),
+        "{fix}"
+    );
+    not_called_corrupt(&message, &fix);
+    // Within the default bounds the same read is judged.
+    let out = audit(&["--deep", &url], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Per-tensor metadata is charged to the memory budget (`--max-memory`): a safetensors file
-//! declaring a million tensors (generated here, 87 MB, never committed) is refused TP502
+//! declaring a million tensors (generated here, 87 MB, never committed) is refused TP506
 //! under a small budget before its tensors are built, and read whole under the default
 //! budget. The peak RSS of each run is recorded (its own `VmHWM`) and bounded generously.
 
@@ -70,10 +70,11 @@ fn a_million_tensors_are_charged_to_the_budget() {
 
     let (report, small_peak) = audit(&file.0, Some("64MiB"));
     let findings = &report["files"][0]["findings"];
-    assert_eq!(findings[0]["code"], "TP502", "{report}");
+    assert_eq!(findings[0]["code"], "TP506", "{report}");
     let message = findings[0]["message"].as_str().expect("message");
     assert!(
-        message.contains("exceeds the memory budget") && message.contains("> 67108864"),
+        message.contains("exceeds the memory budget (--max-memory)")
+            && message.contains("more than the 64.0 MiB (67108864 bytes) allowed"),
         "{message}"
     );
     assert_eq!(report["files"][0]["tensors"], 0);

@@ -228,7 +228,8 @@ def _verdict(audit_json):
     """(refused, finding texts) of the directory's audit entry."""
     files = (audit_json or {}).get("files") or []
     findings = [f for entry in files for f in entry.get("findings", [])]
-    refused = any(f.get("severity") == "error" and f.get("code") in ("TP502", "TP503")
+    # TP506: refused over a limit of the run, unjudged; it fails closed as TP502 does.
+    refused = any(f.get("severity") == "error" and f.get("code") in ("TP502", "TP503", "TP506")
                   for f in findings)
     return refused, " ".join(str(f.get("message", "")) for f in findings)
 
@@ -236,8 +237,8 @@ def _verdict(audit_json):
 def divergences(record, inspect_json, audit_json):
     """What dcp.load would read or resolve that tensorplay's report does not cover.
 
-    Read coverage: tensorplay fails closed, so a directory it refuses (an error TP502 or
-    TP503) covers every read; one it passes must hold, for each tensor chunk read, a storage
+    Read coverage: tensorplay fails closed, so a directory it refuses (an error TP502, TP503
+    or TP506) covers every read; one it passes must hold, for each tensor chunk read, a storage
     inside that range of that file, and must have no file or bytes dcp.load leaves unread
     (those are audited by nothing). Globals: every global outside DCP's classes that the
     metadata's pickle resolves is named, refused or not.

@@ -324,7 +324,9 @@ def _findings(audit_json):
 
 
 def _refused(findings):
-    return any(f.get("code") == "TP502" and f.get("severity") == "error" for f in findings)
+    # TP506 (over a limit of the run, unjudged) fails closed as TP502 does.
+    return any(f.get("code") in ("TP502", "TP506") and f.get("severity") == "error"
+               for f in findings)
 
 
 def divergences(record, inspect_json, audit_json):

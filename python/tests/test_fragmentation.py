@@ -316,7 +316,7 @@ def test_a_batch_the_audit_refused_is_a_read_error():
 
         def render(self, kind):
             assert kind == "json"
-            finding = {"code": "TP502", "message": "needs more memory than allowed"}
+            finding = {"code": "TP506", "message": "needs more memory than allowed"}
             return json.dumps({"files": [{"memory": None, "findings": [finding]}]})
 
     with pytest.raises(tensorplay.ReadError, match="batch 4 could not be judged: needs more"):

@@ -40,17 +40,30 @@ pub fn enabled(
 }
 
 /// Refuses a checkpoint whose view analysis would not fit what the read left of the budget
-/// (the view analysis gets the rest of the budget, not the budget again).
+/// (the view analysis gets the rest of the budget, not the budget again). The refusal is
+/// stated against the whole budget, as the flag sets it: the analysis and what the read
+/// holds, against `--max-memory`.
 pub fn views_within_budget(
     ckpt: &Checkpoint,
     path: &str,
     options: &Options,
 ) -> Result<(), tensorplay_engine::Error> {
-    let limit = options
-        .max_memory
-        .unwrap_or(DEFAULT_MAX_MEMORY)
-        .saturating_sub(ckpt.held_bytes);
-    views::check_budget(ckpt, Path::new(path), limit)
+    let budget = options.max_memory.unwrap_or(DEFAULT_MAX_MEMORY);
+    let left = budget.saturating_sub(ckpt.held_bytes);
+    views::check_budget(ckpt, Path::new(path), left).map_err(|refused| match refused {
+        ReadError::MemoryBudget {
+            path,
+            needed,
+            limit,
+            what,
+        } if limit == left => ReadError::MemoryBudget {
+            path,
+            needed: needed.saturating_add(ckpt.held_bytes),
+            limit: budget,
+            what,
+        },
+        refused => refused,
+    })
 }
 
 /// Audits one checkpoint that was read; `device_load` is its real GPU load, when one ran.
@@ -62,7 +75,7 @@ pub fn audit(
     device_load: Option<&DeviceLoad>,
 ) -> FileReport {
     if let Err(refused) = views_within_budget(ckpt, path, options) {
-        // The memory-budget refusal is always claimed (TP502): the file fails unjudged.
+        // The memory-budget refusal is always claimed (TP506): the file fails unjudged.
         if let Some(report) = read_failure(path, &refused) {
             return report;
         }
@@ -288,12 +301,40 @@ mod tests {
         ] {
             let codes = views_of_one_storage(view, BUDGET);
             assert!(codes.contains(&expected), "{expected}: {codes:?}");
-            assert!(!codes.contains(&"TP502"), "{expected}: {codes:?}");
+            assert!(!codes.contains(&"TP506"), "{expected}: {codes:?}");
         }
         // Each view a prefix of the next: every pair shares bytes and may be reported, so
-        // 2 million findings would not fit; refused before relating anything.
-        assert_eq!(views_of_one_storage(|i| (i + 1, 0), BUDGET), ["TP502"]);
+        // 2 million findings would not fit; refused before relating anything, over budget
+        // (not corrupt).
+        assert_eq!(views_of_one_storage(|i| (i + 1, 0), BUDGET), ["TP506"]);
         // And at 16 MiB the relations alone do not fit, even for the flat buffer.
-        assert_eq!(views_of_one_storage(|i| (4, 4 * i), 16 << 20), ["TP502"]);
+        assert_eq!(views_of_one_storage(|i| (4, 4 * i), 16 << 20), ["TP506"]);
+    }
+
+    /// What the read holds is part of what relating the views would bring it to: the refusal
+    /// compares the whole against the budget the flag set, not against what was left of it.
+    #[test]
+    fn a_views_refusal_is_stated_against_the_whole_budget() {
+        let s = storage(0, 20_000, "cpu");
+        let tensors = (0..2_000)
+            .map(|i| tensor(&format!("flat.{i}"), &s, &[i + 1], &[1], 0, Device::Cpu))
+            .collect();
+        let mut ckpt = checkpoint(tensors, vec![s]);
+        let options = Options {
+            max_memory: Some(64 << 20),
+            ..Options::default()
+        };
+        let mut refused = |held| {
+            ckpt.held_bytes = held;
+            match super::views_within_budget(&ckpt, "f.pt", &options) {
+                Err(tensorplay_engine::Error::MemoryBudget { needed, limit, .. }) => {
+                    (needed, limit)
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        let (alone, limit) = refused(0);
+        assert_eq!(limit, 64 << 20);
+        assert_eq!(refused(1 << 20), (alone + (1 << 20), 64 << 20));
     }
 }

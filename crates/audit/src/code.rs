@@ -40,6 +40,7 @@ const ALL: &[Code] = &[
     Code::listed("TP503", "index-mismatch").fixed(),
     Code::listed("TP504", "torchscript-code"),
     Code::listed("TP505", "weights-only-load"),
+    Code::listed("TP506", "over-budget").fixed(),
     Code::listed("TP601", "layout-mismatch"),
 ];
 

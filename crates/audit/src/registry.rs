@@ -25,6 +25,7 @@ pub static RULES: &[&dyn Rule] = &[
     &integrity::IndexMismatch,
     &safety::TorchscriptCode,
     &safety::WeightsOnlyLoad,
+    &integrity::OverBudget,
     &expect::LayoutMismatch,
 ];
 
@@ -85,7 +86,7 @@ mod tests {
             [
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
                 "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503",
-                "TP504", "TP505", "TP601"
+                "TP504", "TP505", "TP506", "TP601"
             ]
         );
         for rule in RULES {

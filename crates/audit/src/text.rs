@@ -1,23 +1,9 @@
 //! Words for people, shared by rule messages and the CLI's human log so both read alike:
 //! sizes in binary units and counts with the right plural.
 
-/// Bytes for people: `3.9 KiB`, `1.0 GiB`, `512 B` (reports keep the exact count).
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = UNITS[0];
-    for next in &UNITS[1..] {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
-    format!("{value:.1} {unit}")
-}
+/// Bytes for people (`3.9 KiB`, `1.0 GiB`, `512 B`; reports keep the exact count), and a
+/// size as a flag takes it (`5GiB`): the engine's, so its refusals read as findings do.
+pub use tensorplay_engine::units::{flag_size, human_bytes};
 
 /// A count and its noun: `1 storage`, `2 storages`, `0 files`. Every noun tensorplay counts
 /// takes a plain `s`.

@@ -13,10 +13,11 @@ pub struct RemoteArgs {
     /// Read plain http:// URLs beyond loopback addresses too (also TENSORPLAY_ALLOW_HTTP=1).
     #[arg(long)]
     allow_http: bool,
-    /// Bytes all remote reads of the run may fetch; a checkpoint needing more fails TP502.
+    /// Bytes all remote reads of the run may fetch; a checkpoint needing more fails TP506
+    /// (over-budget).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size, default_value = "256MiB")]
     max_remote_bytes: u64,
-    /// Range requests the run may make in all.
+    /// Range requests the run may make in all; a checkpoint needing more fails TP506.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_requests: u64,
     /// Seconds one remote request may take before it is retried (and, after its retries,

@@ -1,6 +1,7 @@
 //! The engine's one error type. Every variant that comes from a file names the file
 //! and the part of it that is wrong, so the CLI can print it on one line as it is.
 
+use crate::units::bytes_exactly;
 use crate::unsafe_global::UnsafeGlobal;
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -38,13 +39,19 @@ pub enum Error {
         detail: String,
     },
 
-    /// Reading a remote object would fetch more than the run allows.
-    #[error("{}: exceeds the remote read budget: {what}", .path.display())]
+    /// Reading a remote object would fetch more than the run allows (`--max-remote-bytes`,
+    /// `--max-requests`): refused unjudged, which says nothing of the object.
+    #[error("{}: exceeds the remote read budget ({}): {}", .path.display(), .bound.flag(), remote_over(*.bound, *.needed, *.limit))]
     RemoteBudget {
         /// The object.
         path: PathBuf,
-        /// Which bound, and its value.
-        what: String,
+        /// Which bound was passed.
+        bound: RemoteBound,
+        /// What the run would have taken of it with this request: bytes fetched, or requests
+        /// made, by every remote read of the run.
+        needed: u64,
+        /// The bound's value.
+        limit: u64,
     },
 
     /// The file has no bytes at all.
@@ -72,8 +79,9 @@ pub enum Error {
         format: &'static str,
     },
 
-    /// The file was not judged within the run's time limit for one file: refused unjudged.
-    #[error("{}: not judged within {seconds} s (--timeout-per-file): refused", .path.display())]
+    /// The file was not judged within the run's time limit for one file (`--timeout-per-file`):
+    /// refused unjudged, which says nothing of the file.
+    #[error("{}: exceeds the time limit per file (--timeout-per-file): not judged within the {seconds} s allowed; its reading was abandoned", .path.display())]
     TimeLimit {
         /// The file.
         path: PathBuf,
@@ -372,8 +380,9 @@ pub enum Error {
     },
 
     /// Reading the file would hold more memory than the run allows (`--max-memory`): an
-    /// inflate bomb, a pickle that builds far more than it weighs, or simply a file too big.
-    #[error("{}: exceeds the memory budget ({needed} > {limit}): {what}", .path.display())]
+    /// inflate bomb, a pickle that builds far more than it weighs, or simply a file too big
+    /// for the budget. Refused unjudged, which says nothing of the file.
+    #[error("{}: exceeds the memory budget (--max-memory): the read would hold {}, more than the {} allowed, for {what}", .path.display(), bytes_exactly(*.needed), bytes_exactly(*.limit))]
     MemoryBudget {
         /// The file.
         path: PathBuf,
@@ -435,6 +444,29 @@ pub enum ErrorKind {
     Corrupt,
     /// A sharded index disagrees with its shards, or names a shard that cannot be opened.
     IndexMismatch,
+    /// The file was not judged within a limit the run sets (`--max-memory`,
+    /// `--max-remote-bytes`, `--max-requests`, `--timeout-per-file`): nothing is known of it,
+    /// good or bad, and a larger limit may judge it.
+    OverBudget,
+}
+
+/// Which bound on remote reading a read would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteBound {
+    /// Bytes fetched by the run (`--max-remote-bytes`).
+    Bytes,
+    /// Range requests made by the run (`--max-requests`).
+    Requests,
+}
+
+impl RemoteBound {
+    /// The flag that sets it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            RemoteBound::Bytes => "--max-remote-bytes",
+            RemoteBound::Requests => "--max-requests",
+        }
+    }
 }
 
 impl Error {
@@ -450,16 +482,27 @@ impl Error {
             | Error::IndexUnlistedTensor { .. }
             | Error::IndexMixedFormats { .. }
             | Error::DistributedMismatch { .. } => ErrorKind::IndexMismatch,
-            // A shard that is missing is the index's fault; a shard that is damaged is corrupt.
+            // A shard that is missing is the index's fault; a shard that is damaged is corrupt;
+            // a shard over a limit is not judged, and neither is its index.
             Error::Shard { source, .. } => match source.kind() {
                 ErrorKind::Unopenable | ErrorKind::IndexMismatch => ErrorKind::IndexMismatch,
                 ErrorKind::Corrupt => ErrorKind::Corrupt,
+                ErrorKind::OverBudget => ErrorKind::OverBudget,
             },
+            // Refused over a limit, its globals named: not judged (the globals are reported
+            // on their own). Refused for anything else: as corrupt as ever.
+            Error::RefusedWithUnsafeGlobals { source, .. } => match source.kind() {
+                ErrorKind::OverBudget => ErrorKind::OverBudget,
+                _ => ErrorKind::Corrupt,
+            },
+            // Refused unread for a limit of the run, not for anything in the file.
+            Error::MemoryBudget { .. } | Error::RemoteBudget { .. } | Error::TimeLimit { .. } => {
+                ErrorKind::OverBudget
+            }
             Error::Empty { .. }
             | Error::UnknownFormat { .. }
             | Error::UnsupportedFormat { .. }
             | Error::Internal { .. }
-            | Error::TimeLimit { .. }
             | Error::HeaderTooSmall { .. }
             | Error::HeaderTooLarge { .. }
             | Error::HeaderBeyondFile { .. }
@@ -478,12 +521,8 @@ impl Error {
             // A link in a checkpoint tree that leads nowhere is a finding about the tree (a
             // loader following it gets nothing), not a mistyped path.
             | Error::BrokenLink { .. }
-            | Error::RefusedWithUnsafeGlobals { .. }
             | Error::AmbiguousArchive { .. }
             | Error::AmbiguousFormat { .. }
-            // Refused unread: fail closed, as for any file that cannot be checked.
-            | Error::MemoryBudget { .. }
-            | Error::RemoteBudget { .. }
             | Error::RemoteInconsistent { .. }
             | Error::Overflow { .. }
             | Error::RankMismatch { .. }
@@ -501,6 +540,21 @@ impl Error {
             Error::MemoryBudget { .. } => true,
             Error::RefusedWithUnsafeGlobals { source, .. } => source.over_budget(),
             _ => false,
+        }
+    }
+
+    /// The refusal for a limit of the run inside this error (itself, or what a shard or a
+    /// refusal naming globals wraps): what the file was refused for when its kind is
+    /// [`ErrorKind::OverBudget`].
+    pub fn over_limit(&self) -> Option<&Error> {
+        match self {
+            Error::MemoryBudget { .. } | Error::RemoteBudget { .. } | Error::TimeLimit { .. } => {
+                Some(self)
+            }
+            Error::Shard { source, .. } | Error::RefusedWithUnsafeGlobals { source, .. } => {
+                source.over_limit()
+            }
+            _ => None,
         }
     }
 
@@ -587,6 +641,19 @@ pub(crate) fn clip(name: &str) -> Cow<'_, str> {
             name.len()
         )),
         None => Cow::Borrowed(name),
+    }
+}
+
+fn remote_over(bound: RemoteBound, needed: u64, limit: u64) -> String {
+    match bound {
+        RemoteBound::Bytes => format!(
+            "the run's remote reads would reach {}, more than the {} allowed",
+            bytes_exactly(needed),
+            bytes_exactly(limit)
+        ),
+        RemoteBound::Requests => {
+            format!("the run would make {needed} range requests, more than the {limit} allowed")
+        }
     }
 }
 
@@ -703,6 +770,86 @@ mod tests {
         for e in mismatches {
             assert_eq!(e.kind(), ErrorKind::IndexMismatch, "{e}");
         }
+    }
+
+    #[test]
+    fn refusals_for_a_limit_of_the_run_are_over_budget_naming_the_flag_and_the_sizes() {
+        let memory = Error::MemoryBudget {
+            path: PathBuf::from("m.pt"),
+            needed: 4_801_715_560,
+            limit: 1 << 30,
+            what: "relating the views of shared storages (20000 tensors view storage 0)".into(),
+        };
+        assert_eq!(
+            memory.to_string(),
+            "m.pt: exceeds the memory budget (--max-memory): the read would hold 4.5 GiB \
+             (4801715560 bytes), more than the 1.0 GiB (1073741824 bytes) allowed, for \
+             relating the views of shared storages (20000 tensors view storage 0)"
+        );
+        let bytes = Error::RemoteBudget {
+            path: PathBuf::from("hf://o/m/w.safetensors"),
+            bound: RemoteBound::Bytes,
+            needed: 1 << 20,
+            limit: 512 << 10,
+        };
+        assert_eq!(
+            bytes.to_string(),
+            "hf://o/m/w.safetensors: exceeds the remote read budget (--max-remote-bytes): the \
+             run's remote reads would reach 1.0 MiB (1048576 bytes), more than the 512.0 KiB \
+             (524288 bytes) allowed"
+        );
+        let requests = Error::RemoteBudget {
+            path: PathBuf::from("hf://o/m/w.safetensors"),
+            bound: RemoteBound::Requests,
+            needed: 3,
+            limit: 2,
+        };
+        assert!(
+            requests.to_string().ends_with(
+                "(--max-requests): the run would make 3 range requests, more than the 2 allowed"
+            ),
+            "{requests}"
+        );
+        let time = Error::TimeLimit {
+            path: PathBuf::from("m.pt"),
+            seconds: 5,
+        };
+        assert!(
+            time.to_string()
+                .contains("(--timeout-per-file): not judged within the 5 s allowed"),
+            "{time}"
+        );
+        for e in [memory, bytes, requests, time] {
+            let text = e.to_string();
+            assert_eq!(e.kind(), ErrorKind::OverBudget, "{text}");
+            assert!(e.over_limit().is_some(), "{text}");
+            // Over a limit in a shard, or refused naming globals: still over the limit.
+            let global = UnsafeGlobal {
+                module: "posix".into(),
+                name: "system".into(),
+                member: "data.pkl".into(),
+                position: 2,
+                payload: String::new(),
+            };
+            let wrapped = in_shard(e.with_unsafe_globals(vec![global]));
+            assert_eq!(wrapped.kind(), ErrorKind::OverBudget, "{wrapped}");
+            assert!(
+                wrapped
+                    .over_limit()
+                    .is_some_and(|inner| text == inner.to_string()),
+                "{wrapped}"
+            );
+        }
+        // Refused naming globals for anything else: corrupt, with no limit in it.
+        let damaged = Error::Empty { path: path() }.with_unsafe_globals(vec![UnsafeGlobal {
+            module: "posix".into(),
+            name: "system".into(),
+            member: "data.pkl".into(),
+            position: 2,
+            payload: String::new(),
+        }]);
+        assert_eq!(damaged.kind(), ErrorKind::Corrupt);
+        assert!(damaged.over_limit().is_none());
     }
 
     #[test]

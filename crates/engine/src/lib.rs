@@ -29,6 +29,7 @@ pub mod tensor_impl;
 #[doc(hidden)]
 pub mod testing;
 pub mod torchscript_code;
+pub mod units;
 pub mod unsafe_global;
 pub mod views;
 pub mod weights_only;
@@ -38,7 +39,7 @@ pub use composite::{Component, CompositeTensor};
 pub use data_ptr::{DataPtr, Deferred, Owner};
 pub use device::Device;
 pub use dtype::{DType, DTypeKind};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, RemoteBound, Result};
 pub use layout::Layout;
 pub use memory::{HostBackend, HostBuffer};
 pub use storage::{Storage, StorageId};

@@ -92,7 +92,8 @@ fn rule_code(name: &At<String>, problems: &mut Vec<Problem>) -> Option<Code> {
     let detail = match Code::find(&name.value) {
         Some(code) if code.configurable() => return Some(code),
         Some(code) => format!(
-            "rule {code} ({}) cannot be configured: an unreadable checkpoint always fails",
+            "rule {code} ({}) cannot be configured: a checkpoint that cannot be read, or was \
+             not judged, always fails",
             code.name()
         ),
         None => crate::suggest::unknown_rule(&name.value),

@@ -69,7 +69,7 @@ pub struct AuditArgs {
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     gpu_budget: Option<u64>,
     /// Memory reading one file may take (inflated records, heap storages, pickle values);
-    /// a file needing more fails TP502 [default: 1GiB].
+    /// a file needing more fails TP506 (over-budget) [default: 1GiB].
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     max_memory: Option<u64>,
     /// Also load every checkpoint onto this GPU (`cuda:N`) through pinned staging and the
@@ -98,7 +98,7 @@ pub struct AuditArgs {
     deep: bool,
     #[command(flatten)]
     remote: crate::remote::RemoteArgs,
-    /// Seconds one file may take before it fails TP502 unjudged, never a hang.
+    /// Seconds one file may take before it fails TP506 (over-budget) unjudged, never a hang.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_per_file: u64,
 }

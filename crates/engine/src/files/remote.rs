@@ -8,7 +8,7 @@
 use super::object::{RemoteError, RemoteLimits, RemoteObject, RemoteStats};
 use super::ranges::Ranges;
 use super::sparse::{page_aligned, page_size, SparseMap};
-use crate::error::{Error, Result};
+use crate::error::{Error, RemoteBound, Result};
 use crate::HostBuffer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -328,22 +328,18 @@ impl Mounted {
             .fetch_add(bytes, Ordering::Relaxed)
             .saturating_add(bytes);
         let over = if requests > limits.max_requests {
-            Some(format!(
-                "more than {} range requests (--max-requests)",
-                limits.max_requests
-            ))
+            Some((RemoteBound::Requests, requests, limits.max_requests))
         } else if total > limits.max_bytes {
-            Some(format!(
-                "more than {} bytes fetched (--max-remote-bytes)",
-                limits.max_bytes
-            ))
+            Some((RemoteBound::Bytes, total, limits.max_bytes))
         } else {
             None
         };
         match over {
-            Some(what) => Err(Error::RemoteBudget {
+            Some((bound, needed, limit)) => Err(Error::RemoteBudget {
                 path: self.path.clone(),
-                what,
+                bound,
+                needed,
+                limit,
             }),
             None => Ok(()),
         }

@@ -106,7 +106,8 @@ mod tests {
         let e = meter.hold(path, 41, || "c".into()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "f.pt: exceeds the memory budget (101 > 100): c"
+            "f.pt: exceeds the memory budget (--max-memory): the read would hold 101 bytes, \
+             more than the 100 bytes allowed, for c"
         );
         assert_eq!(meter.held(), 60);
         let huge = meter.check(path, u64::MAX, || "d".into()).unwrap_err();

@@ -435,7 +435,8 @@ fn values_are_counted_in_bytes_against_the_memory_budget() {
         "{text}"
     );
     assert!(
-        text.starts_with("t.pkl: exceeds the memory budget (") && text.contains("> 8192)"),
+        text.starts_with("t.pkl: exceeds the memory budget (--max-memory): the read would hold ")
+            && text.contains("more than the 8.0 KiB (8192 bytes) allowed, for the values pickle"),
         "{text}"
     );
     run_with(&list, Loader::Python, &Budget::default()).expect("fits the default");

@@ -15,7 +15,9 @@ declare_rule!(CorruptFile {
 What it checks
   That the file reads: a known format by its content (not its name), every size and
   offset consistent, every storage record present and of the size the pickle says, the
-  pickle well-formed. The finding carries the reader's one-line reason.
+  pickle well-formed. The finding carries the reader's one-line reason. A file refused for a
+  limit of the run (`--max-memory`, `--max-remote-bytes`, `--max-requests`,
+  `--timeout-per-file`) is not judged rather than corrupt: that is TP506.
 
 Why it matters
   A truncated upload or a damaged file fails at load time in production; a file crafted

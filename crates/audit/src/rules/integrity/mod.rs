@@ -3,6 +3,8 @@
 
 mod corrupt_file;
 mod index_mismatch;
+mod over_budget;
 
 pub use corrupt_file::CorruptFile;
 pub use index_mismatch::IndexMismatch;
+pub use over_budget::OverBudget;

@@ -176,7 +176,8 @@ fn the_directory_is_held_against_the_budget_before_it_is_read() {
     assert_eq!(
         e.to_string(),
         format!(
-            "t.pt: exceeds the memory budget ({held} > {}): the central directory's 2 entries",
+            "t.pt: exceeds the memory budget (--max-memory): the read would hold {held} bytes, \
+             more than the {} bytes allowed, for the central directory's 2 entries",
             held - 1
         )
     );
