@@ -482,7 +482,7 @@ def scale(args):
             r["tp"] = measure([tp, "audit", "--ci-mode", "--metadata-only", path], args.runs, ok=None)
             r["py"] = measure([sys.executable, "-c", PY_TORCH_LOAD_ONLY, path], args.runs)
         else:
-            # The budget is raised so the largest file is audited rather than refused (TP502):
+            # The budget is raised so the largest file is audited rather than refused (TP506):
             # under the default 1 GiB a million tensors did not fit beside the crate's reading.
             r["tp"] = measure([tp, "audit", "--ci-mode", "--fail-on", "never", "--metadata-only",
                                "--max-memory", "4GiB", path], args.runs)
