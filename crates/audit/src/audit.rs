@@ -75,7 +75,9 @@ pub fn audit(
     device_load: Option<&DeviceLoad>,
 ) -> FileReport {
     if let Err(refused) = views_within_budget(ckpt, path, options) {
-        // The memory-budget refusal is always claimed (TP506): the file fails unjudged.
+        // The memory-budget refusal is always claimed (TP506): the file fails unjudged, and
+        // names the globals its reading met (what another loader of it would run).
+        let refused = refused.with_unsafe_globals(ckpt.unsafe_globals.clone());
         if let Some(report) = read_failure(path, &refused) {
             return report;
         }
@@ -287,6 +289,35 @@ mod tests {
         let ckpt = checkpoint(tensors, vec![s]);
         let report = super::audit(&ckpt, "f.pt", &Default::default(), &options, None);
         report.findings.iter().map(|f| f.code.as_str()).collect()
+    }
+
+    #[test]
+    fn a_views_refusal_names_the_globals_the_reading_met() {
+        // Each view a prefix of the next: refused before relating; the reading had met a
+        // global (an object array np.load would unpickle, say), which the refusal names.
+        let s = storage(0, 20_000, "cpu");
+        let tensors = (0..2_000)
+            .map(|i| tensor(&format!("flat.{i}"), &s, &[i + 1], &[1], 0, Device::Cpu))
+            .collect();
+        let mut ckpt = checkpoint(tensors, vec![s]);
+        ckpt.unsafe_globals
+            .push(tensorplay_engine::pickle::UnsafeGlobal {
+                module: "os".into(),
+                name: "system".into(),
+                member: "m/x.npy".into(),
+                position: 0,
+                payload: String::new(),
+            });
+        let options = Options {
+            max_memory: Some(64 << 20),
+            ..Options::default()
+        };
+        let report = super::audit(&ckpt, "f.pt", &Default::default(), &options, None);
+        let codes: Vec<&str> = report.findings.iter().map(|f| f.code.as_str()).collect();
+        assert!(
+            codes.contains(&"TP506") && codes.contains(&"TP501"),
+            "{codes:?}"
+        );
     }
 
     #[test]

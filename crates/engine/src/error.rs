@@ -584,7 +584,7 @@ impl Error {
     }
 
     /// This error, naming `globals` too when there are any.
-    pub(crate) fn with_unsafe_globals(self, mut globals: Vec<UnsafeGlobal>) -> Error {
+    pub fn with_unsafe_globals(self, mut globals: Vec<UnsafeGlobal>) -> Error {
         if globals.is_empty() {
             return self;
         }
