@@ -15,6 +15,9 @@ use super::Loader;
 use crate::{DTypeKind, Device, Tensor};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
+
+/// Memo keys are the stream's small integers: hashed fast, not with SipHash.
+type Keys = HashSet<u32, foldhash::fast::RandomState>;
 use std::rc::Rc;
 
 /// What `_rebuild_tensor`'s `set_` says of a tensor it rebuilds: torch checks, in signed 64-bit
@@ -90,9 +93,9 @@ pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
 /// through the same readers it uses, so both consume the same bytes: the replay memoizes only
 /// these. `torch.save` memoizes every value and fetches a handful (the globals, the device
 /// strings), so a hundred thousand tensors' values no longer stay alive in the memo.
-fn memo_gets(stream: &[u8]) -> HashSet<u32> {
+fn memo_gets(stream: &[u8]) -> Keys {
     let mut m = Machine::new(stream, Persistent::Refused, None);
-    let mut gets = HashSet::new();
+    let mut gets = Keys::default();
     // Any read that fails ends the replay at the same opcode: nothing after it is fetched.
     let _ = (|| -> Result<(), String> {
         loop {
@@ -169,7 +172,10 @@ impl V {
     /// Text already checked to decode: kept only when short enough to be a tag.
     fn text(bytes: &[u8]) -> V {
         match bytes.len() <= 64 {
-            true => V::Str(String::from_utf8_lossy(bytes).into()),
+            true => V::Str(match std::str::from_utf8(bytes) {
+                Ok(text) => Rc::from(text),
+                Err(_) => String::from_utf8_lossy(bytes).into(),
+            }),
             false => V::LongStr,
         }
     }
@@ -257,9 +263,10 @@ struct Machine<'a> {
     pos: usize,
     stack: Vec<V>,
     metastack: Vec<Vec<V>>,
-    memo: HashMap<u32, V>,
+    memo: HashMap<u32, V, foldhash::fast::RandomState>,
     /// The keys worth memoizing (every key when `None`): a value never fetched is not kept.
-    gets: Option<HashSet<u32>>,
+    gets: Option<Keys>,
+    empty_tuple: Rc<[V]>,
     persistent: Persistent,
 }
 
@@ -272,14 +279,15 @@ fn index_error(what: &str) -> String {
 }
 
 impl<'a> Machine<'a> {
-    fn new(data: &'a [u8], persistent: Persistent, gets: Option<HashSet<u32>>) -> Machine<'a> {
+    fn new(data: &'a [u8], persistent: Persistent, gets: Option<Keys>) -> Machine<'a> {
         Machine {
             data,
             pos: 0,
             stack: Vec::new(),
             metastack: Vec::new(),
-            memo: HashMap::new(),
+            memo: HashMap::default(),
             gets,
+            empty_tuple: Rc::from([]),
             persistent,
         }
     }
@@ -457,12 +465,14 @@ impl<'a> Machine<'a> {
                         .len()
                         .checked_sub(n)
                         .ok_or_else(|| index_error("list index out of range"))?;
-                    let items: Vec<V> = self.stack.split_off(at);
-                    self.stack.push(V::Tuple(items.into()));
+                    // Straight into the tuple: one allocation, not a Vec and its copy.
+                    let items: Rc<[V]> = self.stack.drain(at..).collect();
+                    self.stack.push(V::Tuple(items));
                 }
                 NONE => self.stack.push(V::None),
                 NEWFALSE | NEWTRUE => self.stack.push(V::Bool),
-                EMPTY_TUPLE => self.stack.push(V::Tuple(Rc::from(Vec::new()))),
+                // One `()`, as in Python: `torch.save` writes one per tensor.
+                EMPTY_TUPLE => self.stack.push(V::Tuple(Rc::clone(&self.empty_tuple))),
                 EMPTY_LIST => self.stack.push(V::List(Rc::new(Cell::new(0)))),
                 EMPTY_DICT => self.stack.push(V::Dict(Rc::new(Cell::new(false)))),
                 EMPTY_SET => self.stack.push(V::Set),
