@@ -49,5 +49,6 @@ mod scale;
 mod tensor_kinds;
 mod terminal;
 mod ties;
+mod views;
 mod weights_only;
 mod zip_layouts;

@@ -324,7 +324,7 @@ mod tests {
     fn a_flat_buffer_is_related_and_views_that_all_overlap_are_refused() {
         const BUDGET: u64 = 64 << 20;
         // Side by side (a flat buffer), each overlapping its neighbours, or all one view
-        // (ties): 2 million relations (48 MB) and a few findings per view fit.
+        // (ties): 2 million identical pairs (48 MB) and a few findings per view fit.
         for (expected, view) in [
             ("TP106", (|i| (4, 4 * i)) as fn(u64) -> (u64, u64)),
             ("TP101", |i| (4, 3 * i)),
@@ -338,8 +338,15 @@ mod tests {
         // 2 million findings would not fit; refused before relating anything, over budget
         // (not corrupt).
         assert_eq!(views_of_one_storage(|i| (i + 1, 0), BUDGET), ["TP506"]);
-        // And at 16 MiB the relations alone do not fit, even for the flat buffer.
-        assert_eq!(views_of_one_storage(|i| (4, 4 * i), 16 << 20), ["TP506"]);
+        // Disjoint views list no pair: the flat buffer costs only its 2 000 views, and fits
+        // in 1 MiB, where the 2 million pairs of the ties do not fit in 16 MiB.
+        let flat = views_of_one_storage(|i| (4, 4 * i), 1 << 20);
+        assert!(flat.contains(&"TP106"), "{flat:?}");
+        assert!(!flat.contains(&"TP506"), "{flat:?}");
+        assert_eq!(views_of_one_storage(|_| (4, 0), 16 << 20), ["TP506"]);
+        // Neighbours that overlap list a pair each: 2 000 findings' worth fits in 4 MiB.
+        let neighbours = views_of_one_storage(|i| (4, 3 * i), 4 << 20);
+        assert!(!neighbours.contains(&"TP506"), "{neighbours:?}");
     }
 
     /// What the read holds is part of what relating the views would bring it to: the refusal

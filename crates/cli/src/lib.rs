@@ -50,7 +50,8 @@ enum Command {
     Merge(merge::MergeArgs),
     /// Show the four layers of a checkpoint: tensors, their layouts, storages and data pointers.
     Inspect(inspect::InspectArgs),
-    /// List storages that several tensors view, with each tensor's byte range and how they relate.
+    /// List storages that several tensors view, with each tensor's byte range and each pair of
+    /// tensors that share bytes (a pair not listed is disjoint).
     Views(views::ViewsArgs),
     /// What changed between two checkpoints: tensors added, removed, renamed, reshaped,
     /// moved, ties made or broken, bytes; with --values, contents too.

@@ -12,7 +12,7 @@ pub use walk::{Run, Runs, Walk};
 ///
 /// Construction checks that every product and sum the layout implies fits in 64 bits,
 /// so the accessors below never overflow.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Layout {
     // Sizes then strides, inline up to four dimensions (nearly every tensor): no allocation
     // per tensor, one length for both. Element count and extent are derived, not kept: a

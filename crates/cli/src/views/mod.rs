@@ -1,5 +1,5 @@
 //! `tensorplay views`: every storage more than one tensor views, each tensor's byte range in
-//! it, and how the ranges relate.
+//! it, and the pairs of ranges that share bytes, with how they relate.
 
 mod json;
 mod text;
@@ -25,8 +25,8 @@ pub fn run(args: &ViewsArgs) -> anyhow::Result<ExitStatus> {
     let file = args.remote.resolve(&args.file)?;
     let rendered = files::settle(&file, || -> anyhow::Result<String> {
         let checkpoint = load::open(&file)?;
-        // Every pair of views of a storage is related and listed: refuse before that takes
-        // more than a read may.
+        // Every pair of views of a storage that share bytes is listed (all of them, when every
+        // view is one alias): refuse before that takes more than a read may.
         views::check_budget(&checkpoint, &file, load::DEFAULT_MAX_MEMORY)?;
         let shared = views::shared_storages(&checkpoint);
         match args.format {

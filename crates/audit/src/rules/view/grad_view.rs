@@ -32,24 +32,41 @@ How to fix
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     for shared in &ctx.shared {
-        for (i, view) in shared.views.iter().enumerate() {
-            if !view.tensor.tensor_impl().requires_grad() {
+        let requires_grad = |i: u32| {
+            shared
+                .views
+                .get(i as usize)
+                .is_some_and(|v| v.tensor.tensor_impl().requires_grad())
+        };
+        // (trainable view, other view) for each pair that shares some bytes but not all,
+        // from the listed relations: scanning every other view per trainable view would
+        // take quadratic time in the views of one storage. The relations come sorted by
+        // (i, j), so after a stable sort by the trainable view each one's others are in view
+        // order, as the finding names them.
+        let mut touching: Vec<(u32, u32)> = Vec::new();
+        for &(i, j, relation) in &shared.relations {
+            if relation == Relation::Identical {
                 continue;
             }
-            // Each other view related to this one directly: scanning every pair for each
-            // view would take cubic time in the views of one storage.
-            let others: Vec<String> = shared
-                .views
+            if requires_grad(i) {
+                touching.push((i, j));
+            }
+            if requires_grad(j) {
+                touching.push((j, i));
+            }
+        }
+        touching.sort_by_key(|&(view, _)| view);
+        for group in touching.chunk_by(|a, b| a.0 == b.0) {
+            let Some(view) = group
+                .first()
+                .and_then(|&(i, _)| shared.views.get(i as usize))
+            else {
+                continue;
+            };
+            let others: Vec<String> = group
                 .iter()
-                .enumerate()
-                .filter(|&(j, other)| {
-                    j != i
-                        && !matches!(
-                            Relation::of(view.bytes.as_ref(), other.bytes.as_ref()),
-                            Relation::Disjoint | Relation::Identical
-                        )
-                })
-                .map(|(_, v)| v.tensor.name().to_owned())
+                .filter_map(|&(_, j)| shared.views.get(j as usize))
+                .map(|v| v.tensor.name().to_owned())
                 .collect();
             if others.is_empty() {
                 continue;

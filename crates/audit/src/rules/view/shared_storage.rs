@@ -1,6 +1,6 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
-use tensorplay_engine::views::Relation;
+use tensorplay_engine::views;
 
 declare_rule!(SharedStorage {
     code: "TP106",
@@ -29,11 +29,7 @@ How to fix
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     for shared in &ctx.shared {
-        if shared
-            .relations
-            .iter()
-            .all(|&(_, _, r)| r == Relation::Identical)
-        {
+        if one_byte_range(shared) {
             continue;
         }
         let names: Vec<String> = shared
@@ -55,6 +51,15 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             ..Default::default()
         });
     }
+}
+
+/// Whether every view of `shared` reaches the same bytes, at least one: every pair of views
+/// is identical (two views that reach nothing, or the same empty range, are not).
+fn one_byte_range(shared: &views::SharedStorage<'_>) -> bool {
+    let Some(Some(first)) = shared.views.first().map(|v| &v.bytes) else {
+        return false;
+    };
+    !first.is_empty() && shared.views.iter().all(|v| v.bytes.as_ref() == Some(first))
 }
 
 #[cfg(test)]
@@ -104,5 +109,21 @@ mod tests {
             vec![s.clone()],
         );
         assert_eq!(codes(&tied), ["TP103"]);
+    }
+
+    #[test]
+    fn an_alias_beside_a_view_that_reaches_no_bytes_fires() {
+        // {'a': w, 'b': w[:], 'none': w[:0]}: 'none' shares no byte with the others (no pair
+        // of it is identical), so they are not one alias.
+        let s = storage(0, 8, "cpu");
+        let with_empty = checkpoint(
+            vec![
+                tensor("a", &s, &[8], &[1], 0, Device::Cpu),
+                tensor("b", &s, &[8], &[1], 0, Device::Cpu),
+                tensor("none", &s, &[0], &[1], 0, Device::Cpu),
+            ],
+            vec![s.clone()],
+        );
+        assert_eq!(codes(&with_empty), ["TP103", "TP106"]);
     }
 }

@@ -1,10 +1,11 @@
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
 use crate::Severity;
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tensorplay_engine::views::SharedStorage;
-use tensorplay_engine::{Format, Tensor};
+use tensorplay_engine::{DType, Format, Layout, Tensor};
 
 declare_rule!(TiedAlias {
     code: "TP103",
@@ -134,17 +135,21 @@ fn evidence(format: Format, group: &[&Tensor]) -> Evidence {
 }
 
 /// The views of `shared` in groups of one view (layout and dtype), in view order; groups of
-/// one name included.
+/// one name included. Each layout's group is found by hashing, not by a pass over the
+/// groups so far: a flat buffer has as many layouts as views.
 fn groups<'a>(shared: &SharedStorage<'a>) -> Vec<Vec<&'a Tensor>> {
     let mut groups: Vec<Vec<&Tensor>> = Vec::new();
-    let mut keys = Vec::new();
+    let mut index: HashMap<(&Layout, DType), usize> = HashMap::new();
     for view in &shared.views {
         let imp = view.tensor.tensor_impl();
-        let key = (imp.layout(), imp.dtype());
-        match keys.iter().position(|k| *k == key) {
-            Some(i) => groups[i].push(view.tensor),
-            None => {
-                keys.push(key);
+        match index.entry((imp.layout(), imp.dtype())) {
+            Entry::Occupied(group) => {
+                if let Some(group) = groups.get_mut(*group.get()) {
+                    group.push(view.tensor);
+                }
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(groups.len());
                 groups.push(vec![view.tensor]);
             }
         }
