@@ -161,7 +161,7 @@ enum V {
     Dict(Rc<Cell<bool>>),
     Set,
     /// An allowlisted global, by its full name.
-    Global(Rc<str>),
+    Global(Rc<Named>),
     /// An instance of an allowlisted class.
     Object(Type),
     /// What `persistent_load` returns: a `TypedStorage`.
@@ -215,8 +215,30 @@ impl Type {
     }
 }
 
+/// An allowlisted global: its full name, and what it is to the unpickler (decided once, at
+/// its GLOBAL: `torch.save` calls the same two globals for every tensor).
+#[derive(Debug)]
+struct Named {
+    full: Box<str>,
+    kind: Global,
+}
+
+impl std::ops::Deref for Named {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.full
+    }
+}
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.full)
+    }
+}
+
 /// What an allowlisted global is to the unpickler: a class it may create, a function it may
 /// call (and what the call returns), or neither.
+#[derive(Debug, Clone, Copy)]
 enum Global {
     Class(Type),
     Function(Type),
@@ -367,13 +389,17 @@ impl<'a> Machine<'a> {
                     let module = self.line()?;
                     let name = self.line()?;
                     let full = resolve(&module, &name)?;
-                    self.stack.push(V::Global(full.into()));
+                    let kind = global(&full);
+                    self.stack.push(V::Global(Rc::new(Named {
+                        full: full.into(),
+                        kind,
+                    })));
                 }
                 NEWOBJ => {
                     let args = self.pop()?;
                     let cls = self.pop()?;
                     let made = match &cls {
-                        V::Global(full) => match global(full) {
+                        V::Global(named) => match named.kind {
                             Global::Class(t) => Some(t),
                             _ => None,
                         },
@@ -398,7 +424,7 @@ impl<'a> Machine<'a> {
                         ));
                     };
                     iterable(&args)?;
-                    let result = match global(full) {
+                    let result = match full.kind {
                         Global::Class(Type::Set) => V::Set,
                         Global::Class(t) | Global::Function(t) => V::Object(t),
                         Global::Encode => V::Bytes(Rc::from(&[][..])),
@@ -613,7 +639,7 @@ impl<'a> Machine<'a> {
         }
         match items.get(1) {
             Some(V::Global(full))
-                if full.ends_with("Storage") && &**full != "torch.storage.TypedStorage" =>
+                if full.ends_with("Storage") && &*full.full != "torch.storage.TypedStorage" =>
             {
                 Ok(V::Storage)
             }
@@ -731,10 +757,10 @@ fn from_type(args: &V) -> Result<V, String> {
         _ => None,
     };
     match new_type {
-        Some(V::Global(full)) if &**full == "torch.nn.parameter.Parameter" => {
+        Some(V::Global(full)) if &*full.full == "torch.nn.parameter.Parameter" => {
             Ok(V::Object(Type::Parameter))
         }
-        Some(V::Global(full)) if matches!(global(full), Global::Class(Type::Tensor)) => {
+        Some(V::Global(named)) if matches!(named.kind, Global::Class(Type::Tensor)) => {
             Ok(V::Object(Type::Tensor))
         }
         other => Err(format!(
@@ -857,7 +883,7 @@ fn type_name(v: &V) -> &'static str {
         V::List(_) => "<class 'list'>",
         V::Dict(_) => "<class 'dict'>",
         V::Set => "<class 'set'>",
-        V::Global(full) => match global(full) {
+        V::Global(named) => match named.kind {
             Global::Class(_) => "<class 'type'>",
             Global::Value => "<class 'object'>",
             _ => "<class 'function'>",
