@@ -291,15 +291,20 @@ mod tests {
         report.findings.iter().map(|f| f.code.as_str()).collect()
     }
 
-    #[test]
-    fn a_views_refusal_names_the_globals_the_reading_met() {
-        // Each view a prefix of the next: refused before relating; the reading had met a
-        // global (an object array np.load would unpickle, say), which the refusal names.
+    /// 2 000 views of one storage, each a prefix of the next: every pair shares bytes.
+    fn prefix_chain() -> tensorplay_engine::Checkpoint {
         let s = storage(0, 20_000, "cpu");
         let tensors = (0..2_000)
             .map(|i| tensor(&format!("flat.{i}"), &s, &[i + 1], &[1], 0, Device::Cpu))
             .collect();
-        let mut ckpt = checkpoint(tensors, vec![s]);
+        checkpoint(tensors, vec![s])
+    }
+
+    #[test]
+    fn a_views_refusal_names_the_globals_the_reading_met() {
+        // Refused before relating; the reading had met a global (an object array np.load
+        // would unpickle, say), which the refusal names.
+        let mut ckpt = prefix_chain();
         ckpt.unsafe_globals
             .push(tensorplay_engine::pickle::UnsafeGlobal {
                 module: "os".into(),
@@ -353,11 +358,7 @@ mod tests {
     /// compares the whole against the budget the flag set, not against what was left of it.
     #[test]
     fn a_views_refusal_is_stated_against_the_whole_budget() {
-        let s = storage(0, 20_000, "cpu");
-        let tensors = (0..2_000)
-            .map(|i| tensor(&format!("flat.{i}"), &s, &[i + 1], &[1], 0, Device::Cpu))
-            .collect();
-        let mut ckpt = checkpoint(tensors, vec![s]);
+        let mut ckpt = prefix_chain();
         let options = Options {
             max_memory: Some(64 << 20),
             ..Options::default()
