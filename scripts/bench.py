@@ -676,7 +676,7 @@ def main():
     out.append("- two-thread sum: `crates/engine/examples/mapped_sum.rs`, the file mapped as tensorplay maps it "
                "and every byte read once by two threads summing 64-bit words (the memory-bandwidth yardstick)\n")
     out.append("\n| checkpoint | size | `cat` | two-thread sum | tensorplay metadata | tensorplay deep | Python metadata | "
-               "Python deep | metadata speed-up | deep / `cat` | deep / sum | metadata peak RSS | deep peak RSS | "
+               "Python deep | metadata speed-up | deep / `cat` (wall) | deep / sum (wall) | metadata peak RSS | deep peak RSS | "
                "tensorplay wall (metadata / deep) |\n")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
@@ -684,10 +684,11 @@ def main():
         py_meta, py_deep, sum_m = r.get("py_meta", nan), r.get("py_deep", nan), r.get("sum", nan)
         out.append(f"| {r['label']} | {r['size'] / (1 << 20):.0f} MiB | {cat.cpu:.3f} s | {sum_m.cpu:.3f} s | {meta.cpu:.3f} s | "
                    f"{deep.cpu:.3f} s | {py_meta.cpu:.2f} s | {py_deep.cpu:.2f} s | {ratio(py_meta.cpu, meta.cpu):.0f}× | "
-                   f"{ratio(deep.cpu, cat.cpu):.2f}× | {ratio(deep.cpu, sum_m.cpu):.2f}× | {meta.rss:.0f} MiB | {deep.rss:.0f} MiB | "
+                   f"{ratio(deep.wall, cat.wall):.2f}× | {ratio(deep.wall, sum_m.wall):.2f}× | {meta.rss:.0f} MiB | {deep.rss:.0f} MiB | "
                    f"{meta.wall:.3f} / {deep.wall:.3f} s |\n")
     out.append("\n" + figures_comment("top", figures))
-    targets = ["## Targets\n\n", "In CPU-seconds against the reference measured in the same run.\n\n"]
+    targets = ["## Targets\n\n", "In CPU-seconds against the reference measured in the same run, except the "
+               "deep audit's bandwidth yardsticks (wall time).\n\n"]
 
     def target(what, got, ok):
         targets.append(f"- {what}: {got}, {'met' if ok else 'not met'}\n")
@@ -699,11 +700,14 @@ def main():
             got = ratio(r["py_meta"].cpu, r["tp_meta"].cpu)
             target(f"{r['label']}: metadata audit ≥ {want}× less CPU than Python", f"{got:.0f}×", got >= want)
         if r["big"]:
-            got = ratio(r["tp_deep"].cpu, r["cat"].cpu)
-            target(f"{r['label']}: deep audit ≤ 2× `cat`", f"{got:.2f}×", got <= 2)
+            # Reading at the memory's bandwidth is a matter of wall time: these two compare the
+            # deep audit's wall with that of a plain read of the same mapped bytes.
+            got = ratio(r["tp_deep"].wall, r["cat"].wall)
+            target(f"{r['label']}: deep audit ≤ 2× `cat` (wall)", f"{got:.2f}×", got <= 2)
             if "sum" in r:
-                got = ratio(r["tp_deep"].cpu, r["sum"].cpu)
-                target(f"{r['label']}: deep audit ≤ 1.1× a two-thread sum over the mapped file", f"{got:.2f}×", got <= 1.1)
+                got = ratio(r["tp_deep"].wall, r["sum"].wall)
+                target(f"{r['label']}: deep audit ≤ 1.1× a two-thread sum over the mapped file (wall)",
+                       f"{got:.2f}×", got <= 1.1)
             rss = r["tp_deep"].rss
             target(f"{r['label']}: deep audit peak RSS ≤ 256 MiB", f"{rss:.0f} MiB", rss <= 256)
     many = [r for r in rows if not r["big"]]
