@@ -137,6 +137,32 @@ fn a_pickle_that_amplifies_is_refused_naming_the_budget() {
 }
 
 #[test]
+fn what_follows_the_refusal_of_an_amplifying_pickle_is_named() {
+    // CPython builds the values and reads on to a call placed before the STOP: the refusal
+    // at the budget still names it (a walk that builds nothing).
+    let bytes = std::fs::read(root().join(AMPLIFIER)).expect("fixture");
+    let (body, stop) = bytes.split_at(bytes.len() - 1);
+    assert_eq!(stop, b".");
+    let dir = TempDir::new("budget-amplifier-call");
+    let path = dir.0.join("model.pkl");
+    let call = b"cos\nsystem\n(S'true'\ntR0";
+    std::fs::write(&path, [body, call, stop].concat()).expect("write");
+    let (code, findings) = error_json(&["--max-memory", "16MiB", path.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(1));
+    let named = |module: &str| {
+        findings.iter().any(|f| {
+            f["code"] == "TP501"
+                && f["global"]["module"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(module))
+        })
+    };
+    // The call, and the (long) globals met before the refusal.
+    assert!(named("os") && named("mmm"), "{findings:?}");
+    assert_eq!(findings.last().map(|f| &f["code"]), Some(&"TP506".into()));
+}
+
+#[test]
 fn the_other_files_of_the_run_go_on() {
     let clean = "fixtures/pytorch/deflated.pt";
     let (code, files) = audit(&["--max-memory", "16MiB", SHORT, clean, AMPLIFIER]);

@@ -10,7 +10,9 @@
 //! then fails (an unknown opcode or memo key, STOP on an empty stack, text after the call) has
 //! already imported and called it, so it begins a pickle as much as a whole one does.
 
+use crate::pickle::allowlist::{map_module, resolves};
 use crate::pickle::opcodes as ops;
+use crate::pickle::{Loader, UnsafeGlobal};
 
 /// Highest protocol CPython (3.8 and later) reads.
 const HIGHEST_PROTOCOL: u64 = 5;
@@ -60,6 +62,60 @@ pub(crate) fn stream_end(bytes: &[u8]) -> Option<usize> {
             Err(_) => return None,
         }
     }
+}
+
+/// The globals CPython would resolve running `bytes` from their start, as `(module, name,
+/// offset of the opcode)`: GLOBAL's and INST's names, and STACK_GLOBAL's where both operands
+/// are strings the walk has seen (pushed, or fetched from the memo). Nothing is built or
+/// copied, so a stream refused for what its values would take still has what follows named;
+/// the walk stops where CPython would (STOP, an opcode it rejects) or past [`MAX_TRACKED`]
+/// marks or keys.
+fn globals_named(bytes: &[u8]) -> Vec<(&[u8], &[u8], usize)> {
+    let mut walk = Walk::new(bytes);
+    walk.names = Some(Names::default());
+    while walk.step().is_ok() {}
+    walk.names.map(|n| n.globals).unwrap_or_default()
+}
+
+/// [`globals_named`] outside what `pickle.load` resolves unasked, each distinct global once
+/// and none of those `known` (by module and name), their names copying at most `max_bytes`:
+/// for a stream (at `base` in `member`) refused before its end for what reading it would
+/// take, which CPython reads on through. A stream naming one long global thousands of times
+/// (through the memo) costs its hashing, not copies.
+pub(crate) fn unsafe_globals_walked(
+    bytes: &[u8],
+    member: &str,
+    base: u64,
+    known: &std::collections::HashSet<(&str, &str)>,
+    max_bytes: u64,
+) -> Vec<UnsafeGlobal> {
+    let payload = crate::unsafe_global::sha256_hex(bytes);
+    let mut seen = std::collections::HashSet::new();
+    let mut copied = 0u64;
+    let mut out = Vec::new();
+    for (module, name, at) in globals_named(bytes) {
+        let text = |b| String::from_utf8_lossy(b);
+        let (module, name) = (text(module), text(name));
+        let module = map_module(&module);
+        if known.contains(&(module, &*name))
+            || resolves(Loader::Python, module, &name)
+            || !seen.insert((module.to_owned(), name.clone()))
+        {
+            continue;
+        }
+        copied = copied.saturating_add((module.len() + name.len()) as u64);
+        if copied > max_bytes {
+            break;
+        }
+        out.push(UnsafeGlobal {
+            module: module.to_owned(),
+            name: name.into_owned(),
+            member: member.to_owned(),
+            position: base.saturating_add(at as u64),
+            payload: payload.clone(),
+        });
+    }
+    out
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -123,6 +179,22 @@ struct Walk<'a> {
     marks: Vec<usize>,
     /// Memo keys set so far.
     memo: MemoKeys,
+    /// The strings among the values, when the walk names globals ([`globals_named`]).
+    names: Option<Names<'a>>,
+    /// The string the current opcode pushes, if it pushes one.
+    pushed: Option<&'a [u8]>,
+}
+
+/// What naming STACK_GLOBAL's operands takes: which values are strings.
+#[derive(Default)]
+struct Names<'a> {
+    /// The values above the innermost mark, `Some` for a string.
+    values: Vec<Option<&'a [u8]>>,
+    /// The values below each mark.
+    marked: Vec<Vec<Option<&'a [u8]>>>,
+    /// Memo keys holding a string.
+    memo: std::collections::HashMap<u64, &'a [u8]>,
+    globals: Vec<(&'a [u8], &'a [u8], usize)>,
 }
 
 /// A set of memo keys: a bitset for the keys writers use (BINPUT, LONG_BINPUT and MEMOIZE
@@ -177,6 +249,8 @@ impl<'a> Walk<'a> {
             depth: 0,
             marks: Vec::new(),
             memo: MemoKeys::default(),
+            names: None,
+            pushed: None,
         }
     }
 
@@ -223,6 +297,9 @@ impl<'a> Walk<'a> {
 
     fn pop(&mut self, n: usize) -> Step<()> {
         self.depth = self.depth.checked_sub(n).ok_or(End::Invalid)?;
+        if let Some(names) = &mut self.names {
+            names.values.truncate(self.depth);
+        }
         Ok(())
     }
 
@@ -230,7 +307,23 @@ impl<'a> Walk<'a> {
     fn pop_mark(&mut self) -> Step<usize> {
         let items = self.depth;
         self.depth = self.marks.pop().ok_or(End::Invalid)?;
+        if let Some(names) = &mut self.names {
+            names.values = names.marked.pop().unwrap_or_default();
+        }
         Ok(items)
+    }
+
+    /// The string `back` values below the top (0: the top), when it is one.
+    fn string_at(&self, back: usize) -> Option<&'a [u8]> {
+        let values = &self.names.as_ref()?.values;
+        let i = values.len().checked_sub(back + 1)?;
+        *values.get(i)?
+    }
+
+    fn name_global(&mut self, module: &'a [u8], name: &'a [u8], at: usize) {
+        if let Some(names) = &mut self.names {
+            names.globals.push((module, name, at));
+        }
     }
 
     fn put(&mut self, key: u64) -> Step<()> {
@@ -246,6 +339,8 @@ impl<'a> Walk<'a> {
 
     /// Runs one opcode's effect on the counts.
     fn step(&mut self) -> Step<()> {
+        let at = self.pos;
+        self.pushed = None;
         let op = self.uint(1)? as u8;
         // Values each opcode pops (above the innermost mark) and pushes.
         let (pops, pushes) = match op {
@@ -255,6 +350,9 @@ impl<'a> Walk<'a> {
                 }
                 self.marks.push(self.depth);
                 self.depth = 0;
+                if let Some(names) = &mut self.names {
+                    names.marked.push(std::mem::take(&mut names.values));
+                }
                 (0, 0)
             }
             ops::STOP => {
@@ -271,24 +369,42 @@ impl<'a> Walk<'a> {
                 self.pop_mark()?;
                 (0, 0)
             }
-            ops::DUP => (1, 2),
+            ops::DUP => {
+                self.pushed = self.string_at(0);
+                (1, 2)
+            }
             ops::FLOAT => text(float_text(self.line()?))?,
             ops::INT => text(int_text(self.line()?, false))?,
             ops::LONG => text(int_text(self.line()?, true))?,
-            ops::STRING => text(quoted(self.line()?))?,
+            ops::STRING => {
+                let line = self.line()?;
+                self.pushed = line.get(1..line.len().saturating_sub(1));
+                text(quoted(line))?
+            }
             // UNICODE is raw-unicode-escape (any bytes); protocol 0 persistent ids are ASCII.
-            ops::UNICODE => self.line().map(|_| (0, 1))?,
+            ops::UNICODE => {
+                self.pushed = Some(self.line()?);
+                (0, 1)
+            }
             ops::PERSID => text(self.line()?.is_ascii())?,
             ops::GET | ops::BINGET | ops::LONG_BINGET => {
                 let key = self.memo_key(op)?;
                 if !self.memo.contains(key) {
                     return Err(End::Invalid);
                 }
+                self.pushed = self.names.as_ref().and_then(|n| n.memo.get(&key).copied());
                 (0, 1)
             }
             ops::PUT | ops::BINPUT | ops::LONG_BINPUT | ops::MEMOIZE => {
                 let key = self.memo_key(op)?;
                 self.put(key)?;
+                let top = self.string_at(0);
+                if let Some(names) = &mut self.names {
+                    match top {
+                        Some(text) => names.memo.insert(key, text),
+                        None => names.memo.remove(&key),
+                    };
+                }
                 (0, 0)
             }
             ops::BININT => self.take(4).map(|_| (0, 1))?,
@@ -303,7 +419,9 @@ impl<'a> Walk<'a> {
             ops::BINUNICODE8 | ops::BINBYTES8 | ops::BYTEARRAY8 => self.counted(8)?,
             ops::LONG4 | ops::BINSTRING => {
                 let n = self.signed_len()?;
-                self.take(n).map(|_| (0, 1))?
+                let operand = self.take(n)?;
+                self.pushed = (op == ops::BINSTRING).then_some(operand);
+                (0, 1)
             }
             ops::NONE
             | ops::NEWTRUE
@@ -321,17 +439,19 @@ impl<'a> Walk<'a> {
                 if op == ops::INST {
                     self.pop_mark()?;
                 }
+                self.name_global(module, name, at);
                 (0, 1)
+            }
+            ops::STACK_GLOBAL => {
+                if let (Some(module), Some(name)) = (self.string_at(1), self.string_at(0)) {
+                    self.name_global(module, name, at);
+                }
+                (2, 1)
             }
             // BINPERSID, TUPLE1, READONLY_BUFFER
             ops::BINPERSID | ops::TUPLE1 | ops::READONLY_BUFFER => (1, 1),
             // APPEND, BUILD, STACK_GLOBAL, REDUCE, NEWOBJ, TUPLE2
-            ops::APPEND
-            | ops::BUILD
-            | ops::STACK_GLOBAL
-            | ops::REDUCE
-            | ops::NEWOBJ
-            | ops::TUPLE2 => (2, 1),
+            ops::APPEND | ops::BUILD | ops::REDUCE | ops::NEWOBJ | ops::TUPLE2 => (2, 1),
             // SETITEM, NEWOBJ_EX, TUPLE3
             ops::SETITEM | ops::NEWOBJ_EX | ops::TUPLE3 => (3, 1),
             // OBJ: the class and its arguments above a mark.
@@ -363,6 +483,13 @@ impl<'a> Walk<'a> {
         };
         self.pop(pops)?;
         self.depth += pushes;
+        if let Some(names) = &mut self.names {
+            let pushed = self.pushed.take();
+            // Every value but the last is a copy of it (DUP) or not a string.
+            names
+                .values
+                .extend((0..pushes).map(|i| pushed.filter(|_| i + 1 == pushes || op == ops::DUP)));
+        }
         Ok(())
     }
 
@@ -377,10 +504,18 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// An operand whose `width`-byte length precedes it; the opcode pushes it.
+    /// An operand whose `width`-byte length precedes it; the opcode pushes it (a string,
+    /// for the text opcodes among them).
     fn counted(&mut self, width: u64) -> Step<(usize, usize)> {
+        let op = self.bytes.get(self.pos.wrapping_sub(1)).copied();
         let n = self.uint(width)?;
-        self.take(n)?;
+        let operand = self.take(n)?;
+        if matches!(
+            op,
+            Some(ops::SHORT_BINSTRING | ops::SHORT_BINUNICODE | ops::BINUNICODE | ops::BINUNICODE8)
+        ) {
+            self.pushed = Some(operand);
+        }
         Ok((0, 1))
     }
 }
@@ -446,7 +581,36 @@ fn dotted_name(line: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::begins_pickle;
+    use super::{begins_pickle, globals_named};
+
+    #[test]
+    fn the_walk_names_the_globals_cpython_resolves_building_nothing() {
+        let named = |stream: &[u8]| -> Vec<(String, String, usize)> {
+            globals_named(stream)
+                .into_iter()
+                .map(|(m, n, at)| {
+                    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                    (text(m), text(n), at)
+                })
+                .collect()
+        };
+        let g = |m: &str, n: &str, at| (m.to_owned(), n.to_owned(), at);
+        // Protocol 0: GLOBAL's lines, then INST's under a mark.
+        assert_eq!(
+            named(b"cos\nsystem\n(S'true'\ntR0(S'x'\niposix\nsystem\n."),
+            [g("os", "system", 0), g("posix", "system", 29)]
+        );
+        // Protocol 4: STACK_GLOBAL's operands pushed, then fetched from the memo (MEMOIZE
+        // keys 0 and 1), after a POP of the first global.
+        let stream = b"\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x930h\x00h\x01\x93.";
+        assert_eq!(
+            named(stream),
+            [g("os", "system", 16), g("os", "system", 22)]
+        );
+        // An operand that is not a string names nothing; the walk stops where CPython would.
+        assert_eq!(named(b"\x80\x04K\x01\x8c\x01x\x93."), []);
+        assert_eq!(named(b"\x80\x04\xffcos\nsystem\n."), []);
+    }
 
     #[test]
     fn pickles_of_every_protocol_begin_a_pickle() {

@@ -10,7 +10,7 @@
 use super::fields::zip64_fields;
 use crate::inflate;
 use crate::load::numpy;
-use crate::load::pickle_start::{begins, begins_pickle, Begins};
+use crate::load::pickle_start::{begins, begins_pickle, unsafe_globals_walked, Begins};
 use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal};
 use std::path::Path;
 
@@ -68,7 +68,20 @@ pub(crate) fn globals_of_every_pickle(
     for (name, start, data) in pickles.take(MAX_PICKLES) {
         match unpickle(&data, path, &name, start as u64, Loader::Python, budget) {
             Ok(u) => globals.extend(u.unsafe_globals),
-            Err(e) => globals.extend(e.unsafe_globals().iter().cloned()),
+            Err(e) => {
+                let named = e.unsafe_globals();
+                globals.extend(named.iter().cloned());
+                if e.over_budget() {
+                    // Refused for what its values would take: CPython reads on through.
+                    let known = named
+                        .iter()
+                        .map(|g| (g.module.as_str(), g.name.as_str()))
+                        .collect();
+                    let max = budget.max_memory.saturating_sub(budget.memory_held) / 4;
+                    let rest = unsafe_globals_walked(&data, &name, start as u64, &known, max);
+                    globals.extend(rest);
+                }
+            }
         }
     }
     globals
