@@ -97,14 +97,9 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
                 named.extend(as_pickle_load_reads(rest, path, pos, &budget));
                 if e.over_budget() {
                     // Refused for what its values would take: CPython reads on through.
-                    let known = named
-                        .iter()
-                        .map(|g| (g.module.as_str(), g.name.as_str()))
-                        .collect();
-                    let max = budget.max_memory.saturating_sub(budget.memory_held) / 4;
-                    named.extend(pickle_start::unsafe_globals_walked(
-                        rest, MEMBER, pos, &known, max,
-                    ));
+                    let walked =
+                        pickle_start::unsafe_globals_walked(rest, MEMBER, pos, &named, &budget);
+                    named.extend(walked);
                 }
                 if let Some(end) = pickle_start::stream_end(rest) {
                     named.extend(globals_after(buffer, pos + end as u64, &budget));

@@ -12,7 +12,7 @@
 
 use crate::pickle::allowlist::{map_module, resolves};
 use crate::pickle::opcodes as ops;
-use crate::pickle::{Loader, UnsafeGlobal};
+use crate::pickle::{Budget, Loader, UnsafeGlobal};
 
 /// Highest protocol CPython (3.8 and later) reads.
 const HIGHEST_PROTOCOL: u64 = 5;
@@ -78,17 +78,22 @@ fn globals_named(bytes: &[u8]) -> Vec<(&[u8], &[u8], usize)> {
 }
 
 /// [`globals_named`] outside what `pickle.load` resolves unasked, each distinct global once
-/// and none of those `known` (by module and name), their names copying at most `max_bytes`:
-/// for a stream (at `base` in `member`) refused before its end for what reading it would
-/// take, which CPython reads on through. A stream naming one long global thousands of times
-/// (through the memo) costs its hashing, not copies.
+/// and none the refusal already `named` (by module and name), their names copying at most a
+/// quarter of what `budget` has left: for a stream (at `base` in `member`) refused before its
+/// end for what reading it would take, which CPython reads on through. A stream naming one
+/// long global thousands of times (through the memo) costs its hashing, not copies.
 pub(crate) fn unsafe_globals_walked(
     bytes: &[u8],
     member: &str,
     base: u64,
-    known: &std::collections::HashSet<(&str, &str)>,
-    max_bytes: u64,
+    named: &[UnsafeGlobal],
+    budget: &Budget,
 ) -> Vec<UnsafeGlobal> {
+    let known: std::collections::HashSet<(&str, &str)> = named
+        .iter()
+        .map(|g| (g.module.as_str(), g.name.as_str()))
+        .collect();
+    let max_bytes = budget.max_memory.saturating_sub(budget.memory_held) / 4;
     let payload = crate::unsafe_global::sha256_hex(bytes);
     let mut seen = std::collections::HashSet::new();
     let mut copied = 0u64;

@@ -73,12 +73,7 @@ pub(crate) fn globals_of_every_pickle(
                 globals.extend(named.iter().cloned());
                 if e.over_budget() {
                     // Refused for what its values would take: CPython reads on through.
-                    let known = named
-                        .iter()
-                        .map(|g| (g.module.as_str(), g.name.as_str()))
-                        .collect();
-                    let max = budget.max_memory.saturating_sub(budget.memory_held) / 4;
-                    let rest = unsafe_globals_walked(&data, &name, start as u64, &known, max);
+                    let rest = unsafe_globals_walked(&data, &name, start as u64, named, budget);
                     globals.extend(rest);
                 }
             }
