@@ -14,7 +14,7 @@
 //! BUILD of the `NumpyArrayWrapper` standing for it: every stream is read with joblib's
 //! [`Arrays`], so those arrays are tensors over the file's bytes and the file is a joblib one.
 
-use super::joblib::{Arrays, InlineStorages};
+use super::joblib::{names_a_wrapper, Arrays, InlineStorages};
 use super::table::{Accepts, FileReader, FileRule, Row};
 use super::torch::{add_member, Member, StorageRecord, StorageSource};
 use super::{pickle_start, Scope, Sink, Sniffed};
@@ -23,6 +23,7 @@ use crate::pickle::allowlist::Loader;
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, unpickle_inline, Budget, UnsafeGlobal, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -94,11 +95,14 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
                 // Refused though CPython runs it to its STOP (its frames, say): the streams
                 // after it are still there for a caller that loads again.
                 let mut named = sink.take_unsafe_globals(0);
-                named.extend(as_pickle_load_reads(rest, path, pos, &budget));
+                if names_a_wrapper(e.unsafe_globals()) {
+                    named.extend(as_pickle_load_reads(rest, path, pos, &budget));
+                }
                 if e.over_budget() {
                     // Refused for what its values would take: CPython reads on through.
+                    let known = named.iter().chain(e.unsafe_globals());
                     let walked =
-                        pickle_start::unsafe_globals_walked(rest, MEMBER, pos, &named, &budget);
+                        pickle_start::unsafe_globals_walked(rest, MEMBER, pos, known, &budget);
                     named.extend(walked);
                 }
                 if let Some(end) = pickle_start::stream_end(rest) {
@@ -127,15 +131,14 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
             return Err(refused.with_unsafe_globals(named));
         }
         if unpickled.inlined > 0 {
-            for global in as_pickle_load_reads(rest, path, pos, &budget) {
-                let named = unpickled.unsafe_globals.iter().any(|g| {
-                    (&g.module, &g.name, g.position)
-                        == (&global.module, &global.name, global.position)
-                });
-                if !named {
-                    unpickled.unsafe_globals.push(global);
-                }
-            }
+            // Looked up, not compared pairwise: a stream may name thousands of long globals.
+            let named: HashSet<_> = unpickled.unsafe_globals.iter().map(place).collect();
+            let plain = as_pickle_load_reads(rest, path, pos, &budget);
+            let more: Vec<_> = plain
+                .into_iter()
+                .filter(|g| !named.contains(&place(g)))
+                .collect();
+            unpickled.unsafe_globals.extend(more);
         }
         // A pickle ends with its STOP, inside `rest`: the next one starts within the file.
         let len = unpickled.len.max(1);
@@ -170,6 +173,11 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
         index += 1;
     }
     Ok(joblib)
+}
+
+/// Where a global is named, and what: one stream's globals are the same global there.
+fn place(g: &UnsafeGlobal) -> (u64, &str, &str) {
+    (g.position, g.module.as_str(), g.name.as_str())
 }
 
 /// The globals `pickle.load` (and `torch.load`) resolve in a stream joblib reads otherwise:
@@ -208,7 +216,9 @@ fn globals_after(buffer: &HostBuffer, mut pos: u64, budget: &Budget) -> Vec<Unsa
             }
             Err(e) => {
                 globals.extend(e.unsafe_globals().iter().cloned());
-                globals.extend(as_pickle_load_reads(rest, buffer.source(), pos, budget));
+                if names_a_wrapper(e.unsafe_globals()) {
+                    globals.extend(as_pickle_load_reads(rest, buffer.source(), pos, budget));
+                }
                 break;
             }
         }

@@ -82,15 +82,15 @@ fn globals_named(bytes: &[u8]) -> Vec<(&[u8], &[u8], usize)> {
 /// quarter of what `budget` has left: for a stream (at `base` in `member`) refused before its
 /// end for what reading it would take, which CPython reads on through. A stream naming one
 /// long global thousands of times (through the memo) costs its hashing, not copies.
-pub(crate) fn unsafe_globals_walked(
+pub(crate) fn unsafe_globals_walked<'g>(
     bytes: &[u8],
     member: &str,
     base: u64,
-    named: &[UnsafeGlobal],
+    named: impl IntoIterator<Item = &'g UnsafeGlobal>,
     budget: &Budget,
 ) -> Vec<UnsafeGlobal> {
     let known: std::collections::HashSet<(&str, &str)> = named
-        .iter()
+        .into_iter()
         .map(|g| (g.module.as_str(), g.name.as_str()))
         .collect();
     let max_bytes = budget.max_memory.saturating_sub(budget.memory_held) / 4;

@@ -15,10 +15,10 @@ use super::Loader;
 use crate::{DTypeKind, Device, Tensor};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 /// Memo keys are the stream's small integers: hashed fast, not with SipHash.
 type Keys = HashSet<u32, foldhash::fast::RandomState>;
-use std::rc::Rc;
 
 /// What `_rebuild_tensor`'s `set_` says of a tensor it rebuilds: torch checks, in signed 64-bit
 /// arithmetic, that the view fits its storage (`computeStorageNbytes`, `checkInBoundsForStorage`).
@@ -561,8 +561,12 @@ impl<'a> Machine<'a> {
                     } else {
                         self.u32_le()?
                     };
-                    let top = self.top()?.clone();
-                    if self.gets.as_ref().is_none_or(|gets| gets.contains(&index)) {
+                    // A value never fetched is not kept (nor cloned); the empty stack still
+                    // fails as torch's does.
+                    let keep = self.gets.as_ref().is_none_or(|gets| gets.contains(&index));
+                    let top = self.top()?;
+                    if keep {
+                        let top = top.clone();
                         self.memo.insert(index, top);
                     }
                 }

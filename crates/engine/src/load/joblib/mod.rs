@@ -15,7 +15,7 @@ mod compressed;
 mod wrapper;
 
 pub(crate) use compressed::{compressed_pickle, read_into};
-pub(crate) use wrapper::Arrays;
+pub(crate) use wrapper::{names_a_wrapper, Arrays};
 
 use super::table::{Accepts, FileReader, FileRule, Row};
 use super::torch::{StorageRecord, StorageSource};

@@ -13,7 +13,9 @@
 
 use crate::error::{Error, Result};
 use crate::load::numpy::{type_string, Descr};
-use crate::pickle::{unpickle, Budget, Heap, Id, Inline, InlineArray, Inlined, Loader, Node};
+use crate::pickle::{
+    unpickle, Budget, Heap, Id, Inline, InlineArray, Inlined, Loader, Node, UnsafeGlobal,
+};
 use std::path::Path;
 
 /// How deep a structured dtype's fields may nest before it is refused.
@@ -73,7 +75,16 @@ fn wrapper_class(heap: &Heap, class: Id, args: Id) -> Option<Wrapper> {
         return None;
     };
     let full = format!("{}.{}", global.module, global.name);
-    match full.as_str() {
+    if full == "copyreg._reconstructor" {
+        let first = *heap.seq(args)?.first()?;
+        return wrapper_class(heap, first, first);
+    }
+    wrapper_named(&full)
+}
+
+/// The wrapper class a full dotted name is.
+fn wrapper_named(full: &str) -> Option<Wrapper> {
+    match full {
         "joblib.numpy_pickle.NumpyArrayWrapper" => Some(Wrapper::Inline),
         "joblib.numpy_pickle.NDArrayWrapper" | "joblib.numpy_pickle_compat.NDArrayWrapper" => {
             Some(Wrapper::Separate("NDArrayWrapper"))
@@ -81,12 +92,17 @@ fn wrapper_class(heap: &Heap, class: Id, args: Id) -> Option<Wrapper> {
         "joblib.numpy_pickle.ZNDArrayWrapper" | "joblib.numpy_pickle_compat.ZNDArrayWrapper" => {
             Some(Wrapper::Separate("ZNDArrayWrapper"))
         }
-        "copyreg._reconstructor" => {
-            let first = *heap.seq(args)?.first()?;
-            wrapper_class(heap, first, first)
-        }
         _ => None,
     }
+}
+
+/// Whether a reading that named `globals` met a joblib wrapper class: only after one's BUILD
+/// does joblib's reading of a stream differ from `pickle.load`'s (the class is resolved, and
+/// named, before it is built).
+pub(crate) fn names_a_wrapper(globals: &[UnsafeGlobal]) -> bool {
+    globals
+        .iter()
+        .any(|g| wrapper_named(&format!("{}.{}", g.module, g.name)).is_some())
 }
 
 /// A value of the wrapper's state dict (its `__dict__` after BUILD), by attribute name.
