@@ -6,6 +6,7 @@
 //! scanned as they stream, and a record that inflates to another size than it declares is
 //! refused (TP502: that one is damaged). `--timeout-per-file` refuses TP506 too.
 
+use crate::common::zip_writer::ZipWriter;
 use crate::common::{
     error_findings, peak_rss, read_json, root, stderr, stdout, tensorplay, TempDir,
 };
@@ -136,6 +137,16 @@ fn a_pickle_that_amplifies_is_refused_naming_the_budget() {
     );
 }
 
+/// Whether a TP501 finding names a global of `module` (or one whose module starts so).
+fn named_in(findings: &[serde_json::Value], module: &str) -> bool {
+    findings.iter().any(|f| {
+        f["code"] == "TP501"
+            && f["global"]["module"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(module))
+    })
+}
+
 #[test]
 fn what_follows_the_refusal_of_an_amplifying_pickle_is_named() {
     // CPython builds the values and reads on to a call placed before the STOP: the refusal
@@ -149,16 +160,20 @@ fn what_follows_the_refusal_of_an_amplifying_pickle_is_named() {
     std::fs::write(&path, [body, call, stop].concat()).expect("write");
     let (code, findings) = error_json(&["--max-memory", "16MiB", path.to_str().expect("utf-8")]);
     assert_eq!(code, Some(1));
-    let named = |module: &str| {
-        findings.iter().any(|f| {
-            f["code"] == "TP501"
-                && f["global"]["module"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with(module))
-        })
-    };
+    let named = |module: &str| named_in(&findings, module);
     // The call, and the (long) globals met before the refusal.
     assert!(named("os") && named("mmm"), "{findings:?}");
+    assert_eq!(findings.last().map(|f| &f["code"]), Some(&"TP506".into()));
+
+    // The same pickle as a torch archive's data.pkl: the archive's refusal names it too.
+    let mut zip = ZipWriter::default();
+    zip.add("archive/data.pkl", &[body, call, stop].concat());
+    zip.add("archive/version", b"3\n");
+    let archive = dir.0.join("model.pt");
+    std::fs::write(&archive, zip.finish()).expect("write");
+    let (code, findings) = error_json(&["--max-memory", "16MiB", archive.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(1));
+    assert!(named_in(&findings, "os"), "{findings:?}");
     assert_eq!(findings.last().map(|f| &f["code"]), Some(&"TP506".into()));
 }
 

@@ -2,6 +2,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod range_server;
+pub mod zip_writer;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

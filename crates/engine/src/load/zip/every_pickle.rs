@@ -12,6 +12,7 @@ use crate::inflate;
 use crate::load::numpy;
 use crate::load::pickle_start::{begins, begins_pickle, unsafe_globals_walked, Begins};
 use crate::pickle::{unpickle, Budget, Loader, UnsafeGlobal};
+use std::borrow::Cow;
 use std::path::Path;
 
 const LOCAL_SIG: &[u8; 4] = b"PK\x03\x04";
@@ -29,6 +30,8 @@ const PREFIX: usize = 4096;
 const MAX_SCAN: usize = 1 << 28;
 /// Pickle members read at most: a refused file need not cost more than a real archive.
 const MAX_PICKLES: usize = 64;
+/// Members that may be pickles held at most, each announced perhaps twice (central and local).
+const MAX_CANDIDATES: usize = 4 * MAX_PICKLES;
 
 /// The unsafe globals of every member that a central directory entry anywhere in the file, or
 /// a local header, announces and that is named `*.pkl` or begins like a pickle (`.pt2` weights
@@ -39,31 +42,29 @@ pub(crate) fn globals_of_every_pickle(
     budget: &Budget,
 ) -> Vec<UnsafeGlobal> {
     let shifts = shifts(bytes);
+    // Only members some loader would read are held, and at most so many: a refused archive of
+    // a million members costs no more than one of a few.
     let mut members: Vec<Member<'_>> = every(bytes, CENTRAL_SIG)
         .filter_map(|at| central_member(bytes, at, &shifts))
         .chain(every(bytes, LOCAL_SIG).filter_map(|at| local_member(bytes, at)))
+        .filter(Member::may_be_read)
+        .take(MAX_CANDIDATES)
         .collect();
     // One member may be announced by its central entry and its local header alike.
     members.sort_by_key(|m| m.data.as_ptr() as usize);
     members.dedup_by_key(|m| (m.data.as_ptr() as usize, m.data.len()));
     let mut globals = Vec::new();
     let pickles = members.into_iter().filter_map(|m| {
-        let named = is_pickle_name(m.name.as_bytes());
+        let named = is_pickle_name(m.name);
         let data = match m.method {
             0 => m.data.to_vec(),
-            8 => {
-                let head = inflate::prefix(m.data, PREFIX);
-                if !named && !head.starts_with(numpy::MAGIC) && begins(&head) == Begins::NotPickle {
-                    return None;
-                }
-                inflate::all(m.data, m.size.min(budget.max_memory)).ok()?
-            }
-            _ => return None,
+            _ => inflate::all(m.data, m.size.min(budget.max_memory)).ok()?,
         };
+        let name = String::from_utf8_lossy(m.name).into_owned();
         if let Some((start, pickle)) = numpy::object_array_pickle(&data) {
-            return Some((m.name, start, pickle.to_vec()));
+            return Some((name, start, pickle.to_vec()));
         }
-        (named || begins_pickle(&data)).then_some((m.name, 0, data))
+        (named || begins_pickle(&data)).then_some((name, 0, data))
     });
     for (name, start, data) in pickles.take(MAX_PICKLES) {
         match unpickle(&data, path, &name, start as u64, Loader::Python, budget) {
@@ -83,11 +84,31 @@ pub(crate) fn globals_of_every_pickle(
 }
 
 struct Member<'a> {
-    name: String,
+    name: &'a [u8],
     method: u16,
     /// Uncompressed size.
     size: u64,
     data: &'a [u8],
+}
+
+impl Member<'_> {
+    /// Whether a loader could read it: named `*.pkl`, or (stored or deflated) beginning like
+    /// a pickle or an `.npy` array. Other methods no loader here inflates.
+    fn may_be_read(&self) -> bool {
+        let head = match self.method {
+            0 => self
+                .data
+                .get(..PREFIX.min(self.data.len()))
+                .map(Cow::Borrowed),
+            8 => Some(Cow::Owned(inflate::prefix(self.data, PREFIX))),
+            _ => None,
+        };
+        head.is_some_and(|head| {
+            is_pickle_name(self.name)
+                || head.starts_with(numpy::MAGIC)
+                || begins(&head) != Begins::NotPickle
+        })
+    }
 }
 
 /// Little-endian fields of a fixed-size record.
@@ -145,7 +166,7 @@ fn central_member<'a>(bytes: &'a [u8], at: usize, shifts: &[usize]) -> Option<Me
         .checked_add(usize::from(header.u16(26)?))?
         .checked_add(usize::from(header.u16(28)?))?;
     Some(Member {
-        name: String::from_utf8_lossy(name).into_owned(),
+        name,
         method: entry.u16(10)?,
         size,
         data: bytes.get(data_start..data_start.checked_add(compressed)?)?,
@@ -192,7 +213,7 @@ fn local_member(bytes: &[u8], at: usize) -> Option<Member<'_>> {
         (compressed, size) => sizes(compressed, size, extra)?,
     };
     Some(Member {
-        name: String::from_utf8_lossy(name).into_owned(),
+        name,
         method: header.u16(8)?,
         size,
         data: bytes.get(data_start..data_start.checked_add(compressed)?)?,

@@ -16,18 +16,16 @@ use crate::{Format, HostBuffer};
 use std::sync::Arc;
 
 /// Opens the archive once and hands it to the reader its records call for. An archive
-/// refused (as ambiguous, or for a member its reader cannot read) names the globals of every
-/// pickle any reading of it could run: another loader may read what this reading stopped at
-/// (`np.load` the object arrays of a `torch.save` archive whose `data.pkl` is cut short). One
-/// refused over the budget is not read again.
+/// refused (as ambiguous, for a member its reader cannot read, or over the budget) names the
+/// globals of every pickle any reading of it could run: another loader may read what this
+/// reading stopped at (`np.load` the object arrays of a `torch.save` archive whose `data.pkl`
+/// is cut short), and CPython reads on past what the budget refused (each pickle is then
+/// walked, building nothing, from where its budget ran out).
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let budget = sink.meter().pickle_budget();
-    read(buffer, sink).map_err(|e| match e.over_budget() {
-        false => {
-            let globals = globals_of_every_pickle(buffer.source(), buffer.bytes(), &budget);
-            e.with_unsafe_globals(globals)
-        }
-        true => e,
+    read(buffer, sink).map_err(|e| {
+        let globals = globals_of_every_pickle(buffer.source(), buffer.bytes(), &budget);
+        e.with_unsafe_globals(globals)
     })
 }
 
