@@ -20,6 +20,7 @@ mod diff;
 mod differential_dcp;
 mod differential_pickle;
 mod differential_script_pt2;
+mod extensions;
 // Symlinks, FIFOs and sockets: Unix only.
 #[cfg(unix)]
 mod discovery;

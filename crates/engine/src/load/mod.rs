@@ -44,7 +44,7 @@ pub use index::ShardIndex;
 pub use limits::{ReadLimits, DEFAULT_MAX_MEMORY};
 pub use probe::{probe, probe_directory, Probe};
 pub use sniff::{sniff, Sniffed};
-pub use table::named_as_checkpoint;
+pub use table::{checkpoint_extensions, named_as_checkpoint};
 pub(crate) use table::{reader, Reader};
 
 use crate::error::{Error, Result};

@@ -189,6 +189,19 @@ pub fn named_as_checkpoint(path: &Path) -> bool {
     named_for(path, None)
 }
 
+/// Every name a row's loader is handed, sorted, each once: the one list the pre-commit
+/// manifests and the docs are generated from (`tests/extensions.rs`).
+pub fn checkpoint_extensions() -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = FORMATS
+        .iter()
+        .flat_map(|row| row.extensions)
+        .copied()
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
