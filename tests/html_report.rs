@@ -79,6 +79,18 @@ fn the_page_is_self_contained_and_escapes_names() {
         "the hostile name is shown escaped"
     );
     assert!(!html.contains(HOSTILE), "the hostile name is not markup");
+    // The title names what was audited: the run's folder, and the file named alone.
+    let title = html
+        .split_once("<title>")
+        .and_then(|(_, rest)| rest.split_once("</title>"))
+        .map(|(title, _)| title)
+        .expect("a title");
+    assert!(
+        title.starts_with("tensorplay: ")
+            && title.contains("/run/")
+            && title.contains("fixtures/safetensors/fragmented.safetensors"),
+        "{title}"
+    );
     // Written as well-formed markup, so a strict parser reads it.
     let options = roxmltree::ParsingOptions {
         allow_dtd: true,
@@ -159,6 +171,44 @@ fn the_page_is_self_contained_and_escapes_names() {
         "segment tooltips name tensors"
     );
     std::fs::remove_dir_all(&r.dir).ok();
+}
+
+/// A run whose checkpoints cannot be read has no value to chart but their findings: those
+/// charts say so rather than draw empty axes.
+#[test]
+fn a_series_without_values_says_so() {
+    let dir = std::env::temp_dir().join(format!("tensorplay-html-empty-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for name in ["epoch_1.pt", "epoch_2.pt"] {
+        std::fs::write(dir.join(name), b"PK\x03\x04 not an archive").expect("write");
+    }
+    let html = dir.join("report.html");
+    let out = tensorplay(&[
+        "audit",
+        "--fail-on",
+        "never",
+        "--html",
+        html.to_str().expect("utf-8"),
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&html).expect("html written");
+    let series = html
+        .split_once("id=\"series\"")
+        .and_then(|(_, rest)| rest.split_once("</section>"))
+        .map(|(series, _)| series)
+        .expect("a series section");
+    // Three charts without values (score, share, bytes) and one with (findings).
+    assert_eq!(
+        series
+            .matches("Not measured for these checkpoints.")
+            .count(),
+        3,
+        "{series}"
+    );
+    assert_eq!(series.matches("<svg").count(), 1, "{series}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

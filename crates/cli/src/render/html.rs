@@ -48,11 +48,13 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"/>\
-         <title>tensorplay fragmentation report</title><style>{STYLE}</style></head><body>"
+         <title>tensorplay: {audited}</title><style>{STYLE}</style></head><body>",
+        audited = escape(&audited(&report.files))
     )?;
     writeln!(
         out,
-        "<h1>tensorplay fragmentation report</h1><p class=\"note\">{} {}</p>",
+        "<h1>tensorplay fragmentation report</h1><p class=\"note\">{}; {} {}</p>",
+        escape(&audited(&report.files)),
         escape(&report.tool.name),
         escape(&report.tool.version)
     )?;
@@ -68,6 +70,35 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
     skipped(report, &mut out)?;
     writeln!(out, "</body></html>")?;
     Ok(out)
+}
+
+/// What was audited, for the page's title (a browser tab, an artifact list): each folder
+/// holding several checkpoints as the folder, any other checkpoint by its path, the first
+/// three in natural order.
+fn audited(files: &[FileReport]) -> String {
+    const SHOWN: usize = 3;
+    let mut names: Vec<String> = Vec::new();
+    for file in natural_order(files) {
+        let dir = parent(&file.path);
+        let siblings = files.iter().filter(|f| parent(&f.path) == dir).count();
+        let name = match dir {
+            Some(dir) if siblings > 1 => dir.to_owned(),
+            _ => file.path.clone(),
+        };
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    match names.len() {
+        0 => "no checkpoints".to_owned(),
+        n if n > SHOWN => format!("{} and {} more", names[..SHOWN].join(", "), n - SHOWN),
+        _ => names.join(", "),
+    }
+}
+
+/// The folder part of a report path, its last `/` included.
+fn parent(path: &str) -> Option<&str> {
+    path.rfind('/').and_then(|at| path.get(..=at))
 }
 
 /// Files in natural order: `epoch_10` after `epoch_9`.

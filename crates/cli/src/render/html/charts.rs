@@ -84,6 +84,10 @@ pub fn line_chart(
     ceiling: Option<f64>,
     format: fn(f64) -> String,
 ) -> String {
+    // Axes with nothing on them read as a broken chart: say why there is none.
+    if values.iter().all(Option::is_none) {
+        return r#"<p class="note">Not measured for these checkpoints.</p>"#.to_owned();
+    }
     let top = values
         .iter()
         .flatten()
