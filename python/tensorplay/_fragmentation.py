@@ -155,10 +155,31 @@ class FragmentationReport:
 
         _tensorplay.write_text(os.fspath(path), self.to_html())
 
+    def _judged(self):
+        """What the verdict judges, and what the bytes beside it are: a page showing 95 %
+        reserved-but-unallocated next to "passed" must say why that is not the verdict."""
+        text = (
+            f"The verdict is TP301's alone: a batch fails when the variance / mean² of its "
+            f"storage sizes is above {_number(self.threshold)}. The bytes are the simulated "
+            "CUDA caching allocator's, shown and not judged: requested is the storages' sizes, "
+            "allocated those rounded to the allocator's blocks, reserved the segments holding "
+            "them; reserved but unallocated is the share of reserved bytes no storage holds."
+        )
+        small = [s for s in self.samples if _small_pool_only(s)]
+        if small:
+            text += (
+                f" In {len(small)} of {len(self.samples)} batches every segment is a 2 MiB "
+                "small-pool segment: the allocator serves requests of 1 MiB or less from "
+                "2 MiB segments, so a small batch leaves most of each unallocated. That is "
+                "its rounding, not fragmentation."
+            )
+        return text
+
     def _body(self, table):
         verdict = "pass" if self.passed else "fail"
         parts = [
             f'<p class="verdict {verdict}" id="verdict">{_text(str(self))}</p>',
+            f'<p class="note" id="judged">{_text(self._judged())}</p>',
             '<section id="score"><h2>Fragmentation score per batch (TP301)</h2>',
             _score_chart(self.samples, self.threshold),
             "</section>",
@@ -265,6 +286,16 @@ def _collect(torch, value, name, out, open_containers):
     for key, item in items:
         _collect(torch, item, f"{name}.{key}" if name else key, out, open_containers)
     open_containers.discard(id(value))
+
+
+# The caching allocator's small-pool segment (`kSmallBuffer`), which serves every request of
+# 1 MiB or less (`kSmallSize`).
+_SMALL_SEGMENT = 2 << 20
+
+
+def _small_pool_only(sample):
+    """Whether every segment of the batch's load is a small-pool segment."""
+    return sample.segments > 0 and sample.reserved_bytes == sample.segments * _SMALL_SEGMENT
 
 
 def _sample(index, native, tensors):

@@ -237,6 +237,22 @@ def test_the_page_draws_one_point_per_batch_and_the_threshold(tmp_path):
     assert "<svg" in report._repr_html_() and "<table" not in report._repr_html_()
 
 
+def test_the_page_says_what_is_judged_and_when_rounding_explains_the_bytes():
+    # Small batches: every storage under 1 MiB, each batch in one 2 MiB small-pool segment,
+    # mostly unallocated, and passed: the page says the share is not what is judged.
+    report = tensorplay.fragmentation([{"a": floats(10), "b": floats(10)} for _ in range(3)])
+    assert report.passed
+    assert all(s.fragmentation > 0.9 and s.reserved_bytes == 2 << 20 for s in report.samples)
+    page = report.to_html()
+    judged = re.search(r'<p class="note" id="judged">(.*?)</p>', page).group(1)
+    assert "TP301" in judged and f"above {report.threshold:g}" in judged
+    assert "not judged" in judged
+    assert "In 3 of 3 batches every segment is a 2 MiB small-pool segment" in judged
+    # A batch with a large-pool segment is not said to be rounding.
+    big = tensorplay.fragmentation([{"a": floats(1 << 20)}])
+    assert "small-pool" not in big.to_html()
+
+
 def test_the_page_is_written_whole_or_not_at_all(tmp_path):
     report = tensorplay.fragmentation([(floats(1), floats(2))])
     target = tmp_path / "taken"
