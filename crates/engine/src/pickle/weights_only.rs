@@ -89,72 +89,77 @@ pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
     Machine::new(stream, persistent, Some(gets)).run()
 }
 
-/// The memo keys the replay will fetch (BINGET, LONG_BINGET), found by reading its opcodes
-/// through the same readers it uses, so both consume the same bytes: the replay memoizes only
-/// these. `torch.save` memoizes every value and fetches a handful (the globals, the device
-/// strings), so a hundred thousand tensors' values no longer stay alive in the memo.
+/// The memo keys the replay will fetch (BINGET, LONG_BINGET), found by stepping over its
+/// opcodes as its readers consume them (a short `read` ends it, `read_up_to` takes what is
+/// there, a GLOBAL's lines run to a newline or the end): the replay memoizes only these.
+/// `torch.save` memoizes every value and fetches a handful (the globals, the device strings),
+/// so a hundred thousand tensors' values no longer stay alive in the memo. Where this pass
+/// reads further than the replay (a GLOBAL name that does not decode), it only finds more.
 fn memo_gets(stream: &[u8]) -> Keys {
-    let mut m = Machine::new(stream, Persistent::Refused, None);
     let mut gets = Keys::default();
-    // Any read that fails ends the replay at the same opcode: nothing after it is fetched.
-    let _ = (|| -> Result<(), String> {
-        loop {
-            let op = m.byte()?;
-            match op {
-                GLOBAL => {
-                    m.line()?;
-                    m.line()?;
-                }
-                BININT | BINFLOAT => {
-                    m.read(if op == BININT { 4 } else { 8 })?;
-                }
-                BININT1 | BINPUT | PROTO => {
-                    m.byte()?;
-                }
-                BININT2 => {
-                    m.read(2)?;
-                }
-                LONG_BINPUT => {
-                    m.u32_le()?;
-                }
-                BINUNICODE => {
-                    let len = m.u32_le()?;
-                    m.read_up_to(len as usize);
-                }
-                SHORT_BINSTRING | LONG1 => {
-                    let len = m.byte()?;
-                    m.read_up_to(len.into());
-                }
-                BINGET => {
-                    gets.insert(u32::from(m.byte()?));
-                }
-                LONG_BINGET => {
-                    gets.insert(m.u32_le()?);
-                }
-                NEWOBJ | REDUCE | BUILD | APPEND | APPENDS | SETITEM | SETITEMS | MARK | TUPLE
-                | TUPLE1 | TUPLE2 | TUPLE3 | NONE | NEWFALSE | NEWTRUE | EMPTY_TUPLE
-                | EMPTY_LIST | EMPTY_DICT | EMPTY_SET | BINPERSID => {}
-                // STOP, or an opcode the replay refuses: it reads no further.
-                _ => return Ok(()),
-            }
-        }
-    })();
+    let u32_at = |at: usize| -> Option<u32> {
+        let b = stream.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes(b.try_into().ok()?))
+    };
+    let line_end = |at: usize| -> usize {
+        let rest = stream.get(at..).unwrap_or_default();
+        at + rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |i| i + 1)
+    };
+    let mut pos = 0usize;
+    while let Some(&op) = stream.get(pos) {
+        pos += 1;
+        // Bytes the operand takes; `None` where the replay's read fails or it stops.
+        let operand: Option<usize> = match op {
+            GLOBAL => Some(line_end(line_end(pos)) - pos),
+            BININT | LONG_BINPUT => u32_at(pos).map(|_| 4),
+            BINFLOAT => stream
+                .get(pos..pos.saturating_add(8))
+                .filter(|b| b.len() == 8)
+                .map(|_| 8),
+            BININT1 | BINPUT | PROTO => stream.get(pos).map(|_| 1),
+            BININT2 => stream
+                .get(pos..pos.saturating_add(2))
+                .filter(|b| b.len() == 2)
+                .map(|_| 2),
+            BINUNICODE => u32_at(pos).map(|len| 4usize.saturating_add(len as usize)),
+            SHORT_BINSTRING | LONG1 => stream.get(pos).map(|&len| 1 + usize::from(len)),
+            BINGET => stream.get(pos).map(|&key| {
+                gets.insert(u32::from(key));
+                1
+            }),
+            LONG_BINGET => u32_at(pos).map(|key| {
+                gets.insert(key);
+                4
+            }),
+            NEWOBJ | REDUCE | BUILD | APPEND | APPENDS | SETITEM | SETITEMS | MARK | TUPLE
+            | TUPLE1 | TUPLE2 | TUPLE3 | NONE | NEWFALSE | NEWTRUE | EMPTY_TUPLE | EMPTY_LIST
+            | EMPTY_DICT | EMPTY_SET | BINPERSID => Some(0),
+            // STOP, or an opcode the replay refuses: it reads no further.
+            _ => None,
+        };
+        let Some(operand) = operand else { break };
+        pos = pos.saturating_add(operand);
+    }
     gets
 }
 
 /// The kind of a value the weights-only unpickler would hold: enough to decide every check
 /// it makes (types, hashability, a persistent id's tag, a list's length).
 #[derive(Debug, Clone)]
-enum V {
+enum V<'a> {
     None,
     Bool,
     Int(Option<i64>),
     Float,
-    /// A short string (a persistent id's tag is compared); a longer one is only a string.
-    Str(Rc<str>),
+    /// A short string, as the stream holds it (a persistent id's tag is compared); a longer
+    /// one is only a string.
+    Str(&'a [u8]),
     LongStr,
     Bytes(Rc<[u8]>),
-    Tuple(Rc<[V]>),
+    Tuple(Rc<[V<'a>]>),
     /// Its length: SETITEM on a list assigns an index.
     List(Rc<Cell<u64>>),
     /// A plain dict, and whether an item was ever set in it (BUILD skips a falsy state).
@@ -168,14 +173,11 @@ enum V {
     Storage,
 }
 
-impl V {
+impl<'a> V<'a> {
     /// Text already checked to decode: kept only when short enough to be a tag.
-    fn text(bytes: &[u8]) -> V {
+    fn text(bytes: &'a [u8]) -> V<'a> {
         match bytes.len() <= 64 {
-            true => V::Str(match std::str::from_utf8(bytes) {
-                Ok(text) => Rc::from(text),
-                Err(_) => String::from_utf8_lossy(bytes).into(),
-            }),
+            true => V::Str(bytes),
             false => V::LongStr,
         }
     }
@@ -283,12 +285,15 @@ const BLOCKED: [&str; 4] = ["sys", "os", "posix", "nt"];
 struct Machine<'a> {
     data: &'a [u8],
     pos: usize,
-    stack: Vec<V>,
-    metastack: Vec<Vec<V>>,
-    memo: HashMap<u32, V, foldhash::fast::RandomState>,
+    stack: Vec<V<'a>>,
+    /// Where each open MARK began on `stack`: torch's unpickler moves the stack aside at a
+    /// MARK (`metastack`), so nothing below the last mark can be popped; kept as positions in
+    /// one stack, a MARK costs no allocation.
+    marks: Vec<usize>,
+    memo: HashMap<u32, V<'a>, foldhash::fast::RandomState>,
     /// The keys worth memoizing (every key when `None`): a value never fetched is not kept.
     gets: Option<Keys>,
-    empty_tuple: Rc<[V]>,
+    empty_tuple: Rc<[V<'a>]>,
     persistent: Persistent,
 }
 
@@ -306,7 +311,7 @@ impl<'a> Machine<'a> {
             data,
             pos: 0,
             stack: Vec::new(),
-            metastack: Vec::new(),
+            marks: Vec::new(),
             memo: HashMap::default(),
             gets,
             empty_tuple: Rc::from([]),
@@ -358,24 +363,34 @@ impl<'a> Machine<'a> {
             .map_err(|_| "UnicodeDecodeError: a GLOBAL's name is not UTF-8".to_owned())
     }
 
-    fn pop(&mut self) -> Result<V, String> {
+    /// Where the current stack (the part above the last mark) begins.
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn pop(&mut self) -> Result<V<'a>, String> {
+        if self.stack.len() <= self.floor() {
+            return Err(index_error("pop from empty list"));
+        }
         self.stack
             .pop()
             .ok_or_else(|| index_error("pop from empty list"))
     }
 
-    fn top(&mut self) -> Result<&mut V, String> {
+    fn top(&mut self) -> Result<&mut V<'a>, String> {
+        let floor = self.floor();
         self.stack
-            .last_mut()
+            .get_mut(floor..)
+            .and_then(|current| current.last_mut())
             .ok_or_else(|| index_error("list index out of range"))
     }
 
-    fn pop_mark(&mut self) -> Result<Vec<V>, String> {
-        let outer = self
-            .metastack
+    /// Closes the last mark: where its items begin on the stack, the stack below it (to the
+    /// mark before) now the current one.
+    fn pop_mark(&mut self) -> Result<usize, String> {
+        self.marks
             .pop()
-            .ok_or_else(|| index_error("pop from empty list"))?;
-        Ok(std::mem::replace(&mut self.stack, outer))
+            .ok_or_else(|| index_error("pop from empty list"))
     }
 
     fn run(&mut self) -> Result<(), String> {
@@ -452,7 +467,9 @@ impl<'a> Machine<'a> {
                     len.set(len.get() + 1);
                 }
                 APPENDS => {
-                    let items = self.pop_mark()?;
+                    let start = self.pop_mark()?;
+                    let added = self.stack.len().saturating_sub(start);
+                    self.stack.truncate(start);
                     let list = self.top()?;
                     let V::List(len) = list else {
                         return Err(format!(
@@ -460,7 +477,7 @@ impl<'a> Machine<'a> {
                             type_name(list)
                         ));
                     };
-                    len.set(len.get() + items.len() as u64);
+                    len.set(len.get() + added as u64);
                 }
                 SETITEM => {
                     let _value = self.pop()?;
@@ -468,21 +485,25 @@ impl<'a> Machine<'a> {
                     set_item(self.top()?, &key)?;
                 }
                 SETITEMS => {
-                    let items = self.pop_mark()?;
+                    let start = self.pop_mark()?;
+                    let floor = self.floor();
+                    let (below, items) = self.stack.split_at(start.min(self.stack.len()));
+                    let target = below.get(floor..).and_then(<[V]>::last);
                     for pair in items.chunks(2) {
                         let [key, _value] = pair else {
                             return Err(index_error("list index out of range"));
                         };
-                        set_item(self.top()?, key)?;
+                        let target =
+                            target.ok_or_else(|| index_error("list index out of range"))?;
+                        set_item(target, key)?;
                     }
+                    self.stack.truncate(start);
                 }
-                MARK => {
-                    let inner = std::mem::take(&mut self.stack);
-                    self.metastack.push(inner);
-                }
+                MARK => self.marks.push(self.stack.len()),
                 TUPLE => {
-                    let items = self.pop_mark()?;
-                    self.stack.push(V::Tuple(items.into()));
+                    let start = self.pop_mark()?;
+                    let items: Rc<[V]> = self.stack.drain(start.min(self.stack.len())..).collect();
+                    self.stack.push(V::Tuple(items));
                 }
                 TUPLE1 | TUPLE2 | TUPLE3 => {
                     let n = usize::from(op - TUPLE1 + 1);
@@ -490,6 +511,7 @@ impl<'a> Machine<'a> {
                         .stack
                         .len()
                         .checked_sub(n)
+                        .filter(|&at| at >= self.floor())
                         .ok_or_else(|| index_error("list index out of range"))?;
                     // Straight into the tuple: one allocation, not a Vec and its copy.
                     let items: Rc<[V]> = self.stack.drain(at..).collect();
@@ -601,8 +623,8 @@ impl<'a> Machine<'a> {
     }
 
     /// BINPERSID: the unpickler's check, then the `persistent_load` torch.load installs.
-    fn persistent_load(&self, pid: &V) -> Result<V, String> {
-        let items: &[V] = match pid {
+    fn persistent_load(&self, pid: &V<'a>) -> Result<V<'a>, String> {
+        let items: &[V<'a>] = match pid {
             V::Tuple(items) => items,
             V::Int(_) => &[],
             other => {
@@ -614,7 +636,7 @@ impl<'a> Machine<'a> {
         };
         if let Some(tag) = items.first() {
             let is_storage = match tag {
-                V::Str(s) => &**s == "storage",
+                V::Str(s) => *s == b"storage",
                 V::Bytes(b) => &**b == b"storage",
                 _ => false,
             };
@@ -755,7 +777,7 @@ fn iterable(args: &V) -> Result<(), String> {
 }
 
 /// `_rebuild_from_type_v2(func, new_type, args, state)`: a tensor, made a `new_type`.
-fn from_type(args: &V) -> Result<V, String> {
+fn from_type<'a>(args: &V<'a>) -> Result<V<'a>, String> {
     let new_type = match args {
         V::Tuple(items) => items.get(1),
         _ => None,
@@ -901,7 +923,7 @@ fn type_name(v: &V) -> &'static str {
 fn describe(v: &V) -> String {
     match v {
         V::Global(full) => full.to_string(),
-        V::Str(s) => s.to_string(),
+        V::Str(s) => String::from_utf8_lossy(s).into_owned(),
         V::Int(Some(i)) => i.to_string(),
         other => type_name(other).to_owned(),
     }

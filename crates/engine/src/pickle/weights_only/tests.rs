@@ -35,6 +35,10 @@ fn streams_torch_reads() {
         "800263746f7263682e6e65737465642e5f696e7465726e616c2e6e65737465645f74656e736f720a4e657374656454656e736f720a2e",
         // set() BUILD None: a falsy state updates nothing
         "8002636275696c74696e730a7365740a29524e622e",
+        // {} MARK 'a' 1 SETITEMS: the dict below the mark takes the items
+        "80027d285801000000614b01752e",
+        // [] MARK 1 2 APPENDS
+        "80025d284b014b02652e",
     ] {
         assert_eq!(run(stream), Ok(()), "{stream}");
     }
@@ -78,6 +82,10 @@ fn streams_torch_refuses_with_its_message() {
             "Can only create new object",
         ),
         ("80022e", "IndexError"),
+        // Below a MARK nothing can be popped or read: TUPLE1, BUILD's instance, STOP.
+        ("80025d28852e", "IndexError: list index out of range"),
+        ("80027d287d622e", "IndexError: list index out of range"),
+        ("80024b01282e", "IndexError: pop from empty list"),
         ("800268052e", "KeyError: 5"),
         ("80024b01", "EOFError"),
         ("80027d5d4b01732e", "TypeError: unhashable type"),
