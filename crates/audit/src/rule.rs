@@ -88,6 +88,17 @@ pub struct Context<'a> {
     pub expect: Option<&'a Manifest>,
 }
 
+impl Context<'_> {
+    /// What the audited tensors are, in messages: a file's, or a running process's objects
+    /// (`load::live`), which no file holds.
+    pub fn holder(&self) -> &'static str {
+        match self.ckpt.format {
+            tensorplay_engine::Format::Live => "the object",
+            _ => "the file",
+        }
+    }
+}
+
 /// The checkpoint loaded through the simulated caching allocator.
 pub struct Memory {
     /// On an unbounded device: what the load needs.

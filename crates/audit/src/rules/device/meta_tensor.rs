@@ -37,8 +37,9 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             tensors: vec![t.name().to_owned()],
             storage: Some(imp.storage().id().index()),
             message: format!(
-                "'{}' is on the meta device: the file holds no data for its {:?} {}",
+                "'{}' is on the meta device: {} holds no data for its {:?} {}",
                 t.name(),
+                ctx.holder(),
                 imp.layout().sizes(),
                 imp.dtype()
             ),
@@ -91,5 +92,28 @@ mod tests {
             vec![s],
         );
         assert!(codes(&real).is_empty());
+    }
+
+    #[test]
+    fn a_live_object_is_not_called_a_file() {
+        let m = meta_storage(0, 48);
+        let mut live = checkpoint(
+            vec![tensor("m", &m, &[3, 4], &[4, 1], 0, Device::Meta)],
+            vec![m],
+        );
+        let message = |ckpt: &tensorplay_engine::Checkpoint| {
+            crate::testing::findings(ckpt)
+                .into_iter()
+                .find(|f| f.code.as_str() == "TP204")
+                .map(|f| f.message)
+                .expect("TP204")
+        };
+        assert!(message(&live).contains("the file holds no data"));
+        live.format = tensorplay_engine::Format::Live;
+        let said = message(&live);
+        assert!(
+            said.contains("the object holds no data") && !said.contains("file"),
+            "{said}"
+        );
     }
 }

@@ -189,7 +189,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                     INTENDED,
                 ),
                 Evidence::Separate => (
-                    format!("{quoted} are the same view of storage {storage} (tied): separate tensors, as state_dict() saves a tie and as slicing or detach() makes an alias; the file cannot tell which"),
+                    format!("{quoted} are the same view of storage {storage} (tied): separate tensors, as state_dict() saves a tie and as slicing or detach() makes an alias; {} cannot tell which", ctx.holder()),
                     INTENDED,
                 ),
                 Evidence::Unrecorded => (
