@@ -296,21 +296,55 @@ fn every_bad_file_is_refused_naming_the_part_or_read_with_its_finding() {
             .collect();
         assert_eq!(codes, ["TP502"], "{path}");
     }
-    // The overlap: read as gguf-py reads it, the two tensors sharing 32 bytes in one storage.
+    // The overlap: gguf-py reads it, each tensor seeing 32 bytes of the other as its own; no
+    // writer makes such a file, and it is refused.
     let path = "fixtures/gguf/bad/overlap.gguf";
     let gguf_py = &bad[path];
     assert_eq!(gguf_py["loads"], true);
     let (a, b) = (&gguf_py["tensors"][0], &gguf_py["tensors"][1]);
     let a_end = a["data_offset"].as_u64().unwrap() + a["n_bytes"].as_u64().unwrap();
     assert_eq!(a_end - b["data_offset"].as_u64().unwrap(), 32);
-    let report = audit(path);
-    let findings = &error_findings(&report)[0];
-    assert_eq!(findings.len(), 1, "{findings:?}");
-    assert_eq!(findings[0].0, "TP101");
-    assert_eq!(
-        findings[0].1,
-        "'a.weight' (bytes [0, 64)) and 'b.weight' (bytes [32, 96)) partly overlap in storage 0"
+    corrupt_refusal(
+        path,
+        "tensor 'b.weight': its bytes [32, 96) of the data section overlap 'a.weight''s [0, 64): \
+         no GGUF writer overlaps tensors",
     );
+}
+
+/// `inspect` and `audit` read every GGUF file alike: both read it, or both refuse it (exit 2
+/// for `inspect`, TP502 for `audit`).
+#[test]
+fn inspect_and_audit_agree_on_every_gguf_file() {
+    let mut files: Vec<String> = Vec::new();
+    for dir in ["fixtures/gguf", "fixtures/gguf/bad"] {
+        for entry in std::fs::read_dir(root().join(dir)).expect("dir").flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".gguf") {
+                files.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    assert!(files.len() > 20, "{files:?}");
+    for path in files {
+        let inspected = tensorplay(&["inspect", "--format", "json", &path]);
+        let report = audit(&path);
+        let refused = error_findings(&report)[0]
+            .iter()
+            .any(|(code, _)| code == "TP502");
+        assert_eq!(
+            inspected.status.code() == Some(2),
+            refused,
+            "{path}: inspect exit {:?} ({}), audit {:?}",
+            inspected.status.code(),
+            stderr(&inspected).trim(),
+            error_findings(&report)
+        );
+        assert_eq!(
+            inspected.status.code(),
+            Some(if refused { 2 } else { 0 }),
+            "{path}"
+        );
+    }
 }
 
 #[test]

@@ -14,17 +14,18 @@
 //! innermost, first). A float or integer type is a tensor of its dtype; a type stored in
 //! blocks (Q4_0, Q8_0, the K-quants, IQ*, TQ*, MXFP4 …) is a `uint8` tensor of its blocks'
 //! bytes, its last dimension in bytes as gguf-py's `data` has it, and a composite of layout
-//! the GGML type's name holding the logical shape and the blocks. Tensors whose bytes do not
-//! overlap each have a storage of their own, as gguf-py maps each one apart; tensors whose
-//! bytes overlap share one storage spanning them all, so the view rules see what they share
-//! (TP101, TP103). Float and integer elements of a big-endian file are swapped onto the heap,
-//! charged to the budget; blocks stay as they lie.
+//! the GGML type's name holding the logical shape and the blocks. Each tensor has a storage
+//! of its own, as gguf-py maps each one apart; one tensor given twice (the same bytes, the same
+//! type) shares one, so the view rules see it (TP103). Float and integer elements of a
+//! big-endian file are swapped onto the heap, charged to the budget; blocks stay as they lie.
 //!
 //! Refused, with the part at fault: what gguf-py refuses (bad magic or version, a count or
 //! length past the bytes left, an unknown value or GGML type, a key or tensor name given
 //! twice, a name that is not UTF-8, a `general.alignment` that is not a uint32 power of two,
 //! rows that are not whole blocks, tensor data past the end of the file); and, where gguf-py
-//! reads what ggml refuses, a tensor offset that is not a multiple of the alignment.
+//! reads what ggml refuses, a tensor offset that is not a multiple of the alignment, and
+//! tensors whose bytes overlap otherwise than as one tensor given twice (no writer makes them;
+//! a loader reads one's bytes as the other's).
 
 mod header;
 mod types;
@@ -304,12 +305,26 @@ fn build(
         let Some(first) = members.first() else {
             continue;
         };
-        let start = members.iter().map(|p| p.bytes.start).min().unwrap_or(0);
-        let end = members.iter().map(|p| p.bytes.end).max().unwrap_or(start);
-        let dtype = match members.iter().all(|p| p.dtype == first.dtype) {
-            true => first.dtype,
-            false => DType::UInt8,
-        };
+        // No GGUF writer overlaps two tensors, and a loader reads each one's bytes as its own
+        // type: only one tensor given twice (the same bytes, the same type) is read as shared.
+        if let Some(other) = members
+            .iter()
+            .find(|p| p.bytes != first.bytes || p.info.ggml != first.info.ggml)
+        {
+            return Err(refuse(
+                &other.info.name,
+                format!(
+                    "its bytes [{}, {}) of the data section overlap '{}''s [{}, {}): no GGUF \
+                     writer overlaps tensors, and a loader would read one's bytes as the other's",
+                    other.info.offset,
+                    other.info.offset + (other.bytes.end - other.bytes.start),
+                    clip(&first.info.name),
+                    first.info.offset,
+                    first.info.offset + (first.bytes.end - first.bytes.start),
+                ),
+            ));
+        }
+        let (start, end, dtype) = (first.bytes.start, first.bytes.end, first.dtype);
         let swap = members.iter().any(|p| p.swap);
         if let (true, Some(other)) = (swap, members.get(1)) {
             return Err(refuse(
@@ -348,22 +363,8 @@ fn build(
             saved_alone: false,
         });
         for (&i, p) in group.iter().zip(&members) {
-            let size = p.dtype.element_size().unwrap_or(1);
-            let into = p.bytes.start - start;
-            if !into.is_multiple_of(size) {
-                return Err(refuse(
-                    &p.info.name,
-                    format!(
-                        "begins {into} bytes into the bytes it shares with '{}', inside a \
-                         {} element",
-                        clip(&first.info.name),
-                        p.dtype
-                    ),
-                ));
-            }
-            let layout = Layout::contiguous(&p.shape)
-                .and_then(|c| Layout::new(c.sizes(), c.strides(), into / size))
-                .map_err(|e| refuse(&p.info.name, e.to_string()))?;
+            let layout =
+                Layout::contiguous(&p.shape).map_err(|e| refuse(&p.info.name, e.to_string()))?;
             let imp = TensorImpl::new(
                 layout,
                 p.dtype,
@@ -505,37 +506,60 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_tensors_share_a_storage_and_an_empty_one_breaks_no_group() {
+    fn a_tensor_given_twice_shares_a_storage_and_an_empty_one_breaks_no_group() {
         let mut b = Builder::new(false, 3, 0);
         b.info("a", &[16], 0, 0)
-            .info("e", &[0], 0, 32)
-            .info("b", &[16], 0, 32);
-        let ckpt = read(b.data(32, &[0; 96])).expect("reads");
+            .info("e", &[0], 0, 0)
+            .info("b", &[16], 0, 0);
+        let ckpt = read(b.data(32, &[0; 64])).expect("reads");
         let storage = |i: usize| ckpt.tensors[i].tensor_impl().storage().id().index();
         assert_eq!((storage(0), storage(1), storage(2)), (0, 1, 0));
-        assert_eq!(ckpt.storages[0].nbytes(), 96);
-        assert_eq!(ckpt.tensors[2].tensor_impl().layout().storage_offset(), 8);
+        assert_eq!(ckpt.storages[0].nbytes(), 64);
+        assert_eq!(ckpt.tensors[2].tensor_impl().layout().storage_offset(), 0);
+    }
+
+    #[test]
+    fn overlapping_bytes_are_refused_unless_one_tensor_is_given_twice() {
+        // Partly overlapping, one inside another, and the same bytes as another type.
+        // (16 float32 elements take 64 bytes, 16 float16 32.)
+        for (offset, ty, says) in [
+            (
+                32,
+                0,
+                "its bytes [32, 96) of the data section overlap 'a''s [0, 64)",
+            ),
+            (
+                32,
+                1,
+                "its bytes [32, 64) of the data section overlap 'a''s [0, 64)",
+            ),
+            (
+                0,
+                1,
+                "its bytes [0, 32) of the data section overlap 'a''s [0, 64)",
+            ),
+        ] {
+            let mut b = Builder::new(false, 2, 0);
+            b.info("a", &[16], 0, 0).info("b", &[16], ty, offset);
+            let e = read(b.data(32, &[0; 96])).expect_err("overlap");
+            assert!(
+                e.to_string().contains(&format!("tensor 'b': {says}"))
+                    && e.to_string().contains("no GGUF writer overlaps tensors"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
     fn shared_bytes_no_one_reading_holds_are_refused() {
-        // Big-endian elements shared by two tensors: each would swap them its own way.
+        // Big-endian elements given twice: each tensor would swap them on its own.
         let mut b = Builder::new(true, 2, 0);
-        b.info("a", &[16], 0, 0).info("b", &[8], 1, 32);
+        b.info("a", &[16], 0, 0).info("b", &[16], 0, 0);
         let e = read(b.data(32, &[0; 64])).expect_err("shared, big-endian");
         assert_eq!(
             e.to_string(),
             "m.gguf: tensor 'a': shares bytes with 'b' in a big-endian file: no one byte order \
              reads both"
-        );
-        // Alignment 1: a float32 tensor starting inside another's element.
-        let mut b = Builder::new(false, 2, 1);
-        b.str("general.alignment").u32(4).u32(1);
-        b.info("a", &[4], 0, 0).info("b", &[2], 0, 2);
-        let e = read(b.data(1, &[0; 16])).expect_err("inside an element");
-        assert!(
-            e.to_string().ends_with("tensor 'b': begins 2 bytes into the bytes it shares with 'a', inside a float32 element"),
-            "{e}"
         );
     }
 
