@@ -113,9 +113,22 @@ pub fn classify(module: &str, name: &str) -> Class {
 /// Whether `loader` resolves `module.name` (module already mapped) from its own table;
 /// anything else it would import and call.
 pub fn resolves(loader: Loader, module: &str, name: &str) -> bool {
-    with_full_name(module, name, weights_only).is_some()
-        || (loader == Loader::TorchScript && torchscript_only(module, name).is_some())
+    with_full_name(module, name, |full| {
+        weights_only(full).is_some()
+            || (loader == Loader::Python && IMPORT_TORCH_REGISTERS.contains(&full))
+    }) || (loader == Loader::TorchScript && torchscript_only(module, name).is_some())
 }
+
+/// What `import torch` itself adds to the safe globals (`add_safe_globals`), which
+/// `torch.load(weights_only=True)` then resolves like its own table: torch.nested's (torch
+/// 2.9.1) and the device mesh layouts (torch 2.15.0). Resolved, so never named unsafe; still
+/// modelled as what they are not in the table for (opaque, never called).
+pub(crate) const IMPORT_TORCH_REGISTERS: [&str; 4] = [
+    "torch.nested._internal.nested_tensor.NestedTensor",
+    "torch.nested._internal.nested_tensor._rebuild_njt",
+    "torch.distributed._mesh_layout._FlatLayout",
+    "torch.distributed._mesh_layout._MeshLayout",
+];
 
 /// `f` of the dotted path a loader resolves (PyTorch's table keys on `f"{module}.{name}"`),
 /// joined on the stack when it is short: a pickle calls its globals once per tensor.
@@ -511,6 +524,21 @@ mod tests {
         ]);
         // A qualified TorchScript name stays one for TorchScript; Python would import it.
         assert!(!resolves(Python, "__torch__", "Evil.__init__"));
+        // What `import torch` registers, torch.load resolves; TorchScript's unpickler does not.
+        for (m, n) in [
+            ("torch.distributed._mesh_layout", "_MeshLayout"),
+            ("torch.nested._internal.nested_tensor", "_rebuild_njt"),
+        ] {
+            assert!(
+                resolves(Python, m, n) && !resolves(TorchScript, m, n),
+                "{m}.{n}"
+            );
+            assert_eq!(
+                classify(m, n),
+                Class::Unsafe,
+                "modelled as before: never called"
+            );
+        }
         // The same full path split elsewhere is the same object: PyTorch's table keys on it.
         assert_eq!(
             classify("torch", "_utils._rebuild_tensor_v2"),

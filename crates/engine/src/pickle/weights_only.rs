@@ -687,7 +687,7 @@ fn resolve(module: &str, name: &str) -> Result<String, String> {
             "Trying to load unsupported GLOBAL {full} whose module {module} is blocked."
         ));
     }
-    if resolves(Loader::Python, module, name) || IMPORT_TORCH_REGISTERS.contains(&full.as_str()) {
+    if resolves(Loader::Python, module, name) {
         return Ok(full);
     }
     if NESTED.contains(&full.as_str()) {
@@ -708,14 +708,6 @@ fn resolve(module: &str, name: &str) -> Result<String, String> {
     ))
 }
 
-/// What `import torch` itself adds to the safe globals: torch.nested's (torch 2.9.1) and the
-/// device mesh layouts (torch 2.15.0).
-const IMPORT_TORCH_REGISTERS: [&str; 4] = [
-    "torch.nested._internal.nested_tensor.NestedTensor",
-    "torch.nested._internal.nested_tensor._rebuild_njt",
-    "torch.distributed._mesh_layout._FlatLayout",
-    "torch.distributed._mesh_layout._MeshLayout",
-];
 /// Names whose refusal says which module to import first.
 const NESTED: [&str; 1] = ["torch._dynamo.decorators._DimRange"];
 /// What `import torch.distributed.tensor` registers (torch 2.15.0's list, 2.9.1's and two more).
