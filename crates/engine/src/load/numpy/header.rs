@@ -1,10 +1,12 @@
 //! A `.npy` header: the text of a Python dict literal (`{'descr': '<f4', 'fortran_order':
 //! False, 'shape': (2, 3), }`), which numpy reads with `ast.literal_eval` and then checks
 //! (`numpy.lib.format._read_array_header`). Read here by a small strict parser that takes
-//! only the literals numpy's header can hold: str, int, bool, None, tuple, list and dict.
-//! Whatever `literal_eval` refuses (a call, a name, an operator) is refused too; a few
-//! literals it takes and numpy never writes (floats, bytes, sets, hex integers, implicit
-//! string concatenation, comments) are refused as well, with the reason.
+//! only the literals numpy's header can hold: str, int, bool, None, tuple, list and dict, in
+//! every spelling `literal_eval` reads (comments, line continuations, implicit string
+//! concatenation, triple quotes, `u`/`r` prefixes, hexadecimal, octal and binary integers).
+//! Whatever `literal_eval` refuses (a call, a name, an operator) is refused too, and so are
+//! the literals it takes that numpy's checks then refuse (floats, bytes, sets), with the
+//! reason.
 
 use crate::DType;
 use std::fmt;
@@ -77,16 +79,14 @@ impl fmt::Display for Value {
 /// as numpy's `_filter_header` drops it.
 pub(super) fn parse_literal(text: &str, python2_longs: bool) -> Result<Value, String> {
     // Python's eval mode skips leading blank lines; literal_eval strips spaces and tabs.
-    let start = text.len()
-        - text
-            .trim_start_matches([' ', '\t', '\x0c', '\n', '\r'])
-            .len();
     let mut parser = Parser {
         text,
-        pos: start,
+        pos: 0,
         depth: 0,
         python2_longs,
     };
+    // Blank and comment lines before the literal, as eval mode skips them.
+    parser.skip_space(true);
     let value = parser.value()?;
     parser.skip_space(true);
     match parser.peek() {
@@ -117,16 +117,21 @@ impl Parser<'_> {
         Some(c)
     }
 
-    /// Skips whitespace: spaces, tabs and form feeds anywhere; newlines inside brackets, or
-    /// everywhere with `newlines` (after the literal).
+    /// Skips whitespace: spaces, tabs, form feeds, comments (to the end of their line) and
+    /// line continuations (a backslash ending a line) anywhere; newlines inside brackets, or
+    /// everywhere with `newlines` (before and after the literal).
     fn skip_space(&mut self, newlines: bool) {
         while let Some(c) = self.peek() {
-            let space = matches!(c, ' ' | '\t' | '\x0c')
-                || (matches!(c, '\n' | '\r') && (newlines || self.depth > 0));
-            if !space {
-                break;
-            }
-            self.pos += 1;
+            let rest = self.text.get(self.pos..).unwrap_or_default();
+            let skip = match c {
+                ' ' | '\t' | '\x0c' => 1,
+                '\n' | '\r' if newlines || self.depth > 0 => 1,
+                '#' => rest.find(['\n', '\r']).unwrap_or(rest.len()),
+                '\\' if rest.starts_with("\\\r\n") => 3,
+                '\\' if rest.starts_with("\\\n") || rest.starts_with("\\\r") => 2,
+                _ => break,
+            };
+            self.pos += skip;
         }
     }
 
@@ -197,6 +202,12 @@ impl Parser<'_> {
                     .split(|c: char| !(c.is_alphanumeric() || c == '_'))
                     .next()
                     .unwrap_or_default();
+                let quoted = rest
+                    .get(name.len()..)
+                    .is_some_and(|r| r.starts_with(['\'', '"']));
+                if quoted {
+                    return self.prefixed_string(name);
+                }
                 let value = match name {
                     "True" => Value::Bool(true),
                     "False" => Value::Bool(false),
@@ -291,10 +302,20 @@ impl Parser<'_> {
     }
 
     /// A decimal integer (underscores between digits, no leading zeros but for zero itself,
-    /// as Python 3 reads it); with `python2_longs`, an `L` after it is dropped.
+    /// as Python 3 reads it), or a hexadecimal, octal or binary one (`0x`, `0o`, `0b`); with
+    /// `python2_longs`, an `L` after a decimal one is dropped.
     fn int(&mut self, negative: bool) -> Result<Value, String> {
         let at = self.char_index();
         let rest = self.text.get(self.pos..).unwrap_or_default();
+        let radix = match rest.get(..2).map(str::to_ascii_lowercase).as_deref() {
+            Some("0x") => Some(16),
+            Some("0o") => Some(8),
+            Some("0b") => Some(2),
+            _ => None,
+        };
+        if let Some(radix) = radix {
+            return self.radix_int(at, radix, negative);
+        }
         let len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '_'))
             .unwrap_or(rest.len());
@@ -311,9 +332,6 @@ impl Parser<'_> {
         match self.peek() {
             Some('.' | 'e' | 'E' | 'j' | 'J') => {
                 return Err(bad("only integers are read (no floats or complex numbers)"))
-            }
-            Some('x' | 'X' | 'o' | 'O' | 'b' | 'B') if digits == "0" => {
-                return Err(bad("only decimal integers are read"))
             }
             _ => {}
         }
@@ -336,43 +354,131 @@ impl Parser<'_> {
         Ok(Value::Int(if negative { -value } else { value }))
     }
 
-    /// A single- or double-quoted string on one line, with Python's common escapes.
+    /// `0x1f`, `0o17`, `0b1_0`: underscores may follow the prefix and separate digits.
+    fn radix_int(&mut self, at: usize, radix: u32, negative: bool) -> Result<Value, String> {
+        let rest = self.text.get(self.pos..).unwrap_or_default();
+        let body = rest.get(2..).unwrap_or_default();
+        let len = 2 + body
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(body.len());
+        let literal = rest.get(..len).unwrap_or_default();
+        self.pos += len;
+        let bad = |why: &str| format!("integer {literal:?} at character {at}: {why}");
+        let digits = literal.get(2..).unwrap_or_default();
+        if digits.is_empty() || digits.ends_with('_') || digits.contains("__") {
+            return Err(bad("misplaced underscore or no digits"));
+        }
+        let digits: String = digits.chars().filter(|&c| c != '_').collect();
+        let value = i128::from_str_radix(&digits, radix).map_err(|e| match e.kind() {
+            std::num::IntErrorKind::PosOverflow => bad("too large to be an array size"),
+            _ => bad("not a digit of its base"),
+        })?;
+        if self.peek() == Some('.') {
+            return Err(bad("only integers are read (no floats or complex numbers)"));
+        }
+        Ok(Value::Int(if negative { -value } else { value }))
+    }
+
+    /// A string after its prefix (`u`, `r`, either case): bytes (`b`) numpy refuses in a
+    /// header, and an f-string `literal_eval` refuses.
+    fn prefixed_string(&mut self, prefix: &str) -> Result<Value, String> {
+        let at = self.char_index();
+        let lower = prefix.to_ascii_lowercase();
+        match lower.as_str() {
+            "u" | "r" => {
+                self.pos += prefix.len();
+                self.string_from(at, lower == "r")
+            }
+            "b" | "br" | "rb" => Err(format!(
+                "bytes literal at character {at}: numpy reads no bytes in a header"
+            )),
+            _ => Err(format!(
+                "the prefix '{prefix}' of the string at character {at} is not a literal's"
+            )),
+        }
+    }
+
+    /// A string literal, and those adjacent to it, concatenated as Python does.
     fn string(&mut self) -> Result<Value, String> {
         let at = self.char_index();
+        self.string_from(at, false)
+    }
+
+    fn string_from(&mut self, at: usize, raw: bool) -> Result<Value, String> {
+        let mut out = String::new();
+        self.one_string(at, raw, &mut out)?;
+        loop {
+            self.skip_space(false);
+            let rest = self.text.get(self.pos..).unwrap_or_default();
+            if rest.starts_with(['\'', '"']) {
+                let at = self.char_index();
+                self.one_string(at, false, &mut out)?;
+                continue;
+            }
+            let prefix: &str = rest
+                .split(|c: char| !c.is_ascii_alphabetic())
+                .next()
+                .unwrap_or_default();
+            let quoted = !prefix.is_empty()
+                && rest
+                    .get(prefix.len()..)
+                    .is_some_and(|r| r.starts_with(['\'', '"']));
+            if !quoted {
+                return Ok(Value::Str(out));
+            }
+            let Value::Str(more) = self.prefixed_string(prefix)? else {
+                return Ok(Value::Str(out));
+            };
+            out.push_str(&more);
+        }
+    }
+
+    /// One quoted string (single, double, or either tripled) appended to `out`; `raw` keeps
+    /// backslashes as written.
+    fn one_string(&mut self, at: usize, raw: bool, out: &mut String) -> Result<(), String> {
         let quote = self.bump().unwrap_or('\'');
-        // `''` followed by a quote opens a triple-quoted string, which is never written.
-        if self
+        let tripled: String = [quote; 3].iter().collect();
+        let triple = self
             .text
             .get(self.pos..)
-            .is_some_and(|r| r.starts_with([quote, quote]))
-        {
-            return Err(format!(
-                "triple-quoted string at character {at}: only one-line strings are read"
-            ));
+            .is_some_and(|r| r.starts_with(&tripled[1..]));
+        if triple {
+            self.pos += 2;
         }
-        let mut out = String::new();
+        let close = if triple { &tripled[..] } else { &tripled[..1] };
         loop {
+            if self
+                .text
+                .get(self.pos..)
+                .is_some_and(|r| r.starts_with(close))
+            {
+                self.pos += close.len();
+                return Ok(());
+            }
             let Some(c) = self.bump() else {
                 return Err(format!("string at character {at} is not closed"));
             };
             match c {
-                c if c == quote => break,
-                '\n' | '\r' => return Err(format!("string at character {at} is not closed")),
-                '\\' => out.push(self.escape(at)?),
+                '\n' | '\r' if !triple => {
+                    return Err(format!("string at character {at} is not closed"))
+                }
+                '\\' if raw => {
+                    // A raw string keeps the backslash and the character after it.
+                    out.push('\\');
+                    match self.bump() {
+                        Some(next) => out.push(next),
+                        None => return Err(format!("string at character {at} is not closed")),
+                    }
+                }
+                '\\' => self.escape(at, out)?,
                 c => out.push(c),
             }
         }
-        // Adjacent literals concatenate in Python; numpy never writes them.
-        self.skip_space(false);
-        if matches!(self.peek(), Some('\'' | '"')) {
-            return Err(format!(
-                "string at character {at} is followed by another: implicit concatenation is not read"
-            ));
-        }
-        Ok(Value::Str(out))
     }
 
-    fn escape(&mut self, at: usize) -> Result<char, String> {
+    /// The escape after a backslash, as Python reads it: a backslash ending a line joins
+    /// the next; an unknown escape keeps its backslash.
+    fn escape(&mut self, at: usize, out: &mut String) -> Result<(), String> {
         let hex = |p: &mut Self, n: usize| -> Result<char, String> {
             let digits: String = (0..n).filter_map(|_| p.bump()).collect();
             u32::from_str_radix(&digits, 16)
@@ -381,21 +487,53 @@ impl Parser<'_> {
                 .and_then(char::from_u32)
                 .ok_or_else(|| format!("string at character {at}: bad escape \\{digits}"))
         };
-        match self.bump() {
-            Some('\\') => Ok('\\'),
-            Some('\'') => Ok('\''),
-            Some('"') => Ok('"'),
-            Some('n') => Ok('\n'),
-            Some('t') => Ok('\t'),
-            Some('r') => Ok('\r'),
-            Some('x') => hex(self, 2),
-            Some('u') => hex(self, 4),
-            Some('U') => hex(self, 8),
-            Some(c) => Err(format!(
-                "string at character {at}: the escape \\{c} is not read"
-            )),
-            None => Err(format!("string at character {at} is not closed")),
-        }
+        let c = match self.bump() {
+            Some('\n') => return Ok(()),
+            Some('\r') => {
+                if self.peek() == Some('\n') {
+                    self.bump();
+                }
+                return Ok(());
+            }
+            Some('\\') => '\\',
+            Some('\'') => '\'',
+            Some('"') => '"',
+            Some('n') => '\n',
+            Some('t') => '\t',
+            Some('r') => '\r',
+            Some('a') => '\x07',
+            Some('b') => '\x08',
+            Some('f') => '\x0c',
+            Some('v') => '\x0b',
+            Some('x') => hex(self, 2)?,
+            Some('u') => hex(self, 4)?,
+            Some('U') => hex(self, 8)?,
+            Some(d @ '0'..='7') => {
+                let mut value = d.to_digit(8).unwrap_or(0);
+                for _ in 0..2 {
+                    match self.peek().and_then(|c| c.to_digit(8)) {
+                        Some(v) => {
+                            value = value * 8 + v;
+                            self.bump();
+                        }
+                        None => break,
+                    }
+                }
+                char::from_u32(value).unwrap_or('\u{fffd}')
+            }
+            Some('N') => {
+                return Err(format!(
+                    "string at character {at}: named escapes (\\N{{...}}) are not read"
+                ))
+            }
+            Some(other) => {
+                out.push('\\');
+                other
+            }
+            None => return Err(format!("string at character {at} is not closed")),
+        };
+        out.push(c);
+        Ok(())
     }
 }
 
@@ -672,6 +810,36 @@ mod tests {
         assert!(parse("(2L,)").is_err());
     }
 
+    /// Spellings `literal_eval` reads and numpy writes none of; np.load (numpy 2.2.6) read an
+    /// array under each of these headers.
+    #[test]
+    fn reads_every_spelling_literal_eval_reads() {
+        let header = |text: &str| check(parse(text).expect(text)).expect(text);
+        let plain = header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }");
+        for text in [
+            "{'descr': '<f4', # c\n 'fortran_order': False, 'shape': (2,), }",
+            "{'descr': '<f4', \\\n'fortran_order': False, 'shape': (2,), }",
+            "{'descr': '<' 'f4', 'fortran_order': False, 'shape': (2,), }",
+            "{'descr': '''<f4''', 'fortran_order': False, 'shape': (2,), }",
+            "{'descr': u'<f4', 'fortran_order': False, 'shape': (0x2,), }",
+            "{'descr': r'<f4', 'fortran_order': False, 'shape': (0b10,), }",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), } # trailing",
+            "# lead\n{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+            "{'descr': '\\x3cf4', 'fortran_order': False, 'shape': (0o2,), }",
+        ] {
+            assert_eq!(header(text), plain, "{text:?}");
+        }
+        assert_eq!(
+            parse("'a\\\nb'"),
+            Ok(s("ab")),
+            "a backslash ending a line joins it"
+        );
+        assert_eq!(parse("'\\q\\101'"), Ok(s("\\qA")), "unknown escapes stay");
+        assert_eq!(parse("r'\\x41'"), Ok(s("\\x41")));
+        assert_eq!(parse("\"\"\"a\nb\"\"\""), Ok(s("a\nb")));
+        assert_eq!(parse("-0x_1F"), Ok(Value::Int(-31)));
+    }
+
     #[test]
     fn refuses_what_literal_eval_refuses_and_what_numpy_never_writes() {
         for (text, says) in [
@@ -680,16 +848,20 @@ mod tests {
             ("{'shape': (1+2,)}", "'+'"),
             ("{'shape': (--1,)}", "after the sign"),
             ("{'a': 1} {'b': 2}", "after the literal"),
-            ("{'a': 1} # c", "a comment"),
             ("{'a': 1.5}", "no floats"),
-            ("{'a': 0x10}", "only decimal"),
+            ("{'a': 0x1g}", "not a digit of its base"),
+            ("{'a': 0x}", "no digits"),
+            ("{'a': f'x'}", "the prefix 'f'"),
+            ("{'a': 1} \\", "after the literal"),
             ("{'a': 01}", "leading zeros"),
             ("{'a': 1__0}", "underscore"),
-            ("{'a': b'x'}", "the name 'b'"),
-            ("{'a' 'b': 1}", "implicit concatenation"),
-            ("{'a': '''x'''}", "triple-quoted"),
+            ("{'a': b'x'}", "bytes literal"),
+            ("{'a': 'x' b'y'}", "bytes literal"),
             ("{'a': 'x\n'}", "not closed"),
-            ("{'a': '\\q'}", "escape \\q"),
+            ("{'a': '''x}", "not closed"),
+            ("{'a': '\\N{DASH}'}", "named escapes"),
+            ("# only a comment", "ends early"),
+            ("{'a': 1}\n{'b': 2}", "after the literal"),
             ("{1, 2}", "':' was expected"),
             ("{'a': (1, 2}", "')' was expected"),
             ("{'a': 1", "'}' is missing"),
