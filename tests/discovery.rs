@@ -428,7 +428,10 @@ fn an_empty_directory_is_nothing_to_audit_unless_allowed() {
             "error: nothing to audit: no checkpoint found in {d} (0 skipped; --allow-empty accepts this)\n"
         )
     );
-    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stdout(&out),
+        format!("could not judge: nothing to audit: no checkpoint found in {d} (0 skipped; --allow-empty accepts this)\n")
+    );
     let out = run(&["audit", "--ci-mode", "--allow-empty", d]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();

@@ -42,6 +42,8 @@ mod read_only;
 // Remote objects are read through sparse maps, which only Linux's mincore can watch.
 #[cfg(target_os = "linux")]
 mod remote;
+#[cfg(target_os = "linux")]
+mod remote_hostile;
 mod renderers;
 mod report_limits;
 mod robustness;

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 
 #[cfg(target_os = "linux")]
+pub mod hostile_hub;
+#[cfg(target_os = "linux")]
 pub mod range_server;
 pub mod zip_writer;
 

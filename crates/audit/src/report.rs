@@ -211,6 +211,10 @@ pub struct RemoteFacts {
     pub bytes_read: u64,
     /// Range requests made.
     pub requests: u64,
+    /// Whether its tensor values were read (`--deep`): a metadata-only audit judged none of
+    /// them (no NaN/Inf scan).
+    #[serde(default)]
+    pub values_read: bool,
 }
 
 /// What loading the checkpoint onto a real GPU took and whether every DataPtr checked out.

@@ -20,6 +20,10 @@ pub struct RemoteArgs {
     /// Range requests the run may make in all; a checkpoint needing more fails TP506.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_requests: u64,
+    /// Entries one remote listing (a Hub repository, an S3 or Azure prefix) may hold; a
+    /// larger one is refused unjudged.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_remote_files: usize,
     /// Seconds one remote request may take before it is retried (and, after its retries,
     /// fails the checkpoint unjudged).
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
@@ -41,6 +45,7 @@ impl RemoteArgs {
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;
         options.timeout = std::time::Duration::from_secs(self.request_timeout);
+        options.max_files = self.max_remote_files;
         let Some(mounted) = tensorplay_remote::mount(&arg, &options)? else {
             return Ok(path.to_owned());
         };
@@ -52,9 +57,9 @@ impl RemoteArgs {
     }
 }
 
-/// What was fetched of the objects `parts` (a checkpoint's files), together; `None` when
-/// none is remote.
-pub fn facts(parts: &[PathBuf]) -> Option<RemoteFacts> {
+/// What was fetched of the objects `parts` (a checkpoint's files), together, and whether
+/// their tensor values were read; `None` when none is remote.
+pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
     parts
         .iter()
         .filter_map(|part| files::stats(part))
@@ -63,11 +68,13 @@ pub fn facts(parts: &[PathBuf]) -> Option<RemoteFacts> {
                 size: 0,
                 bytes_read: 0,
                 requests: 0,
+                values_read,
             });
             Some(RemoteFacts {
                 size: sum.size.saturating_add(s.len),
                 bytes_read: sum.bytes_read.saturating_add(s.bytes_read),
                 requests: sum.requests.saturating_add(s.requests),
+                values_read,
             })
         })
 }

@@ -1,19 +1,21 @@
 //! Hugging Face repositories: a revision resolved to its commit once, every file listed with
 //! its size and read at that commit through `/resolve/`, as `huggingface_hub` reads them.
 
-use crate::http::{send, HttpObject};
+use crate::http::{send, Deadline, HttpObject};
 use crate::{Error, Options};
 use reqwest::blocking::Client;
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tensorplay_engine::files::{self, RemoteError};
 
-/// Pages of a tree listing followed at most (the Hub lists 1 000 entries a page).
-const MAX_PAGES: usize = 1000;
-/// The largest listing answer read.
-const MAX_ANSWER: u64 = 64 << 20;
+/// The largest answer of the API read (a revision, a page of a tree listing): the Hub lists
+/// 1 000 entries a page, a few hundred KiB. Every answer also counts against
+/// `--max-remote-bytes` and `--max-requests`, and is read no further than what is left of
+/// them, so a listing never takes more than the budget and one page.
+const MAX_ANSWER: u64 = 16 << 20;
 
 #[derive(Deserialize)]
 struct Revision {
@@ -27,6 +29,15 @@ struct Entry {
     path: String,
     #[serde(default)]
     size: u64,
+    /// Present for a file stored in LFS: its content address.
+    #[serde(default)]
+    lfs: Option<Lfs>,
+}
+
+#[derive(Deserialize)]
+struct Lfs {
+    /// The file's SHA-256, hex.
+    oid: String,
 }
 
 /// `[datasets/]ORG/REPO[@REVISION][/PATH]`, parsed.
@@ -72,10 +83,6 @@ pub(crate) fn mount(client: &Client, rest: &str, options: &Options) -> Result<Pa
         path: given.clone(),
         reason,
     };
-    let store = |source| Error::Store {
-        path: given.clone(),
-        source,
-    };
     let repo = parse(rest)
         .ok_or_else(|| refused("expected hf://[datasets/]ORG/REPO[@REVISION][/PATH]".to_owned()))?;
     let endpoint = &options.hf_endpoint;
@@ -86,12 +93,13 @@ pub(crate) fn mount(client: &Client, rest: &str, options: &Options) -> Result<Pa
         headers.insert(header::AUTHORIZATION, value);
     }
     let api = format!("{endpoint}/api/{}/{}", repo.kind, repo.repo);
-    let revision: Revision = get_json(
+    let api_get = Api {
         client,
-        &format!("{api}/revision/{}", repo.revision),
-        &headers,
-    )
-    .map_err(store)?;
+        headers: &headers,
+        path: Path::new(&given),
+        options,
+    };
+    let revision: Revision = api_get.json(&format!("{api}/revision/{}", repo.revision))?;
     let sha = revision.sha;
     if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(refused(format!(
@@ -99,12 +107,7 @@ pub(crate) fn mount(client: &Client, rest: &str, options: &Options) -> Result<Pa
             sha.escape_default()
         )));
     }
-    let entries = list(
-        client,
-        &format!("{api}/tree/{sha}?recursive=true"),
-        &headers,
-    )
-    .map_err(store)?;
+    let entries = api_get.list(&format!("{api}/tree/{sha}?recursive=true"))?;
     let prefix = if repo.kind == "datasets" {
         "datasets/"
     } else {
@@ -126,7 +129,24 @@ pub(crate) fn mount(client: &Client, rest: &str, options: &Options) -> Result<Pa
             "{endpoint}/{prefix}{}/resolve/{sha}/{}",
             repo.repo, entry.path
         );
-        let object = HttpObject::listed(client, &url, entry.size, headers.clone());
+        let sha256 = match &entry.lfs {
+            Some(lfs) => Some(hex32(&lfs.oid).ok_or_else(|| {
+                refused(format!(
+                    "the Hub lists '{}' with lfs.oid '{}', which is not a SHA-256",
+                    entry.path.escape_default(),
+                    lfs.oid.escape_default()
+                ))
+            })?),
+            None => None,
+        };
+        let object = HttpObject::listed(
+            client,
+            &url,
+            entry.size,
+            headers.clone(),
+            options.timeout,
+            sha256,
+        );
         files::mount(root.join(&entry.path), Arc::new(object));
     }
     let path = if repo.path.is_empty() {
@@ -137,40 +157,97 @@ pub(crate) fn mount(client: &Client, rest: &str, options: &Options) -> Result<Pa
     if !files::is_remote(&path) {
         return Err(refused(format!(
             "no file or folder '{}' at commit {sha}",
-            repo.path
+            repo.path.escape_default()
         )));
     }
     Ok(path)
 }
 
-/// Every entry of a tree listing, following its `Link: <…>; rel="next"` pages.
-fn list(client: &Client, first: &str, headers: &HeaderMap) -> Result<Vec<Entry>, RemoteError> {
-    let mut entries = Vec::new();
-    let mut next = Some(first.to_owned());
-    for _ in 0..MAX_PAGES {
-        let Some(url) = next.take() else {
-            return Ok(entries);
-        };
-        let response = send(|| client.get(&url).headers(headers.clone())).map_err(at(&url))?;
-        next = response
-            .headers()
-            .get(header::LINK)
-            .and_then(|v| v.to_str().ok())
-            .and_then(next_link);
-        entries.extend(read_json::<Vec<Entry>>(response, &url)?);
-    }
-    Err(RemoteError::Unreachable(format!(
-        "{first}: more than {MAX_PAGES} pages of files"
-    )))
+/// The Hub's API, each answer counted against the run's remote budget.
+struct Api<'a> {
+    client: &'a Client,
+    headers: &'a HeaderMap,
+    /// The path as given, named in refusals.
+    path: &'a Path,
+    options: &'a Options,
 }
 
-fn get_json<T: serde::de::DeserializeOwned>(
-    client: &Client,
-    url: &str,
-    headers: &HeaderMap,
-) -> Result<T, RemoteError> {
-    let response = send(|| client.get(url).headers(headers.clone())).map_err(at(url))?;
-    read_json(response, url)
+impl Api<'_> {
+    /// Every entry of a tree listing, following its `Link: <…>; rel="next"` pages, up to
+    /// `--max-remote-files` entries.
+    fn list(&self, first: &str) -> Result<Vec<Entry>, Error> {
+        let mut entries = Vec::new();
+        let mut next = Some(first.to_owned());
+        // Each page is a request within --max-requests: that bounds the pages followed.
+        while let Some(url) = next.take() {
+            let response = self.get(&url)?;
+            next = response
+                .headers()
+                .get(header::LINK)
+                .and_then(|v| v.to_str().ok())
+                .and_then(next_link);
+            let page: Vec<Entry> = self.read_json(response, &url)?;
+            let max = self.options.max_files;
+            if page.len() > max.saturating_sub(entries.len()) {
+                return Err(Error::Refused {
+                    path: self.path.display().to_string(),
+                    reason: format!(
+                        "the repository lists more than {max} files and folders \
+                         (--max-remote-files); audit a folder of it, or raise the limit"
+                    ),
+                });
+            }
+            entries.extend(page);
+        }
+        Ok(entries)
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, Error> {
+        let response = self.get(url)?;
+        self.read_json(response, url)
+    }
+
+    /// One request, counted before it is sent.
+    fn get(&self, url: &str) -> Result<reqwest::blocking::Response, Error> {
+        files::charge(self.path, 1, 0).map_err(Error::Budget)?;
+        let deadline = Deadline::start(self.options.timeout);
+        send(&deadline, || {
+            self.client.get(url).headers(self.headers.clone())
+        })
+        .map_err(at(url))
+        .map_err(|source| self.store(source))
+    }
+
+    /// The answer's body, read no further than what the run may still fetch (and one byte
+    /// more, to tell that it ran past), then counted.
+    fn read_json<T: serde::de::DeserializeOwned>(
+        &self,
+        response: reqwest::blocking::Response,
+        url: &str,
+    ) -> Result<T, Error> {
+        let cap = MAX_ANSWER.min(files::bytes_left());
+        let mut body = Vec::new();
+        let read = response.take(cap.saturating_add(1)).read_to_end(&mut body);
+        files::charge(self.path, 0, body.len() as u64).map_err(Error::Budget)?;
+        read.map_err(|e| self.store(RemoteError::Unreachable(format!("{url}: {e}"))))?;
+        if body.len() as u64 > MAX_ANSWER {
+            return Err(self.store(RemoteError::Unreachable(format!(
+                "{url}: an answer larger than {MAX_ANSWER} bytes"
+            ))));
+        }
+        serde_json::from_slice(&body).map_err(|e| {
+            self.store(RemoteError::Unreachable(format!(
+                "{url}: not the Hub's JSON: {e}"
+            )))
+        })
+    }
+
+    fn store(&self, source: RemoteError) -> Error {
+        Error::Store {
+            path: self.path.display().to_string(),
+            source,
+        }
+    }
 }
 
 /// The error, naming the API URL it came from.
@@ -181,23 +258,17 @@ fn at(url: &str) -> impl Fn(RemoteError) -> RemoteError + '_ {
     }
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(
-    response: reqwest::blocking::Response,
-    url: &str,
-) -> Result<T, RemoteError> {
-    use std::io::Read;
-    let mut body = Vec::new();
-    response
-        .take(MAX_ANSWER + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| RemoteError::Unreachable(format!("{url}: {e}")))?;
-    if body.len() as u64 > MAX_ANSWER {
-        return Err(RemoteError::Unreachable(format!(
-            "{url}: answer larger than {MAX_ANSWER} bytes"
-        )));
+/// 64 hex digits as 32 bytes.
+fn hex32(hex: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    // Digits only: from_str_radix would also take a sign.
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
     }
-    serde_json::from_slice(&body)
-        .map_err(|e| RemoteError::Unreachable(format!("{url}: not the Hub's JSON: {e}")))
+    for (byte, pair) in out.iter_mut().zip(hex.as_bytes().chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// The `rel="next"` target of a `Link` header.
@@ -243,5 +314,14 @@ mod tests {
             Some("https://h/api/models/a/b/tree/x?cursor=abc")
         );
         assert_eq!(next_link(r#"<https://h/p>; rel="prev""#), None);
+    }
+
+    #[test]
+    fn an_lfs_oid_is_read_as_sixty_four_hex_digits_only() {
+        let oid = "00ff".repeat(16);
+        assert_eq!(hex32(&oid).map(|d| (d[0], d[1])), Some((0x00, 0xff)));
+        assert!(hex32(&oid[1..]).is_none());
+        assert!(hex32(&format!("{}zz", &oid[2..])).is_none());
+        assert!(hex32(&format!("+f{}", &oid[2..])).is_none());
     }
 }

@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use std::io::Read;
 use std::ops::Range;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tensorplay_engine::files::{RemoteError, RemoteObject};
 
 /// Attempts at one request when the store is briefly unavailable (429, 5xx, a broken transfer).
@@ -24,17 +24,30 @@ pub(crate) struct HttpObject {
     /// answer must carry it.
     etag: OnceLock<Option<String>>,
     headers: HeaderMap,
+    /// `--request-timeout`: the longest one range read may take, retries included.
+    timeout: Duration,
+    /// The SHA-256 the listing gives (a Hub file's `lfs.oid`).
+    sha256: Option<[u8; 32]>,
 }
 
 impl HttpObject {
     /// The object at `url` of the length a listing gave.
-    pub(crate) fn listed(client: &Client, url: &str, len: u64, headers: HeaderMap) -> Self {
+    pub(crate) fn listed(
+        client: &Client,
+        url: &str,
+        len: u64,
+        headers: HeaderMap,
+        timeout: Duration,
+        sha256: Option<[u8; 32]>,
+    ) -> Self {
         HttpObject {
             client: client.clone(),
             url: url.to_owned(),
             len,
             etag: OnceLock::new(),
             headers,
+            timeout,
+            sha256,
         }
     }
 
@@ -43,8 +56,10 @@ impl HttpObject {
         client: &Client,
         url: &str,
         headers: HeaderMap,
+        timeout: Duration,
     ) -> Result<Self, RemoteError> {
-        let response = send(|| client.head(url).headers(headers.clone()))?;
+        let deadline = Deadline::start(timeout);
+        let response = send(&deadline, || client.head(url).headers(headers.clone()))?;
         let len = response
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -53,16 +68,20 @@ impl HttpObject {
             .ok_or_else(|| {
                 RemoteError::Unreachable("the server gives no length for the object".to_owned())
             })?;
-        let object = HttpObject::listed(client, url, len, headers);
+        let object = HttpObject::listed(client, url, len, headers, timeout, None);
         let _ = object.etag.set(strong_etag(response.headers()));
         Ok(object)
     }
 
     fn get(&self, range: &Range<u64>) -> Result<Vec<u8>, RemoteError> {
         let want = range.end - range.start;
+        let deadline = Deadline::start(self.timeout);
         let mut last = String::new();
         for _ in 0..ATTEMPTS {
-            let response = send(|| {
+            if deadline.left().is_none() {
+                return Err(deadline.passed(&last));
+            }
+            let response = send(&deadline, || {
                 let mut request = self
                     .client
                     .get(&self.url)
@@ -78,7 +97,8 @@ impl HttpObject {
             })?;
             self.check_answer(&response, range)?;
             let mut body = Vec::new();
-            // One byte more than asked for, to tell a long body from an exact one.
+            // One byte more than asked for, to tell a long body from an exact one. The body
+            // ends with the request's deadline, however slowly it comes.
             match response.take(want + 1).read_to_end(&mut body) {
                 Ok(_) if body.len() as u64 == want => return Ok(body),
                 Ok(_) if body.len() as u64 > want => {
@@ -152,17 +172,71 @@ impl RemoteObject for HttpObject {
     fn read_range(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
         self.get(&range)
     }
+
+    fn listed_sha256(&self) -> Option<[u8; 32]> {
+        self.sha256
+    }
 }
 
-/// Sends the request `make` builds, again after a `429` (waiting as `Retry-After` says,
-/// bounded), a `5xx` or a failed connection; a `412` says the object changed; any other
-/// status but success is final. Messages leave the URL to the caller.
+/// The end of one request's whole exchange: connecting, the headers, the body, and the
+/// retries with their waits all end within `--request-timeout` of its start, so that no
+/// server (slow bodies, long `Retry-After`s) holds a read longer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    at: Instant,
+    limit: Duration,
+}
+
+impl Deadline {
+    pub(crate) fn start(limit: Duration) -> Self {
+        Deadline {
+            at: Instant::now() + limit,
+            limit,
+        }
+    }
+
+    /// The time left, `None` once it has passed.
+    pub(crate) fn left(&self) -> Option<Duration> {
+        self.at
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
+    /// Whether a wait of `wait` ends before the deadline, with time left for an answer.
+    fn allows(&self, wait: Duration) -> bool {
+        self.left().is_some_and(|left| wait < left)
+    }
+
+    /// The failure once the deadline passed, after `last` (what the store last said).
+    pub(crate) fn passed(&self, last: &str) -> RemoteError {
+        let last = if last.is_empty() {
+            String::new()
+        } else {
+            format!("{last}; ")
+        };
+        RemoteError::Unreachable(format!(
+            "{last}no complete answer within --request-timeout ({} s), retries and waits \
+             included",
+            self.limit.as_secs_f64()
+        ))
+    }
+}
+
+/// Sends the request `make` builds, again after a `429` (waiting as `Retry-After` says), a
+/// `5xx` or a failed connection, all before `deadline`: a wait that would pass it is not
+/// waited. A `412` says the object changed; any other status but success is final. Messages
+/// leave the URL to the caller.
 pub(crate) fn send(
+    deadline: &Deadline,
     make: impl Fn() -> reqwest::blocking::RequestBuilder,
 ) -> Result<Response, RemoteError> {
     let mut last = String::new();
     for attempt in 0..ATTEMPTS {
-        match make().send() {
+        let Some(left) = deadline.left() else {
+            return Err(deadline.passed(&last));
+        };
+        // The request's own timeout covers its body too: the rest of the deadline.
+        match make().timeout(left).send() {
             Ok(response) => {
                 let status = response.status();
                 if status.is_success() {
@@ -174,17 +248,28 @@ pub(crate) fn send(
                     ));
                 }
                 last = format!("HTTP {status}");
-                if status == StatusCode::TOO_MANY_REQUESTS {
-                    std::thread::sleep(retry_after(response.headers(), attempt));
+                let wait = if status == StatusCode::TOO_MANY_REQUESTS {
+                    retry_after(response.headers(), attempt)
                 } else if status.is_server_error() {
-                    std::thread::sleep(backoff(attempt));
+                    backoff(attempt)
                 } else {
                     return Err(RemoteError::Unreachable(last));
+                };
+                if !deadline.allows(wait) {
+                    return Err(deadline.passed(&format!(
+                        "{last}, retry asked after {} s",
+                        wait.as_secs_f64()
+                    )));
                 }
+                std::thread::sleep(wait);
             }
             Err(e) => {
                 last = without_url(&e);
-                std::thread::sleep(backoff(attempt));
+                let wait = backoff(attempt);
+                if !deadline.allows(wait) {
+                    return Err(deadline.passed(&last));
+                }
+                std::thread::sleep(wait);
             }
         }
     }

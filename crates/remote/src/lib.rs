@@ -26,6 +26,8 @@ pub struct Options {
     pub hf_endpoint: String,
     /// The Hugging Face token (`HF_TOKEN`), sent only to the endpoint.
     pub hf_token: Option<String>,
+    /// Entries a listing (a Hub tree, an S3 or Azure prefix) may hold, at most.
+    pub max_files: usize,
 }
 
 impl Options {
@@ -41,6 +43,7 @@ impl Options {
                 .trim_end_matches('/')
                 .to_owned(),
             hf_token: var("HF_TOKEN"),
+            max_files: 10_000,
         }
     }
 }
@@ -64,6 +67,9 @@ pub enum Error {
         /// What the store said.
         source: RemoteError,
     },
+    /// Listing it would pass the run's remote budget (`--max-remote-bytes`, `--max-requests`).
+    #[error(transparent)]
+    Budget(tensorplay_engine::Error),
 }
 
 /// Whether `arg` names a remote path (a URL scheme tensorplay knows, reachable or not).
@@ -95,11 +101,14 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
     }
     let client = client(options).map_err(|e| refused(&e))?;
     if let Some(rest) = arg.strip_prefix("hf://") {
+        check_scheme(&options.hf_endpoint, options)
+            .map_err(|e| refused(&format!("HF_ENDPOINT: {e}")))?;
         return hf::mount(&client, rest, options).map(Some);
     }
     if arg.starts_with("http://") || arg.starts_with("https://") {
         check_scheme(arg, options).map_err(|e| refused(&e))?;
-        let object = http::HttpObject::open(&client, arg, HeaderMap::new()).map_err(store)?;
+        let object = http::HttpObject::open(&client, arg, HeaderMap::new(), options.timeout)
+            .map_err(store)?;
         let path = PathBuf::from(arg);
         files::mount(path.clone(), Arc::new(object));
         return Ok(Some(path));
@@ -113,10 +122,13 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
     ))
 }
 
-/// Plain `http://` only to a loopback address, unless allowed.
+/// Plain `http://` only to a loopback address, unless allowed; no other scheme at all.
 fn check_scheme(url: &str, options: &Options) -> Result<(), String> {
     if url.starts_with("https://") || options.allow_http {
         return Ok(());
+    }
+    if !url.starts_with("http://") {
+        return Err("not an http:// or https:// URL".to_owned());
     }
     let host = reqwest::Url::parse(url)
         .map_err(|e| format!("not a URL: {e}"))?
@@ -141,22 +153,25 @@ pub(crate) fn is_loopback(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// A client that follows a redirect only to https, or to the host it was sent to.
+/// A client that follows a redirect to https, or to plain http on a loopback address only
+/// (the rule for every URL), unless plain http is allowed.
 fn client(options: &Options) -> Result<Client, String> {
     let allow_http = options.allow_http;
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        let Some(from) = attempt.previous().last().cloned() else {
-            return attempt.follow();
-        };
         if attempt.previous().len() > 10 {
             return attempt.error("more than 10 redirects");
         }
-        let to = attempt.url().clone();
-        let same_host = to.host_str() == from.host_str();
-        if to.scheme() == "https" || same_host || allow_http {
+        let to = attempt.url();
+        let host = to.host_str().unwrap_or_default().to_owned();
+        if to.scheme() == "https" || allow_http || (to.scheme() == "http" && is_loopback(&host)) {
             attempt.follow()
         } else {
-            attempt.error(format!("redirected to plain http on another host ({to})"))
+            // The host only: a redirect's query may carry a signature.
+            let scheme = to.scheme().to_owned();
+            attempt.error(format!(
+                "redirected to plain {scheme}://{host}/…, which is used only for loopback \
+                 addresses; pass --allow-http to follow it"
+            ))
         }
     });
     Client::builder()

@@ -10,11 +10,7 @@ use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 use tensorplay_engine::files::{self, RemoteError, RemoteObject};
-
-/// Objects listed under one prefix, at most: a listing larger than this is refused.
-const MAX_OBJECTS: usize = 100_000;
 
 /// The runtime that drives `object_store`'s requests for the blocking readers.
 fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
@@ -50,9 +46,28 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
             "expected {scheme}://BUCKET[/KEY-or-PREFIX]"
         )));
     }
+    // The endpoint variables obey the rule every URL does, before anything is sent.
+    let endpoints: &[&str] = match scheme {
+        "s3" => &["AWS_ENDPOINT_URL", "AWS_ENDPOINT"],
+        _ => &["AZURE_STORAGE_ENDPOINT", "AZURITE_BLOB_STORAGE_URL"],
+    };
+    let cloud_allows_http = env_true(if scheme == "s3" {
+        "AWS_ALLOW_HTTP"
+    } else {
+        "AZURE_ALLOW_HTTP"
+    });
+    if !options.allow_http && !cloud_allows_http {
+        if let Some(name) = plain_http_env(endpoints) {
+            return Err(refused(format!(
+                "{name} is plain http:// to a host that is not a loopback address; pass \
+                 --allow-http (or set TENSORPLAY_ALLOW_HTTP=1) to read it unencrypted"
+            )));
+        }
+    }
+    // Retries end within the request timeout, as those of https:// and hf:// reads do.
     let retry = RetryConfig {
         max_retries: 3,
-        retry_timeout: Duration::from_secs(60),
+        retry_timeout: options.timeout,
         ..RetryConfig::default()
     };
     let client = |allow_http: bool| {
@@ -66,10 +81,7 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
         "s3" => Arc::new(
             AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
-                .with_client_options(client(
-                    loopback_env(&["AWS_ENDPOINT_URL", "AWS_ENDPOINT"])
-                        || env_true("AWS_ALLOW_HTTP"),
-                ))
+                .with_client_options(client(loopback_env(endpoints) || cloud_allows_http))
                 .with_retry(retry)
                 .build()
                 .map_err(|e| refused(e.to_string()))?,
@@ -77,10 +89,7 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
         "az" => Arc::new(
             MicrosoftAzureBuilder::from_env()
                 .with_container_name(bucket)
-                .with_client_options(client(
-                    loopback_env(&["AZURE_STORAGE_ENDPOINT", "AZURITE_BLOB_STORAGE_URL"])
-                        || env_true("AZURE_ALLOW_HTTP"),
-                ))
+                .with_client_options(client(loopback_env(endpoints) || cloud_allows_http))
                 .with_retry(retry)
                 .build()
                 .map_err(|e| refused(e.to_string()))?,
@@ -104,12 +113,13 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
         }
     }
     let prefix = (!key.is_empty()).then_some(&exact);
+    let max_objects = options.max_files;
     let listed: Vec<object_store::ObjectMeta> = runtime
         .block_on(async {
             let mut stream = store.list(prefix);
             let mut all = Vec::new();
             while let Some(meta) = stream.try_next().await? {
-                if all.len() == MAX_OBJECTS {
+                if all.len() == max_objects {
                     return Ok(None);
                 }
                 all.push(meta);
@@ -117,7 +127,11 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
             Ok::<_, object_store::Error>(Some(all))
         })
         .map_err(|e| store_error(unreachable(&e)))?
-        .ok_or_else(|| refused(format!("more than {MAX_OBJECTS} objects under the prefix")))?;
+        .ok_or_else(|| {
+            refused(format!(
+                "more than {max_objects} objects under the prefix (--max-remote-files)"
+            ))
+        })?;
     if listed.is_empty() {
         return Err(refused("no object with that key or prefix".to_owned()));
     }
@@ -130,6 +144,21 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
 
 fn env_true(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// The first of the variables `names` that holds a plain-http URL of a host that is not a
+/// loopback address.
+fn plain_http_env<'a>(names: &[&'a str]) -> Option<&'a str> {
+    names.iter().copied().find(|name| {
+        std::env::var(name).is_ok_and(|url| {
+            url.get(..7)
+                .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+                && !reqwest::Url::parse(&url)
+                    .ok()
+                    .and_then(|url| url.host_str().map(crate::is_loopback))
+                    .unwrap_or(false)
+        })
+    })
 }
 
 /// Whether one of the variables `names` holds a plain-http loopback URL, which is read

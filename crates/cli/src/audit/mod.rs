@@ -322,7 +322,20 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
             .build_global()
             .context("cannot start worker threads")?;
     }
-    let (mut report, unreadable) = audit_paths(args, &settings, true)?;
+    let format = render::stdout::Format::choose(args.format, args.ci_mode);
+    let (mut report, unreadable) = match audit_paths(args, &settings, true) {
+        Ok(audited) => audited,
+        Err(e) => {
+            // No report: the verdict is said where a report would have said it too.
+            let lines: Vec<String> = crate::exit::error_lines(&e);
+            could_not_judge(format, &lines)?;
+            return Err(e);
+        }
+    };
+    // A file that could not be read leaves the run without a verdict: it did not pass.
+    if !unreadable.is_empty() {
+        report.summary.passed = false;
+    }
     let Settings {
         config, baseline, ..
     } = settings;
@@ -355,7 +368,6 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         }
     }
     args.files.write(&report)?;
-    let format = render::stdout::Format::choose(args.format, args.ci_mode);
     if format == render::stdout::Format::Github {
         render::github::append_step_summary(&report);
         crate::exit::print_commands(&render::github::annotations(&report))?;
@@ -403,9 +415,12 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     }
 
     if !unreadable.is_empty() {
+        // Messages quote paths a server named: escaped like every report's text.
+        let unreadable: Vec<String> = unreadable.iter().map(|m| printable(m, false)).collect();
         for message in &unreadable {
             eprintln!("error: {message}");
         }
+        could_not_judge(format, &unreadable)?;
         return Ok(ExitStatus::Error);
     }
     Ok(if report.summary.passed {
@@ -413,6 +428,20 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     } else {
         ExitStatus::Findings
     })
+}
+
+/// Ends a text report on stdout with why the run has no verdict (`reasons`, escaped), so
+/// that a log read without stderr never reads as a pass; a JSON or SARIF document stays one.
+fn could_not_judge(format: render::stdout::Format, reasons: &[String]) -> anyhow::Result<()> {
+    use render::stdout::Format;
+    if matches!(format, Format::Human | Format::Github) {
+        let text: String = reasons
+            .iter()
+            .map(|reason| format!("could not judge: {reason}\n"))
+            .collect();
+        crate::exit::print(&text)?;
+    }
+    Ok(())
 }
 
 /// Reads one checkpoint and audits it, after loading it onto the GPU when asked.
@@ -451,7 +480,7 @@ fn audit_one(
             .ok_or_else(|| e.to_string()),
     };
     if let Ok(Audited::Judged(file)) = &mut audited {
-        file.remote = crate::remote::facts(&parts);
+        file.remote = crate::remote::facts(&parts, !options.metadata_only);
     }
     audited
 }

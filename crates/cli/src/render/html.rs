@@ -222,10 +222,15 @@ fn checkpoint(i: usize, file: &FileReport, out: &mut String) -> anyhow::Result<(
     if let Some(r) = &file.remote {
         writeln!(
             out,
-            "<dt>read remotely</dt><dd>{} of {} in {}</dd>",
+            "<dt>read remotely</dt><dd>{} of {} in {}{}</dd>",
             human_bytes(r.bytes_read),
             human_bytes(r.size),
-            plural(r.requests as usize, "request")
+            plural(r.requests as usize, "request"),
+            if r.values_read {
+                ""
+            } else {
+                "; tensor values not read (--deep reads them)"
+            }
         )?;
     }
     if let Some(m) = &file.memory {

@@ -83,6 +83,12 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
             "{} ({what})",
             style.paint(bold(None), &shown(&file.path))
         )?;
+        if file.remote.is_some_and(|r| !r.values_read) {
+            writeln!(
+                out,
+                "  tensor values not read: a remote audit reads metadata only; --deep reads them"
+            )?;
+        }
         if let (Some(device), Some(memory)) = (&file.device, &file.memory) {
             let verdict = if device.reserved_bytes == memory.reserved_bytes {
                 "matches the simulation"

@@ -35,9 +35,47 @@ impl Format {
 pub fn render(report: &Report, format: Format, style: human::Style) -> anyhow::Result<String> {
     Ok(match format {
         Format::Human => human::render(report, style)?,
-        Format::Json => json::render(report)?,
+        Format::Json => json_printable(&json::render(report)?),
         // The annotations are commands, printed apart (`exit::print_commands`).
         Format::Github => human::render(report, style)?,
-        Format::Sarif => sarif::render(report)?,
+        Format::Sarif => json_printable(&sarif::render(report)?),
     })
+}
+
+/// A JSON document with the characters every report shows escaped (bidi controls,
+/// zero-width characters, noncharacters) written as `\uXXXX`: the same document, whose
+/// names a terminal showing it cannot reorder. serde_json escapes control characters inside
+/// strings itself, so those left are the document's own whitespace; outside strings JSON is
+/// ASCII, so every other such character is inside a string.
+fn json_printable(text: &str) -> String {
+    let escaped = |c: char| tensorplay_audit::text::hidden(c) && !c.is_control();
+    if !text.chars().any(escaped) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if escaped(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_printable;
+
+    #[test]
+    fn json_keeps_its_strings_but_shows_hidden_characters_escaped() {
+        let text = serde_json::to_string_pretty(&["a\u{202e}b\u{1fffe}\u{1b}"]).unwrap();
+        let shown = json_printable(&text);
+        assert_eq!(shown, "[\n  \"a\\u202eb\\ud83f\\udffe\\u001b\"\n]");
+        let back: Vec<String> = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back, ["a\u{202e}b\u{1fffe}\u{1b}"]);
+    }
 }

@@ -13,6 +13,16 @@ pub fn mount(_path: impl Into<PathBuf>, _object: Arc<dyn RemoteObject>) {}
 /// Nothing to bound: remote objects are not read on this system.
 pub fn set_limits(_limits: RemoteLimits) {}
 
+/// Nothing to count: remote objects are not read on this system.
+pub fn charge(_path: &Path, _requests: u64, _bytes: u64) -> Result<()> {
+    Ok(())
+}
+
+/// Unbounded: remote objects are not read on this system.
+pub fn bytes_left() -> u64 {
+    u64::MAX
+}
+
 /// `None`: nothing is mounted.
 pub fn stats(_path: &Path) -> Option<RemoteStats> {
     None

@@ -12,6 +12,12 @@ pub trait RemoteObject: Send + Sync + std::fmt::Debug {
     /// answer that is not those bytes (a whole body for a range, a short body, another version
     /// of the object) rather than return it.
     fn read_range(&self, range: Range<u64>) -> std::result::Result<Vec<u8>, RemoteError>;
+
+    /// The SHA-256 the store's listing gives for the whole object (a Hub file's `lfs.oid`),
+    /// if any: once every byte has been fetched, the bytes must hash to it.
+    fn listed_sha256(&self) -> Option<[u8; 32]> {
+        None
+    }
 }
 
 /// Why a remote read failed.

@@ -47,6 +47,8 @@ struct State {
     missing: Ranges,
     buffers: Vec<Weak<HostBuffer>>,
     primed: bool,
+    /// Whether the whole object was fetched and checked against its listed SHA-256.
+    verified: bool,
     bytes_read: u64,
     requests: u64,
 }
@@ -87,6 +89,42 @@ pub fn mount(path: impl Into<PathBuf>, object: Arc<dyn RemoteObject>) {
 /// Sets the run-wide bounds on remote reading.
 pub fn set_limits(limits: RemoteLimits) {
     *LIMITS.write().unwrap_or_else(|e| e.into_inner()) = limits;
+}
+
+/// Counts what was fetched outside any object's reads (a listing's pages) against the run's
+/// limits: `requests` requests and `bytes` bytes. Refused, naming the bound, once past them.
+pub fn charge(path: &Path, requests: u64, bytes: u64) -> Result<()> {
+    let limits = *LIMITS.read().unwrap_or_else(|e| e.into_inner());
+    let made = REQUESTS
+        .fetch_add(requests, Ordering::Relaxed)
+        .saturating_add(requests);
+    let total = BYTES
+        .fetch_add(bytes, Ordering::Relaxed)
+        .saturating_add(bytes);
+    let over = if made > limits.max_requests {
+        Some((RemoteBound::Requests, made, limits.max_requests))
+    } else if total > limits.max_bytes {
+        Some((RemoteBound::Bytes, total, limits.max_bytes))
+    } else {
+        None
+    };
+    match over {
+        Some((bound, needed, limit)) => Err(Error::RemoteBudget {
+            path: path.to_owned(),
+            bound,
+            needed,
+            limit,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Bytes the run may still fetch within `--max-remote-bytes`.
+pub fn bytes_left() -> u64 {
+    let limits = *LIMITS.read().unwrap_or_else(|e| e.into_inner());
+    limits
+        .max_bytes
+        .saturating_sub(BYTES.load(Ordering::Relaxed))
 }
 
 /// What was read of the object mounted at `path`.
@@ -317,31 +355,45 @@ impl Mounted {
                 state.chunks.insert(range.start, bytes);
             }
         }
-        Ok(())
+        self.verify()
     }
 
     /// Counts one request of `bytes` against the run's limits, or refuses it.
     fn charge(&self, bytes: u64) -> Result<()> {
-        let limits = *LIMITS.read().unwrap_or_else(|e| e.into_inner());
-        let requests = REQUESTS.fetch_add(1, Ordering::Relaxed) + 1;
-        let total = BYTES
-            .fetch_add(bytes, Ordering::Relaxed)
-            .saturating_add(bytes);
-        let over = if requests > limits.max_requests {
-            Some((RemoteBound::Requests, requests, limits.max_requests))
-        } else if total > limits.max_bytes {
-            Some((RemoteBound::Bytes, total, limits.max_bytes))
-        } else {
-            None
+        charge(&self.path, 1, bytes)
+    }
+
+    /// Once every byte of an object with a listed SHA-256 is fetched, checks that they hash to
+    /// it: a store serving other bytes under the listed address is not the object listed.
+    fn verify(&self) -> Result<()> {
+        let Some(listed) = self.object.listed_sha256() else {
+            return Ok(());
         };
-        match over {
-            Some((bound, needed, limit)) => Err(Error::RemoteBudget {
-                path: self.path.clone(),
-                bound,
-                needed,
-                limit,
-            }),
-            None => Ok(()),
+        let mut state = self.lock();
+        let mut whole = Ranges::default();
+        whole.insert(0..self.object.size());
+        if state.verified || !whole.subtract(&state.filled).is_empty() {
+            return Ok(());
         }
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for chunk in state.chunks.values() {
+            hasher.update(chunk);
+        }
+        let got: [u8; 32] = hasher.finalize().into();
+        if got != listed {
+            let hex = |d: &[u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+            return Err(Error::RemoteInconsistent {
+                path: self.path.clone(),
+                detail: format!(
+                    "its bytes hash to SHA-256 {}, not the {} its listing gives (the Hub's \
+                     lfs.oid): the store served other content under that address",
+                    hex(&got),
+                    hex(&listed)
+                ),
+            });
+        }
+        state.verified = true;
+        Ok(())
     }
 }

@@ -1,0 +1,333 @@
+//! Remote reads against hostile servers (`tests/common/hostile_hub.rs`): each bounded in
+//! bytes, requests and time as the flags say, failing closed (exit 2 or TP502) with the limit
+//! named, never a pass; and nothing a server names reaches a stream raw.
+
+use crate::common::hostile_hub::{small_safetensors, HostileHub, Hostility, SHA};
+use crate::common::range_server::{Fault, RangeServer};
+use crate::common::{root, stderr, stdout};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// `tensorplay audit ARGS` with `HF_ENDPOINT` set (when given), timed.
+fn audit(args: &[&str], endpoint: Option<&str>, env: &[(&str, &str)]) -> (Output, Duration) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tensorplay"));
+    command
+        .arg("audit")
+        .args(["--color", "never"])
+        .args(args)
+        .current_dir(root())
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("HF_TOKEN")
+        .env_remove("TENSORPLAY_ALLOW_HTTP")
+        .env_remove("AWS_ALLOW_HTTP")
+        .env_remove("AWS_ENDPOINT");
+    if let Some(endpoint) = endpoint {
+        command.env("HF_ENDPOINT", endpoint);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let start = Instant::now();
+    let out = command.output().expect("tensorplay runs");
+    (out, start.elapsed())
+}
+
+fn all(out: &Output) -> String {
+    format!("{}{}", stdout(out), stderr(out))
+}
+
+fn good_file() -> Vec<u8> {
+    small_safetensors(&[1.0, 2.0, 3.0, 4.0])
+}
+
+#[test]
+fn a_listing_without_end_stays_within_the_byte_budget_and_one_page() {
+    let hub = HostileHub::start(Hostility::EndlessPage, good_file());
+    let (out, took) = audit(
+        &["--max-remote-bytes", "1MiB", "hf://org/bomb"],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    assert!(stderr(&out).contains("--max-remote-bytes"), "{}", all(&out));
+    // What the server managed to send: the budget and one page (16 MiB) at most, socket
+    // buffers included; unbounded, it would send until killed.
+    let sent = hub.listed_bytes();
+    assert!(sent <= (1 << 20) + (16 << 20), "{sent} bytes sent");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+
+    // Small pages that link a next one forever: each is a request within --max-requests.
+    let hub = HostileHub::start(
+        Hostility::Pages {
+            pages: u64::MAX,
+            per_page: 10,
+        },
+        good_file(),
+    );
+    let (out, took) = audit(
+        &["--max-requests", "50", "hf://org/pages"],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    assert!(stderr(&out).contains("--max-requests"), "{}", all(&out));
+    // The revision, then pages until the 51st request is refused before it is sent.
+    assert!(hub.pages() <= 50, "{} pages", hub.pages());
+    assert!(took < Duration::from_secs(30), "{took:?}");
+}
+
+#[test]
+fn a_listing_of_twenty_thousand_files_is_stopped_by_its_limit() {
+    let hub = HostileHub::start(
+        Hostility::Pages {
+            pages: 20,
+            per_page: 1000,
+        },
+        good_file(),
+    );
+    let (out, _) = audit(&["hf://org/many"], Some(&hub.endpoint()), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("more than 10000 files") && err.contains("--max-remote-files"),
+        "{err}"
+    );
+    // Stopped at the page that passed 10 000, not after all 20.
+    assert_eq!(hub.pages(), 11);
+    let (out, _) = audit(
+        &["--max-remote-files", "500", "hf://org/many"],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert!(
+        stderr(&out).contains("more than 500 files"),
+        "{}",
+        all(&out)
+    );
+}
+
+#[test]
+fn a_long_retry_after_and_a_body_of_a_byte_a_second_end_within_twice_the_timeout() {
+    for (hostility, says) in [
+        (Hostility::RateLimited(30), "HTTP 429"),
+        (
+            Hostility::SlowBody,
+            "no complete answer within --request-timeout",
+        ),
+    ] {
+        let hub = HostileHub::start(hostility.clone(), good_file());
+        let (out, took) = audit(
+            &["--request-timeout", "3", "hf://org/slow"],
+            Some(&hub.endpoint()),
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(2), "{hostility:?}: {}", all(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(says) && err.contains("--request-timeout (3 s)"),
+            "{hostility:?}: {err}"
+        );
+        assert!(!stdout(&out).contains("passed"), "{}", stdout(&out));
+        assert!(took < Duration::from_secs(6), "{hostility:?}: {took:?}");
+    }
+}
+
+#[test]
+fn names_a_server_gives_reach_no_stream_raw() {
+    let names = [
+        "a\n::warning title=INJECTED::x.safetensors",
+        "b\u{1b}[2Kc\u{7}.safetensors",
+        "d\u{202e}fig.safetensors",
+        "missing\n::error title=INJECTED::y.safetensors",
+    ];
+    let hub = HostileHub::start(
+        Hostility::Names(names.iter().map(|n| n.to_string()).collect()),
+        good_file(),
+    );
+    for format in ["human", "json", "github", "sarif"] {
+        let (out, _) = audit(
+            &["--format", format, "hf://org/names"],
+            Some(&hub.endpoint()),
+            &[],
+        );
+        // The missing file is not judged.
+        assert_eq!(out.status.code(), Some(2), "{format}: {}", all(&out));
+        for (stream, text) in [("stdout", stdout(&out)), ("stderr", stderr(&out))] {
+            for c in ['\u{1b}', '\u{7}', '\u{202e}'] {
+                assert!(!text.contains(c), "{format} {stream}: {c:?} in {text}");
+            }
+            // A line starting `::` is a workflow command to GitHub Actions.
+            for line in text.lines() {
+                let start = line.trim_start();
+                for injected in ["::warning title=INJECTED", "::error title=INJECTED"] {
+                    assert!(!start.starts_with(injected), "{format} {stream}: {line}");
+                }
+            }
+        }
+        // The names did reach both streams, escaped.
+        assert!(
+            stderr(&out).contains("missing\\u{a}::error"),
+            "{}",
+            all(&out)
+        );
+        if format == "human" || format == "github" {
+            assert!(stdout(&out).contains("b\\u{1b}[2Kc\\u{7}"), "{}", all(&out));
+            assert!(stdout(&out).contains("d\\u{202e}fig"), "{}", all(&out));
+            assert!(stdout(&out).contains("could not judge: hf://org/names@"));
+        } else if format == "json" {
+            assert!(stdout(&out).contains("d\\u202efig"), "{}", stdout(&out));
+        }
+    }
+}
+
+#[test]
+fn plain_http_endpoints_and_redirects_beyond_loopback_are_refused_naming_the_flag() {
+    // 192.0.2.1 (TEST-NET-1) is never answered: a refusal that came after connecting would
+    // have waited for the 30 s timeout.
+    let far = "http://192.0.2.1:9";
+    let (out, took) = audit(
+        &["--request-timeout", "30", "hf://org/model"],
+        Some(far),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    assert!(
+        stderr(&out).contains("HF_ENDPOINT") && stderr(&out).contains("--allow-http"),
+        "{}",
+        all(&out)
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let (out, took) = audit(
+        &["--request-timeout", "30", "s3://bucket/model.safetensors"],
+        None,
+        &[
+            ("AWS_ENDPOINT_URL", far),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    assert!(
+        stderr(&out).contains("AWS_ENDPOINT_URL") && stderr(&out).contains("--allow-http"),
+        "{}",
+        all(&out)
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    // A loopback Hub that redirects a file to plain http beyond loopback.
+    let hub = HostileHub::start(
+        Hostility::RedirectTo(format!("{far}/model.safetensors?X-Amz-Signature=secret")),
+        good_file(),
+    );
+    let (out, took) = audit(
+        &["--request-timeout", "30", "hf://org/model"],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("redirected to plain http://192.0.2.1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--allow-http") && !err.contains("secret"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn a_server_without_byte_ranges_is_not_judged_and_never_reads_as_passed() {
+    let dir = crate::common::TempDir::new("remote-no-ranges");
+    std::fs::write(dir.0.join("f.safetensors"), good_file()).unwrap();
+    let server = RangeServer::start(&dir.0);
+    server.set_fault(Fault::WholeBody);
+    let url = server.url("f.safetensors");
+    let (out, _) = audit(&[&url], None, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let text = stdout(&out);
+    assert!(!text.contains("passed"), "{text}");
+    assert!(
+        text.contains("could not judge: ") && text.contains("does not serve byte ranges"),
+        "{text}"
+    );
+    assert!(stderr(&out).contains("does not serve byte ranges"));
+    // The JSON report's verdict is no pass either.
+    let (out, _) = audit(&["--format", "json", &url], None, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["summary"]["passed"], false);
+}
+
+#[test]
+fn a_deep_read_whose_sha256_differs_from_the_lfs_oid_fails() {
+    use sha2::{Digest, Sha256};
+    // Larger than the first ranges fetched: a metadata-only audit does not read it whole.
+    let file = small_safetensors(&vec![1.0; 100_000]);
+    let right: String = Sha256::digest(&file)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let wrong = "ab".repeat(32);
+    let hub = HostileHub::start(Hostility::Lfs(wrong.clone()), file.clone());
+    let (out, _) = audit(
+        &["--deep", "--format", "json", "hf://org/model"],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let finding = &report["files"][0]["findings"][0];
+    assert_eq!(finding["code"], "TP502", "{finding}");
+    let message = finding["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("SHA-256 {right}, not the {wrong}"))
+            && message.contains("lfs.oid"),
+        "{message}"
+    );
+    // Metadata only, the file is not read whole, so its address is trusted.
+    let (out, _) = audit(&["hf://org/model"], Some(&hub.endpoint()), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    // The same content under its own address passes --deep.
+    let hub = HostileHub::start(Hostility::Lfs(right), file);
+    let (out, _) = audit(&["--deep", "hf://org/model"], Some(&hub.endpoint()), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+}
+
+#[test]
+fn a_metadata_only_remote_audit_says_per_file_that_values_were_not_read() {
+    let names = ["a.safetensors", "b.safetensors"]
+        .map(String::from)
+        .to_vec();
+    let hub = HostileHub::start(Hostility::Names(names), good_file());
+    let endpoint = hub.endpoint();
+    let (out, _) = audit(&["hf://org/model"], Some(&endpoint), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    let said = "tensor values not read: a remote audit reads metadata only; --deep reads them";
+    assert_eq!(stdout(&out).matches(said).count(), 2, "{}", stdout(&out));
+    let (out, _) = audit(
+        &["--format", "json", "hf://org/model"],
+        Some(&endpoint),
+        &[],
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    for file in report["files"].as_array().unwrap() {
+        assert_eq!(file["remote"]["values_read"], false, "{file}");
+    }
+    assert!(report["files"][0]["path"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("hf://org/model@{SHA}/")));
+    // --deep reads them, and says nothing of the kind.
+    let (out, _) = audit(&["--deep", "hf://org/model"], Some(&endpoint), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(!stdout(&out).contains("tensor values not read"));
+    let (out, _) = audit(
+        &["--deep", "--format", "json", "hf://org/model"],
+        Some(&endpoint),
+        &[],
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["files"][1]["remote"]["values_read"], true);
+}
