@@ -328,6 +328,32 @@ fn a_nested_state_dict_of_dtensors_is_named_as_dcp_load_reads_it() {
     assert_eq!(truth["bytes"], serde_json::json!(["model", "optim"]));
 }
 
+/// `dcp.load` imports `torch.distributed.tensor`, which registers DTensor's classes as safe
+/// globals: its bytes items naming them are judged with them resolved, so a checkpoint of
+/// DTensors saved without flattening gets no TP501.
+#[test]
+fn dtensor_classes_in_bytes_items_are_resolved_as_dcp_load_resolves_them() {
+    let report = audit("fixtures/dcp/nested_dtensor");
+    let codes: Vec<&str> = report["files"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["code"].as_str())
+        .collect();
+    assert!(!codes.is_empty(), "the mesh tensors' tie is still reported");
+    assert!(!codes.contains(&"TP501"), "{codes:?}");
+    // The same classes in a plain torch.save file are named: torch.load imports nothing.
+    let plain = audit("fixtures/torch215/dtensor.pt");
+    let named: Vec<&str> = plain["files"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "TP501")
+        .filter_map(|f| f["global"]["name"].as_str())
+        .collect();
+    assert!(named.contains(&"DTensor"), "{named:?}");
+}
+
 #[test]
 fn good_directories_are_one_checkpoint_that_passes() {
     for (name, truth) in read_json("fixtures/dcp/truth.json")

@@ -320,6 +320,20 @@ impl<'a> Sink<'a> {
         self.out.unsafe_globals.len()
     }
 
+    /// Keeps, of the globals added since `mark`, those `keep` keeps: what the loader's own
+    /// imports register as safe globals it resolves, as it resolves its table.
+    pub fn retain_unsafe_globals_since(
+        &mut self,
+        mark: usize,
+        keep: impl Fn(&UnsafeGlobal) -> bool,
+    ) {
+        let mark = mark.min(self.out.unsafe_globals.len());
+        let added = self.out.unsafe_globals.split_off(mark);
+        self.out
+            .unsafe_globals
+            .extend(added.into_iter().filter(keep));
+    }
+
     /// Takes back the globals added since `mark`, for a refusal to name them.
     pub fn take_unsafe_globals(&mut self, mark: usize) -> Vec<UnsafeGlobal> {
         let mark = mark.min(self.out.unsafe_globals.len());

@@ -119,6 +119,19 @@ pub fn resolves(loader: Loader, module: &str, name: &str) -> bool {
     }) || (loader == Loader::TorchScript && torchscript_only(module, name).is_some())
 }
 
+/// What `import torch.distributed.tensor` registers (torch 2.15.0's list, 2.9.1's and two more).
+pub(crate) const DTENSOR_REGISTERS: [&str; 9] = [
+    "torch.distributed.device_mesh.DeviceMesh",
+    "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+    "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
+    "torch.distributed.tensor._dtensor_spec.TensorMeta",
+    "torch.distributed.tensor.DTensor",
+    "torch.distributed.tensor.placement_types.Partial",
+    "torch.distributed.tensor.placement_types.Replicate",
+    "torch.distributed.tensor.placement_types.Shard",
+    "torch.distributed.tensor.placement_types._StridedShard",
+];
+
 /// What `import torch` itself adds to the safe globals (`add_safe_globals`), which
 /// `torch.load(weights_only=True)` then resolves like its own table: torch.nested's (torch
 /// 2.9.1) and the device mesh layouts (torch 2.15.0). Resolved, so never named unsafe; still

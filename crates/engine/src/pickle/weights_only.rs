@@ -9,7 +9,7 @@
 //! stream is replayed here on the kinds of its values — never on values: nothing is built.
 //! Where it refuses, [`replay`] gives torch's own message.
 
-use super::allowlist::resolves;
+use super::allowlist::{resolves, DTENSOR_REGISTERS};
 use super::opcodes::*;
 use super::Loader;
 use crate::{DTypeKind, Device, Tensor};
@@ -696,7 +696,7 @@ fn resolve(module: &str, name: &str) -> Result<String, String> {
                 .into(),
         );
     }
-    if DTENSOR.contains(&full.as_str()) {
+    if DTENSOR_REGISTERS.contains(&full.as_str()) {
         return Err("``torch.distributed.tensor`` must be imported to load DTensors".into());
     }
     let shown = full.strip_prefix("builtins.").unwrap_or(&full);
@@ -710,18 +710,6 @@ fn resolve(module: &str, name: &str) -> Result<String, String> {
 
 /// Names whose refusal says which module to import first.
 const NESTED: [&str; 1] = ["torch._dynamo.decorators._DimRange"];
-/// What `import torch.distributed.tensor` registers (torch 2.15.0's list, 2.9.1's and two more).
-const DTENSOR: [&str; 9] = [
-    "torch.distributed.device_mesh.DeviceMesh",
-    "torch.distributed.tensor._dtensor_spec.DTensorSpec",
-    "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
-    "torch.distributed.tensor._dtensor_spec.TensorMeta",
-    "torch.distributed.tensor.DTensor",
-    "torch.distributed.tensor.placement_types.Partial",
-    "torch.distributed.tensor.placement_types.Replicate",
-    "torch.distributed.tensor.placement_types.Shard",
-    "torch.distributed.tensor.placement_types._StridedShard",
-];
 
 /// `torch._utils.NAME_MAPPING`, else `IMPORT_MAPPING`: the weights-only unpickler maps every
 /// GLOBAL, whatever the protocol.

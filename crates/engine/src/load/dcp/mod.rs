@@ -10,7 +10,9 @@
 //! named by its fully qualified name; the chunks of a tensor saved in several are named
 //! `fqn@[offsets]`, and [`ChunkedTensor`] says how they tile it. Bytes items (any other
 //! object, which `dcp.load` reads with `torch.load(weights_only=False)`) are read like any
-//! `torch.save` file: their globals are judged, their tensors named under the fqn.
+//! `torch.save` file: their globals are judged (DTensor's classes, which `dcp.load`'s import
+//! of `torch.distributed.tensor` registers as safe globals, resolved), their tensors named
+//! under the fqn.
 
 mod metadata;
 use super::limits::{Meter, ReadLimits};
@@ -18,6 +20,7 @@ use super::table::{Accepts, DirReader, Row};
 use super::torch::archive;
 use super::{Scope, Sink};
 use crate::error::{Error, ErrorKind, Result};
+use crate::pickle::allowlist::DTENSOR_REGISTERS;
 use crate::{files, ChunkedTensor, Format, HostBuffer, Tensor, TensorChunk};
 use metadata::{ChunkMeta, Metadata, StorageInfo, TensorMeta};
 use std::collections::HashMap;
@@ -148,6 +151,7 @@ pub(super) fn read_into(dir: &Path, sink: &mut Sink<'_>) -> Result<Format> {
             Err(e) => return Err(refused(sink, e)),
         }
     }
+    let bytes_items = sink.global_mark();
     for fqn in &metadata.bytes {
         let item = located.get(&(fqn.as_str(), None)).copied();
         let item =
@@ -158,6 +162,11 @@ pub(super) fn read_into(dir: &Path, sink: &mut Sink<'_>) -> Result<Format> {
             return Err(refused(sink, e));
         }
     }
+    // `dcp.load` imports `torch.distributed.tensor`, which registers DTensor's classes as
+    // safe globals: in its bytes items they are resolved as torch's own table is.
+    sink.retain_unsafe_globals_since(bytes_items, |g| {
+        !DTENSOR_REGISTERS.contains(&format!("{}.{}", g.module, g.name).as_str())
+    });
     unique_names(dir, sink.tensors_since(0))
         .and_then(|()| every_byte_in_an_item(dir, &metadata.items, &reading.files))
         .map_err(|e| refused(sink, e))?;
