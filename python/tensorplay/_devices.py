@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from . import _options
 from ._live import _torch, audit_named, named_tensors
 from ._report import Report
-from .errors import UsageError
+from ._errors import UsageError
 
 #: The registry's device rules (``tensorplay rules``: the rules tagged ``devices``), by code.
 #: A test checks this table against the installed command's registry, so it cannot drift.

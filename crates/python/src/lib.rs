@@ -12,9 +12,9 @@ use tensorplay::embed::{self, Failure, Rendering};
 use tensorplay_engine::load::live::{self, LiveStorage, LiveTensor};
 use tensorplay_engine::{DType, DTypeKind, HostBuffer, Owner};
 
-pyo3::import_exception!(tensorplay.errors, UsageError);
-pyo3::import_exception!(tensorplay.errors, ReadError);
-pyo3::import_exception!(tensorplay.errors, InternalError);
+pyo3::import_exception!(tensorplay._errors, UsageError);
+pyo3::import_exception!(tensorplay._errors, ReadError);
+pyo3::import_exception!(tensorplay._errors, InternalError);
 
 fn raise(failure: Failure) -> PyErr {
     match failure {
