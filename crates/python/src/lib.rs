@@ -414,9 +414,32 @@ fn combine(reports: Vec<Bound<'_, Report>>) -> PyResult<Report> {
     guarded(|| Ok(Report(embed::combine(&reports))))
 }
 
+/// The codes `selectors` name (codes, code prefixes such as `TP1`, or names), each once in
+/// code order: the command's `--select`/`--ignore` resolver. `UsageError` with its "did you
+/// mean" for one that names no rule.
+#[pyfunction]
+fn select_rules(selectors: Vec<String>) -> PyResult<Vec<&'static str>> {
+    guarded(|| {
+        embed::select(&selectors)
+            .map(|codes| codes.iter().map(|c| c.as_str()).collect())
+            .map_err(raise)
+    })
+}
+
+/// Every rule as `(code, name, tags)`, in code order: the command's registry.
+#[pyfunction]
+fn rules() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
+    embed::rules()
+        .into_iter()
+        .map(|(code, name, tags)| (code, name, tags.to_vec()))
+        .collect()
+}
+
 /// The compiled half of the `tensorplay` package.
 #[pymodule]
 mod _tensorplay {
     #[pymodule_export]
-    use super::{audit, audit_live, combine, inspect, load, run, write_text, Report};
+    use super::{
+        audit, audit_live, combine, inspect, load, rules, run, select_rules, write_text, Report,
+    };
 }
