@@ -177,6 +177,12 @@ pub fn render(report: &Report, rendering: Rendering) -> Result<String, Failure> 
     Ok(text)
 }
 
+/// The JUnit report of `report` whose file `i`'s cases link `files[i]` where given
+/// ([`render::junit::render_with_files`]): the pytest plugin's, test files linked.
+pub fn render_junit(report: &Report, files: &[Option<String>]) -> Result<String, Failure> {
+    Ok(render::junit::render_with_files(report, files)?)
+}
+
 /// Writes `text` to `path` whole or not at all, as the command writes its reports.
 pub fn write(path: &Path, text: &str) -> Result<(), Failure> {
     Ok(render::files::write_file(path, text)?)

@@ -87,6 +87,20 @@ impl Report {
         })
     }
 
+    /// Writes the JUnit report to `path`, the cases of file `i` linking `files[i]` (its path
+    /// where that is `None`): the pytest plugin links each live audit's test file.
+    fn write_junit(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        files: Vec<Option<String>>,
+    ) -> PyResult<()> {
+        guarded(|| {
+            py.detach(|| embed::write(&path, &embed::render_junit(&self.0, &files)?))
+                .map_err(raise)
+        })
+    }
+
     /// Whether nothing fails the run at its fail-on level.
     #[getter]
     fn passed(&self) -> bool {
