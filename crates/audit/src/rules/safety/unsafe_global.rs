@@ -12,7 +12,6 @@ declare_rule!(UnsafeGlobalRule {
     severity: Error,
     reads_bytes: false,
     tags: ["security", "pickle"],
-    security_severity: "9.8",
     summary: "A pickle references a global outside the allowlist (never executed).",
     doc: "\
 What it checks
