@@ -279,12 +279,17 @@ fn github_annotations_come_before_the_human_log_and_a_summary_is_written() {
         annotations.iter().any(|l| l.starts_with("::notice ")),
         "{log}"
     );
+    // The verdict, then the counts per rule, close the log.
+    let mut last = log.trim_end().lines().rev();
     assert!(
-        log.trim_end()
-            .lines()
-            .last()
+        last.next()
+            .is_some_and(|l| l.contains("tensorplay explain CODE")),
+        "{log}"
+    );
+    assert!(
+        last.next()
             .is_some_and(|l| l.contains("FAILED (fail-on error)")),
-        "the verdict is the log's last line: {log}"
+        "the verdict closes the log, before the counts: {log}"
     );
     let text = std::fs::read_to_string(&summary).expect("summary");
     assert!(
