@@ -137,3 +137,62 @@ fn the_audit_crate_has_no_import_cycle() {
     );
     assert!(graph.len() > 15, "found only {:?}", graph.keys());
 }
+
+/// `cargo run` and `cargo test` without `-p` build the workspace's default members: every
+/// crate but the Python extension, so the README's commands compile no pyo3. Asked of cargo
+/// itself, so what is checked is what cargo would build.
+#[test]
+fn the_default_members_leave_out_the_python_extension() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let ids = |key: &str| -> BTreeSet<String> {
+        meta[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key}"))
+            .iter()
+            .map(|id| id.as_str().expect("id").to_owned())
+            .collect()
+    };
+    let (members, defaults) = (ids("workspace_members"), ids("workspace_default_members"));
+    let packages = meta["packages"].as_array().expect("packages");
+    let name_of = |id: &String| -> String {
+        let package = packages.iter().find(|p| p["id"] == id.as_str());
+        package.expect("a member's package")["name"]
+            .as_str()
+            .expect("name")
+            .to_owned()
+    };
+    let left_out: Vec<String> = members.difference(&defaults).map(name_of).collect();
+    assert_eq!(left_out, ["tensorplay-python"]);
+    // Nor does a default member pull pyo3 or the extension in.
+    for id in &defaults {
+        let package = packages
+            .iter()
+            .find(|p| p["id"] == id.as_str())
+            .expect("package");
+        for dep in package["dependencies"].as_array().expect("dependencies") {
+            let dep = dep["name"].as_str().expect("dependency name");
+            assert!(
+                !dep.starts_with("pyo3") && dep != "tensorplay-python",
+                "{} depends on {dep}",
+                name_of(id)
+            );
+        }
+    }
+}

@@ -721,6 +721,7 @@ fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 B)
   no findings (20 rules checked)
 
 2 files, 7 tensors, 7 storages, 136 B: 1 error, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
+2 TP202 unexpected-device, 1 TP201 mixed-devices; run `tensorplay explain CODE` for what a rule checks and how to fix it
 ";
     assert_eq!(text, expected);
 }

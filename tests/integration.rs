@@ -28,6 +28,7 @@ mod fuzz_regressions;
 mod gguf;
 mod hostile_memory;
 mod html_report;
+mod human_report;
 mod inspect;
 mod joblib;
 mod legacy_streams;

@@ -34,14 +34,18 @@ fn the_audit_log_escapes_what_the_file_names() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let log = stdout(&out);
     assert_clean("audit", &log);
-    // The findings are there, naming the tensors in escaped form, and the verdict is the
-    // tool's own last line.
+    // The findings are there, naming the tensors in escaped form, and the verdict and the
+    // counts per rule are the tool's own last lines.
     assert!(log.contains("'w\\u{d}PASSED: 0 errors'"), "{log}");
     assert!(log.contains("cuda:0\\u{1b}[2K"), "{log}");
+    let mut last = log.trim_end().lines().rev();
     assert!(
-        log.trim_end().lines().last().unwrap().contains("FAILED"),
+        last.next()
+            .unwrap()
+            .contains("run `tensorplay explain CODE`"),
         "{log}"
     );
+    assert!(last.next().unwrap().contains("FAILED"), "{log}");
 }
 
 #[test]

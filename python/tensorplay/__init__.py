@@ -14,12 +14,13 @@ Sampled batches (torch imported when called): ``fragmentation(loader_or_batches,
 batches=100)`` → ``FragmentationReport``, TP301's score per batch and its HTML time series.
 
 Loading without executing: ``safe_load(path)``, ``safe_load_state_dict(model, path)``.
-See docs/python.md.
+Assertions for tests: ``tensorplay.testing.assert_passes``. See docs/python.md.
 """
 
-import os
+# Private names: `dir(tensorplay)` shows what is documented (`__all__`), no helper module.
+import os as _os
 
-from . import _options
+from . import _options, testing
 from ._devices import audit_device_consistency, watch
 from ._fragmentation import FragmentationReport, fragmentation
 from ._live import (
@@ -39,7 +40,7 @@ from ._live import (
 from ._load import UnsafeCheckpointError, safe_load, safe_load_state_dict
 from ._report import Finding, Inspection, Report
 from ._validate import LoadCheck, Mismatch, validate_state_dict_load
-from .errors import Error, InternalError, ReadError, UsageError
+from ._errors import Error, InternalError, ReadError, UsageError
 
 __all__ = [
     "DataPtrError",
@@ -70,6 +71,7 @@ __all__ = [
     "safe_load",
     "safe_load_state_dict",
     "show_view_chain",
+    "testing",
     "validate_state_dict_load",
     "verify_data_ptr_consistency",
     "watch",
@@ -77,15 +79,15 @@ __all__ = [
 
 
 def _paths(function, path):
-    paths = [path] if isinstance(path, (str, os.PathLike)) else path
+    paths = [path] if isinstance(path, (str, _os.PathLike)) else path
     if not isinstance(paths, (list, tuple)) or not paths or not all(
-        isinstance(p, (str, os.PathLike)) for p in paths
+        isinstance(p, (str, _os.PathLike)) for p in paths
     ):
         raise TypeError(
             f"{function}() takes a path (str or os.PathLike) or a list of them, "
             f"not {type(path).__name__}"
         )
-    return [os.fspath(p) for p in paths]
+    return [_os.fspath(p) for p in paths]
 
 
 def audit_file(path, **options):
@@ -107,12 +109,12 @@ def inspect_file(path, tensor=None):
     (``repr()``) and as its JSON document (``.data``); ``tensor`` shows only that one."""
     from . import _tensorplay
 
-    if not isinstance(path, (str, os.PathLike)):
+    if not isinstance(path, (str, _os.PathLike)):
         raise TypeError(f"inspect_file() takes a path (str or os.PathLike), not {type(path).__name__}")
     args = ["inspect"]
     if tensor is not None:
         if not isinstance(tensor, str):
             raise TypeError(f"inspect_file(): tensor={tensor!r}: expected a tensor name (str)")
         args.extend(["--tensor", tensor])
-    text, document = _tensorplay.inspect([*args, "--", os.fspath(path)])
+    text, document = _tensorplay.inspect([*args, "--", _os.fspath(path)])
     return Inspection(text, document)

@@ -8,38 +8,44 @@ from collections.abc import Mapping
 from . import _options
 from ._live import _torch, audit_named, named_tensors
 from ._report import Report
-from .errors import UsageError
+from ._errors import UsageError
 
-#: The registry's device rules (``tensorplay rules``: the rules tagged ``devices``), by code.
-#: A test checks this table against the installed command's registry, so it cannot drift.
-DEVICE_RULES = {
-    "TP201": "mixed-devices",
-    "TP202": "unexpected-device",
-    "TP203": "device-mismatch",
-    "TP204": "meta-tensor",
-}
+
+def device_rules():
+    """The registry's device rules (``tensorplay rules``: the rules tagged ``devices``) as
+    ``{code: name}``, asked of the extension: the package keeps no list of rules."""
+    from . import _tensorplay
+
+    return {code: name for code, name, tags in _tensorplay.rules() if "devices" in tags}
 
 
 def _device_select(function, options):
     """``options`` with ``select`` narrowed to the device rules: all four by default, or those
-    of them the caller names. A rule that is not a device rule is refused (``UsageError``)
-    rather than run, so a device probe never reports a view or memory finding."""
+    of them the caller names (codes, prefixes such as ``TP2``, or names, resolved as the
+    command resolves ``--select``). A rule that is not a device rule is refused
+    (``UsageError``) rather than run, so a device probe never reports a view or memory
+    finding."""
+    from . import _tensorplay
+
     options = dict(options)
+    devices = device_rules()
     select = options.get("select")
     if select is None:
-        options["select"] = list(DEVICE_RULES)
+        options["select"] = list(devices)
         return options
     # The option's own type check first, so a wrong kind is a TypeError as for audit().
     _options.flags(function, _options.LIVE_OPTIONS, {"select": select})
     items = [select] if isinstance(select, str) else list(select)
-    by_name = {name: code for code, name in DEVICE_RULES.items()}
+    # Commas separate rules, as in the command's `--select TP201,TP204`.
+    items = [part for item in items for part in item.split(",")]
     codes = []
     for item in items:
-        code = item.upper() if item.upper() in DEVICE_RULES else by_name.get(item)
-        if code is None:
-            known = ", ".join(f"{c} {n}" for c, n in DEVICE_RULES.items())
+        named = _tensorplay.select_rules([item])
+        others = [code for code in named if code not in devices]
+        if others:
+            known = ", ".join(f"{c} {n}" for c, n in devices.items())
             raise UsageError(f"{function}(): select={item!r} is not a device rule ({known})")
-        codes.append(code)
+        codes.extend(named)
     options["select"] = codes
     return options
 

@@ -19,7 +19,7 @@ from typing import List, Optional
 
 from . import _options
 from ._live import _strided, _torch, audit_named
-from .errors import ReadError
+from ._errors import ReadError
 
 BATCH = "a torch.Tensor, a mapping of tensors, or a list/tuple of tensors or mappings"
 ACCEPTED = (

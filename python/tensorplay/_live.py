@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 
 from . import _options
 from ._report import Report
-from .errors import Error
+from ._errors import Error
 
 ACCEPTED = "a torch.Tensor, a dict of tensors (a state_dict) or a torch.nn.Module"
 

@@ -7,7 +7,7 @@ import os
 from . import _options
 from ._report import Report
 from ._validate import _under
-from .errors import Error, ReadError
+from ._errors import Error, ReadError
 
 
 class UnsafeCheckpointError(Error):

@@ -1,6 +1,8 @@
 """tensorplay's pytest plugin (entry point ``pytest11``): the ``tensorplay`` fixture, and
 ``--tensorplay-junit FILE`` writing every audit the tests ran as one JUnit report, the test
-cases the command's ``--junit`` writes."""
+cases the command's ``--junit`` writes. A live audit's cases are named after the test (its
+node id in ``classname``) and link the test's file (``file``); a file's audit links the
+checkpoint."""
 
 import pytest
 
@@ -27,6 +29,9 @@ class Probe:
 
     def __init__(self, nodeid, reports):
         self._nodeid = nodeid
+        # A node id is the test file's path from the root directory, then `::` and the test.
+        self._test_file = nodeid.split("::", 1)[0]
+        # (report, the file its JUnit cases link: None for the report's own paths)
         self._reports = reports
 
     def audit(self, obj, label=None, **options):
@@ -34,7 +39,7 @@ class Probe:
         import tensorplay
 
         report = tensorplay.audit(obj, label=label or self._nodeid, **options)
-        self._reports.append(report)
+        self._reports.append((report, self._test_file))
         return report
 
     def audit_file(self, path, **options):
@@ -42,7 +47,7 @@ class Probe:
         import tensorplay
 
         report = tensorplay.audit_file(path, **options)
-        self._reports.append(report)
+        self._reports.append((report, None))
         return report
 
     def assert_passes(self, obj, **options):
@@ -71,4 +76,6 @@ def pytest_sessionfinish(session):
         return
     from tensorplay._report import combined
 
-    combined(session.config.stash[_REPORTS]).write_junit(path)
+    audits = session.config.stash[_REPORTS]
+    files = [test_file for report, test_file in audits for _ in report.files]
+    combined([report for report, _ in audits])._native.write_junit(path, files)

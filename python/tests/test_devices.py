@@ -32,11 +32,11 @@ def _no_hooks(model):
 
 
 def test_the_device_rules_are_the_registrys():
-    from tensorplay._devices import DEVICE_RULES
+    from tensorplay._devices import device_rules
 
     registry = _registry_device_rules()
     assert registry, "the registry tags no rule `devices`"
-    assert DEVICE_RULES == registry
+    assert device_rules() == registry
 
 
 class TiedPartlyMeta(torch.nn.Module):
@@ -85,6 +85,13 @@ def test_select_narrows_to_device_rules_and_refuses_others():
     # Meta storages are TP204's, not TP201's: one device holding data is not mixed.
     assert tensorplay.audit_device_consistency(model, select=["tp201"]).passed
     assert tensorplay.audit_device_consistency(model, ignore="TP204").passed
+    # A prefix, as for audit(): TP2 is every device rule, TP20 too.
+    assert tensorplay.audit_device_consistency(model, select="TP2").codes == ["TP204"]
+    assert tensorplay.audit_device_consistency(model, select="tp201,meta-tensor").codes == ["TP204"]
+    with pytest.raises(tensorplay.UsageError, match="select='TP1' is not a device rule"):
+        tensorplay.audit_device_consistency(model, select="TP1")
+    with pytest.raises(tensorplay.UsageError, match=r"did you mean TP204 meta-tensor\?"):
+        tensorplay.audit_device_consistency(model, select="meta-tensr")
     with pytest.raises(tensorplay.UsageError, match="select='TP103' is not a device rule"):
         tensorplay.audit_device_consistency(model, select=["TP204", "TP103"])
     with pytest.raises(TypeError, match="select=3"):

@@ -54,6 +54,29 @@ def test_options_are_the_commands_flags(tmp_path):
     assert only.data == expected
 
 
+def test_select_takes_a_prefix_or_a_name_as_the_command_does(tmp_path):
+    views = tensorplay.audit_file(OVERLAPPING, select="TP1")
+    assert views.codes == ["TP101", "TP102", "TP106"]
+    expected, _ = command_report(tmp_path, OVERLAPPING, flags=["--select", "TP1"])
+    assert views.data == expected
+    assert tensorplay.audit_file(OVERLAPPING, select=["view-overlap", "TP10"]).codes == [
+        "TP101", "TP102", "TP106"
+    ]
+    assert tensorplay.audit_file(OVERLAPPING, select="grad-view").codes == ["TP102"]
+    assert tensorplay.audit_file(OVERLAPPING, ignore=["TP10"]).codes == []
+    assert tensorplay.audit_file(OVERLAPPING, select="TP5").codes == []
+    # One resolver, one message: what the command prints after `error: `.
+    for wrong, meant in [("TP109", "TP101 view-overlap"), ("unsafe-globl", "TP501 unsafe-global")]:
+        stderr = command("audit", "--select", wrong, OVERLAPPING).stderr
+        assert stderr == f"error: unknown rule '{wrong}' (did you mean {meant}?)\n"
+        with pytest.raises(tensorplay.UsageError) as raised:
+            tensorplay.audit_file(OVERLAPPING, select=wrong)
+        assert f"error: {raised.value}\n" == stderr
+        with pytest.raises(tensorplay.UsageError) as raised:
+            tensorplay.audit_file(OVERLAPPING, ignore=["TP1", wrong])
+        assert f"error: {raised.value}\n" == stderr
+
+
 def test_the_report_writers_write_the_commands_reports(tmp_path):
     report = tensorplay.audit_file(OVERLAPPING)
     report.write_junit(tmp_path / "r.xml")

@@ -13,7 +13,9 @@ def test_the_command_runs_from_the_wheel_with_its_exit_codes():
     failing = command("audit", "--color", "never", FIXTURES / "pytorch/overlapping_params.pt")
     assert failing.returncode == 1
     assert "error[TP101] view-overlap" in failing.stdout
-    assert "FAILED" in failing.stdout.splitlines()[-1]
+    *_, verdict, counts = failing.stdout.splitlines()
+    assert "FAILED" in verdict
+    assert counts.startswith("2 TP102 grad-view, 1 TP101 view-overlap, 1 TP106 shared-storage; ")
     passing = command("audit", "--color", "never", FIXTURES / "pytorch/state_dict.pt")
     assert passing.returncode == 0, passing.stdout
 
@@ -54,3 +56,28 @@ def test_python_m_tensorplay_is_the_command():
     done = subprocess.run([sys.executable, "-m", "tensorplay", "--version"], capture_output=True, text=True)
     assert done.returncode == 0
     assert done.stdout == command("--version").stdout
+
+
+def test_the_package_exports_exactly_its_documented_names():
+    import re
+
+    # In a fresh interpreter: no pytest plugin or test has imported a submodule there.
+    code = (
+        "import json, tensorplay; "
+        "print(json.dumps([tensorplay.__all__, dir(tensorplay), "
+        "callable(tensorplay.testing.assert_passes), repr(tensorplay.UsageError)]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    exported, names, assert_passes, usage_error = __import__("json").loads(done.stdout)
+    # tensorplay.testing without `import tensorplay.testing`, as docs/python.md shows it.
+    assert assert_passes
+    public = sorted(n for n in names if not n.startswith("_"))
+    assert public == sorted(exported), set(public) ^ set(exported)
+    assert "os" not in names and "errors" not in names
+    assert usage_error == "<class 'tensorplay.UsageError'>"
+    # The docs' list of names (docs/python.md, "Names") is __all__, no more, no fewer.
+    doc = (FIXTURES.parent / "docs/python.md").read_text()
+    section = doc.split("\n## Names\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"`([A-Za-z_]+)`", section.split("`dir(tensorplay)`", 1)[1])
+    assert sorted(listed) == sorted(exported)

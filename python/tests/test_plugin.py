@@ -73,6 +73,32 @@ def test_tensorplay_junit_writes_the_commands_test_cases(tmp_path):
     assert "TP101" in junit.read_text()
 
 
+def test_tensorplay_junit_links_the_test_file_and_names_the_test(tmp_path):
+    junit = tmp_path / "tensorplay.xml"
+    # The root directory, so node ids are `tests/test_sample.py::…`.
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_sample.py").write_text(SAMPLE)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         "--tensorplay-junit", str(junit), "tests/test_sample.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+    assert cases
+    # GitLab links `file`: the test's file, as pytest's own JUnit writes it, not a node id.
+    assert {case.get("file") for case in cases} == {"tests/test_sample.py"}
+    classes = {case.get("classname") for case in cases}
+    assert classes == {
+        "tensorplay.tests/test_sample_py::test_unsafe_model_fails",
+        "tensorplay.tests/test_sample_py::test_clean_model_passes",
+    }
+    assert any(case.get("name") == "TP101 view-overlap" for case in cases)
+
+
 def test_the_option_is_listed_in_help(tmp_path):
     done = run_pytest(tmp_path, "--help")
     assert "--tensorplay-junit=FILE" in done.stdout

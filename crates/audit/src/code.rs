@@ -98,6 +98,26 @@ impl Code {
             .find(|c| c.code.eq_ignore_ascii_case(code_or_name) || c.name == code_or_name)
     }
 
+    /// The codes a selection (`--select`, `--ignore`, Python's `select=`) names, as ruff
+    /// reads its own: a code (any case, `TP101`), a code prefix of `TP` and at least one digit
+    /// (`TP1`, `tp50`: every code it begins) or a rule name (`unsafe-global`). Empty when it
+    /// names none; `suggest::unknown_rule` says what it may have meant.
+    pub fn select(selector: &str) -> Vec<Code> {
+        if let Some(code) = Code::find(selector) {
+            return vec![code];
+        }
+        let prefix = selector.to_ascii_uppercase();
+        let digits = prefix.strip_prefix("TP").unwrap_or("");
+        // "TP" alone would select everything: no selection at all says that already.
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Vec::new();
+        }
+        ALL.iter()
+            .copied()
+            .filter(|c| c.code.starts_with(&prefix))
+            .collect()
+    }
+
     /// `TP101`.
     pub fn as_str(self) -> &'static str {
         self.code
@@ -217,6 +237,43 @@ pub(crate) mod code_and_name {
 mod tests {
     use crate::registry::RULES;
     use crate::Code;
+
+    #[test]
+    fn selections_take_a_code_a_prefix_or_a_name() {
+        let codes = |selector: &str| -> Vec<&str> {
+            Code::select(selector).iter().map(|c| c.as_str()).collect()
+        };
+        assert_eq!(codes("TP501"), ["TP501"]);
+        assert_eq!(codes("tp501"), ["TP501"]);
+        assert_eq!(codes("unsafe-global"), ["TP501"]);
+        assert_eq!(
+            codes("TP1"),
+            ["TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107"]
+        );
+        assert_eq!(
+            codes("tp50"),
+            ["TP501", "TP502", "TP503", "TP504", "TP505", "TP506"]
+        );
+        assert_eq!(codes("TP2"), ["TP201", "TP202", "TP203", "TP204"]);
+        // A prefix must be TP and digits, and begin some code.
+        for none in [
+            "TP",
+            "T",
+            "",
+            "TP1x",
+            "TP9",
+            "TP109",
+            "TP1010",
+            "unsafe",
+            "UNSAFE-GLOBAL",
+        ] {
+            assert!(
+                codes(none).is_empty(),
+                "{none:?} selected {:?}",
+                codes(none)
+            );
+        }
+    }
 
     #[test]
     fn codes_serialise_as_their_string_and_read_back_only_when_known() {

@@ -33,6 +33,18 @@ pub struct Finding {
     pub fingerprint: String,
 }
 
+impl Finding {
+    /// The message as `(subject, rest)` where findings of one rule in one file may differ
+    /// only in their subject, so a display can list the subjects under one text: a TP501
+    /// finding's global, with where the pickle names it, then what loading would do and the
+    /// hint. `None` for a finding without one, or whose message is not that subject then
+    /// `: ` (a report from elsewhere), which is shown whole.
+    pub fn subject(&self) -> Option<(&str, &str)> {
+        let end = self.global.as_ref()?.subject_end(&self.message)?;
+        Some((&self.message[..end], &self.message[end + 2..]))
+    }
+}
+
 /// Where a pickle names a global: module and name after Python 2 mapping, the archive
 /// member (or stream) and the byte offset of the opcode. Long names are bounded as in
 /// messages.
@@ -46,6 +58,19 @@ pub struct GlobalRef {
     pub member: String,
     /// Byte offset of the GLOBAL/STACK_GLOBAL/INST opcode in the member.
     pub offset: u64,
+}
+
+impl GlobalRef {
+    /// Where the subject of a TP501 message about this global ends: the message is
+    /// `{member} at byte {offset} references {module}.{name}: …` (made by the rule, whose
+    /// names the runner bounded since, so it is read back rather than made again). The name
+    /// holds no `: `: the rule escapes spaces in it, and a bounded name adds only `…` and
+    /// ` #hash`. `None` when the message is not of that form.
+    fn subject_end(&self, message: &str) -> Option<usize> {
+        let lead = format!("{} at byte {} references ", self.member, self.offset);
+        let name = message.strip_prefix(&lead)?;
+        Some(lead.len() + name.find(": ")?)
+    }
 }
 
 /// What a rule produces; the runner adds the rule's code and the severity.

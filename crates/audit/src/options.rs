@@ -7,6 +7,24 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use tensorplay_engine::load::{ReadLimits, DEFAULT_MAX_MEMORY};
 
+/// The rules `selectors` name together ([`Code::select`]: codes, prefixes or names), each
+/// once, in code order; the first that names none is [`Error::UnknownRule`]. The one resolver
+/// of the command's `--select`/`--ignore` and the Python package's `select=`/`ignore=`.
+pub fn resolve<S: AsRef<str>>(selectors: &[S]) -> Result<Vec<Code>> {
+    let mut codes = Vec::new();
+    for selector in selectors {
+        let selector = selector.as_ref();
+        let named = Code::select(selector);
+        if named.is_empty() {
+            return Err(Error::UnknownRule(selector.to_owned()));
+        }
+        codes.extend(named);
+    }
+    codes.sort_unstable();
+    codes.dedup();
+    Ok(codes)
+}
+
 /// Command-line choices that shape a run.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -30,14 +48,8 @@ pub struct Options {
 }
 
 impl Options {
-    /// Resolves `--select`/`--ignore` values (codes or names).
+    /// Resolves `--select`/`--ignore` values (codes, code prefixes or names: [`resolve`]).
     pub fn new(select: &[String], ignore: &[String], metadata_only: bool) -> Result<Options> {
-        let resolve = |names: &[String]| {
-            names
-                .iter()
-                .map(|n| Code::find(n).ok_or_else(|| Error::UnknownRule(n.clone())))
-                .collect::<Result<Vec<_>>>()
-        };
         Ok(Options {
             select: resolve(select)?,
             ignore: resolve(ignore)?,
@@ -63,5 +75,34 @@ impl Options {
     /// Whether `--select`/`--ignore` let this rule run.
     pub fn selects(&self, code: Code) -> bool {
         (self.select.is_empty() || self.select.contains(&code)) && !self.ignore.contains(&code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selections_resolve_to_each_rule_once_or_name_the_unknown_one() {
+        let codes = resolve(&["TP50", "unsafe-global", "tp101"]).unwrap();
+        let codes: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            codes,
+            ["TP101", "TP501", "TP502", "TP503", "TP504", "TP505", "TP506"]
+        );
+        let err = resolve(&["TP1", "TP109"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown rule 'TP109' (did you mean TP101 view-overlap?)"
+        );
+    }
+
+    #[test]
+    fn a_prefix_selects_and_ignores_every_rule_it_begins() {
+        let options = Options::new(&["TP1".into()], &["TP103".into()], false).unwrap();
+        for code in Code::ALL {
+            let expected = code.as_str().starts_with("TP1") && code.as_str() != "TP103";
+            assert_eq!(options.selects(*code), expected, "{code}");
+        }
     }
 }

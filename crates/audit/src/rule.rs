@@ -32,13 +32,9 @@ pub trait Rule: Sync {
         false
     }
     /// What the rule is about (`security`, `views`, `memory`…), as code scanning filters
-    /// alerts by.
+    /// alerts by. Code scanning rates the `security` ones from their severity: a rule has
+    /// one severity, and every report says the same of it.
     fn tags(&self) -> &'static [&'static str];
-    /// For rules tagged `security`: the CVSS-like score (`"9.8"`) GitHub code scanning
-    /// turns into Critical, High, Medium or Low.
-    fn security_severity(&self) -> Option<&'static str> {
-        None
-    }
     /// Whether the rule can judge a run with these options; one that cannot does not run,
     /// rather than report a pass it never judged.
     fn applies(&self, _options: &Options) -> bool {
@@ -120,7 +116,6 @@ macro_rules! declare_rule {
             severity: $severity:ident,
             reads_bytes: $reads_bytes:literal,
             tags: [$($tag:literal),+ $(,)?],
-            $(security_severity: $security_severity:literal,)?
             summary: $summary:literal,
             doc: $doc:expr,
             check: $check:path
@@ -158,11 +153,6 @@ macro_rules! declare_rule {
             fn tags(&self) -> &'static [&'static str] {
                 &[$($tag),+]
             }
-            $(
-                fn security_severity(&self) -> Option<&'static str> {
-                    Some($security_severity)
-                }
-            )?
             $(
                 fn applies(&self, options: &$crate::options::Options) -> bool {
                     $applies(options)

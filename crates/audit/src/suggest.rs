@@ -3,7 +3,7 @@
 
 use crate::Code;
 
-/// `unknown rule 'TP10' (did you mean TP101 view-overlap?)`, or a pointer to the list when
+/// `unknown rule 'TP109' (did you mean TP101 view-overlap?)`, or a pointer to the list when
 /// nothing is close.
 pub fn unknown_rule(name: &str) -> String {
     match closest(name) {
@@ -41,8 +41,8 @@ mod tests {
     #[test]
     fn typos_get_a_suggestion() {
         assert_eq!(
-            unknown_rule("TP10"),
-            "unknown rule 'TP10' (did you mean TP101 view-overlap?)"
+            unknown_rule("TP109"),
+            "unknown rule 'TP109' (did you mean TP101 view-overlap?)"
         );
         assert_eq!(
             unknown_rule("view-overlp"),
@@ -53,8 +53,8 @@ mod tests {
             "unknown rule 'mixed-device' (did you mean TP201 mixed-devices?)"
         );
         assert_eq!(
-            unknown_rule("tp50"),
-            "unknown rule 'tp50' (did you mean TP501 unsafe-global?)"
+            unknown_rule("tp5011"),
+            "unknown rule 'tp5011' (did you mean TP501 unsafe-global?)"
         );
     }
 

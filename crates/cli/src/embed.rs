@@ -177,9 +177,29 @@ pub fn render(report: &Report, rendering: Rendering) -> Result<String, Failure> 
     Ok(text)
 }
 
+/// The JUnit report of `report` whose file `i`'s cases link `files[i]` where given
+/// ([`render::junit::render_with_files`]): the pytest plugin's, test files linked.
+pub fn render_junit(report: &Report, files: &[Option<String>]) -> Result<String, Failure> {
+    Ok(render::junit::render_with_files(report, files)?)
+}
+
 /// Writes `text` to `path` whole or not at all, as the command writes its reports.
 pub fn write(path: &Path, text: &str) -> Result<(), Failure> {
     Ok(render::files::write_file(path, text)?)
+}
+
+/// The rules `selectors` name (codes, code prefixes, names), each once in code order: the
+/// resolver of `--select`/`--ignore`, so the package keeps no list of rules of its own.
+pub fn select(selectors: &[String]) -> Result<Vec<tensorplay_audit::Code>, Failure> {
+    tensorplay_audit::options::resolve(selectors).map_err(|e| Failure::Usage(e.to_string()))
+}
+
+/// Every rule's code, name and tags, in code order (`tensorplay rules`).
+pub fn rules() -> Vec<(&'static str, &'static str, &'static [&'static str])> {
+    tensorplay_audit::registry::RULES
+        .iter()
+        .map(|r| (r.code().as_str(), r.name(), r.tags()))
+        .collect()
 }
 
 /// One report of the files and skipped files of `reports`, in order, judged at the first
@@ -259,6 +279,19 @@ mod tests {
         assert!(matches!(missing, Err(Failure::Error(lines)) if lines.len() == 1));
         let wrong = inspect(&args(&["audit", OVERLAPPING]));
         assert!(matches!(wrong, Err(Failure::Usage(_))));
+    }
+
+    #[test]
+    fn selections_resolve_as_the_command_resolves_them() {
+        let codes = select(&["TP2".into(), "non-finite".into()]).expect("known");
+        let codes: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
+        assert_eq!(codes, ["TP201", "TP202", "TP203", "TP204", "TP401"]);
+        assert_eq!(
+            select(&["TP5".into(), "mixed-device".into()]),
+            Err(Failure::Usage(
+                "unknown rule 'mixed-device' (did you mean TP201 mixed-devices?)".into()
+            ))
+        );
     }
 
     /// `run` returns clap's codes instead of ending the process.

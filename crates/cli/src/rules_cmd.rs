@@ -47,7 +47,7 @@ fn json_list() -> anyhow::Result<String> {
                 "reads_bytes": rule.reads_bytes(),
                 "configurable": rule.configurable(),
                 "tags": rule.tags(),
-                "security_severity": rule.security_severity(),
+                "security_severity": crate::render::sarif::security_severity(*rule),
             })
         })
         .collect();

@@ -12,9 +12,9 @@ use tensorplay::embed::{self, Failure, Rendering};
 use tensorplay_engine::load::live::{self, LiveStorage, LiveTensor};
 use tensorplay_engine::{DType, DTypeKind, HostBuffer, Owner};
 
-pyo3::import_exception!(tensorplay.errors, UsageError);
-pyo3::import_exception!(tensorplay.errors, ReadError);
-pyo3::import_exception!(tensorplay.errors, InternalError);
+pyo3::import_exception!(tensorplay._errors, UsageError);
+pyo3::import_exception!(tensorplay._errors, ReadError);
+pyo3::import_exception!(tensorplay._errors, InternalError);
 
 fn raise(failure: Failure) -> PyErr {
     match failure {
@@ -83,6 +83,20 @@ impl Report {
         let rendering = rendering(kind, false, false)?;
         guarded(|| {
             py.detach(|| embed::write(&path, &embed::render(&self.0, rendering)?))
+                .map_err(raise)
+        })
+    }
+
+    /// Writes the JUnit report to `path`, the cases of file `i` linking `files[i]` (its path
+    /// where that is `None`): the pytest plugin links each live audit's test file.
+    fn write_junit(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        files: Vec<Option<String>>,
+    ) -> PyResult<()> {
+        guarded(|| {
+            py.detach(|| embed::write(&path, &embed::render_junit(&self.0, &files)?))
                 .map_err(raise)
         })
     }
@@ -414,9 +428,32 @@ fn combine(reports: Vec<Bound<'_, Report>>) -> PyResult<Report> {
     guarded(|| Ok(Report(embed::combine(&reports))))
 }
 
+/// The codes `selectors` name (codes, code prefixes such as `TP1`, or names), each once in
+/// code order: the command's `--select`/`--ignore` resolver. `UsageError` with its "did you
+/// mean" for one that names no rule.
+#[pyfunction]
+fn select_rules(selectors: Vec<String>) -> PyResult<Vec<&'static str>> {
+    guarded(|| {
+        embed::select(&selectors)
+            .map(|codes| codes.iter().map(|c| c.as_str()).collect())
+            .map_err(raise)
+    })
+}
+
+/// Every rule as `(code, name, tags)`, in code order: the command's registry.
+#[pyfunction]
+fn rules() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
+    embed::rules()
+        .into_iter()
+        .map(|(code, name, tags)| (code, name, tags.to_vec()))
+        .collect()
+}
+
 /// The compiled half of the `tensorplay` package.
 #[pymodule]
 mod _tensorplay {
     #[pymodule_export]
-    use super::{audit, audit_live, combine, inspect, load, run, write_text, Report};
+    use super::{
+        audit, audit_live, combine, inspect, load, rules, run, select_rules, write_text, Report,
+    };
 }

@@ -46,10 +46,11 @@ pub struct AuditArgs {
     /// Lowest severity that fails the run (exit 1).
     #[arg(long, value_enum, default_value_t = FailOnArg::Error)]
     fail_on: FailOnArg,
-    /// Run only these rules (codes or names; repeat or separate with commas).
+    /// Run only these rules: codes (TP101), code prefixes (TP1, TP50) or names (unsafe-global);
+    /// repeat or separate with commas.
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     select: Vec<String>,
-    /// Do not run these rules (codes or names).
+    /// Do not run these rules (codes, code prefixes or names, as for --select).
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     ignore: Vec<String>,
     /// Fail only on findings not recorded in this baseline.

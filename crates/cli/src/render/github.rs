@@ -5,7 +5,7 @@ use super::fail_on_name;
 use super::markdown::cell;
 use std::fmt::Write;
 use tensorplay_audit::report::Report;
-use tensorplay_audit::text::printable;
+use tensorplay_audit::text::{human_bytes, printable};
 use tensorplay_audit::{Finding, Severity};
 
 /// Beyond this many findings, the summary table counts the rest (a step summary holds 1 MiB).
@@ -79,7 +79,7 @@ pub fn summary(report: &Report) -> String {
         fail_on_name(sum.fail_on)
     );
     out.push_str(
-        "| files | tensors | storages | bytes | errors | warnings | infos | suppressed | skipped |\n",
+        "| files | tensors | storages | size | errors | warnings | infos | suppressed | skipped |\n",
     );
     out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     let _ = writeln!(
@@ -88,7 +88,8 @@ pub fn summary(report: &Report) -> String {
         sum.files,
         sum.tensors,
         sum.storages,
-        sum.bytes,
+        // Read by people on the job page: binary units, as the human report (JSON keeps bytes).
+        human_bytes(sum.bytes),
         sum.errors,
         sum.warnings,
         sum.infos,
@@ -178,6 +179,18 @@ pub(crate) fn property(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_gives_sizes_in_binary_units() {
+        let mut report = Report::new(Vec::new(), Vec::new(), Default::default());
+        report.summary.bytes = 13_002_342;
+        let text = summary(&report);
+        assert!(
+            text.contains("| storages | size |") && text.contains("| 12.4 MiB |"),
+            "{text}"
+        );
+        assert!(!text.contains("13002342"), "{text}");
+    }
 
     #[test]
     fn workflow_command_escapes() {

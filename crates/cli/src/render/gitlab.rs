@@ -50,12 +50,12 @@ fn severity(f: &Finding) -> &'static str {
     }
 }
 
-/// A rule code scanning rates Critical (security severity 9.0 or more).
+/// A rule code scanning rates Critical (security severity over 9.0), as SARIF rates it.
 fn critical(code: Code) -> bool {
     registry::by_code(code.as_str())
-        .and_then(|rule| rule.security_severity())
+        .and_then(super::sarif::security_severity)
         .and_then(|score| score.parse::<f32>().ok())
-        .is_some_and(|score| score >= 9.0)
+        .is_some_and(|score| score > 9.0)
 }
 
 /// A Code Climate category from the rule's tags: Security, Performance, else Bug Risk.

@@ -6,7 +6,7 @@ use anstyle::{AnsiColor, Style as Paint};
 use std::fmt::Write;
 use tensorplay_audit::report::Report;
 use tensorplay_audit::text::{human_bytes, plural, printable};
-use tensorplay_audit::Severity;
+use tensorplay_audit::{Code, Finding, Severity};
 
 /// Beyond this many, skipped files are counted rather than listed.
 const MAX_SKIPPED_LISTED: usize = 10;
@@ -115,23 +115,9 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
             )?;
         }
         for code in &file.checked {
-            for f in file.findings.iter().filter(|f| f.code == *code) {
-                writeln!(
-                    out,
-                    "  {}[{}] {}: {}",
-                    style.severity(f.severity),
-                    f.code,
-                    f.code.name(),
-                    shown(&f.message)
-                )?;
-                if !f.tensors.is_empty() {
-                    writeln!(
-                        out,
-                        "    tensors: {}",
-                        shown(&tensor_list(&f.tensors, style.verbose))
-                    )?;
-                }
-                writeln!(out, "    fix: {}", shown(&f.fix))?;
+            let of_rule: Vec<&Finding> = file.findings.iter().filter(|f| f.code == *code).collect();
+            for entry in entries(&of_rule) {
+                entry.write(&mut out, style)?;
             }
         }
         if !file.allowed_globals.is_empty() {
@@ -191,13 +177,123 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
         },
         report.skipped.len()
     )?;
+    if let Some(line) = by_rule(report) {
+        writeln!(out, "{line}")?;
+    }
     Ok(out)
+}
+
+/// One entry of a file's findings: a finding, or several of one rule that differ only in
+/// their subject ([`Finding::subject`]: TP501's globals), listed under their one text.
+struct Entry<'a> {
+    first: &'a Finding,
+    /// The subjects and the shared rest, when several findings make the entry.
+    subjects: Vec<&'a str>,
+    rest: &'a str,
+}
+
+/// A rule's findings in one file as entries, in the order of each entry's first finding:
+/// findings whose severity, rest of message, fix, tensors and storage agree make one.
+fn entries<'a>(findings: &[&'a Finding]) -> Vec<Entry<'a>> {
+    let mut out: Vec<Entry<'a>> = Vec::new();
+    for &f in findings {
+        let Some((subject, rest)) = f.subject() else {
+            out.push(Entry {
+                first: f,
+                subjects: Vec::new(),
+                rest: "",
+            });
+            continue;
+        };
+        let same = |e: &Entry<'_>| {
+            !e.subjects.is_empty()
+                && e.rest == rest
+                && e.first.severity == f.severity
+                && e.first.fix == f.fix
+                && e.first.tensors == f.tensors
+                && e.first.storage == f.storage
+        };
+        match out.iter_mut().find(|e| same(e)) {
+            Some(entry) => entry.subjects.push(subject),
+            None => out.push(Entry {
+                first: f,
+                subjects: vec![subject],
+                rest,
+            }),
+        }
+    }
+    out
+}
+
+impl Entry<'_> {
+    fn write(&self, out: &mut String, style: Style) -> std::fmt::Result {
+        let f = self.first;
+        let head = format!(
+            "  {}[{}] {}",
+            style.severity(f.severity),
+            f.code,
+            f.code.name()
+        );
+        match self.subjects.as_slice() {
+            // One finding: its whole message, as every other report gives it.
+            [] | [_] => writeln!(out, "{head}: {}", shown(&f.message))?,
+            several => {
+                writeln!(out, "{head} ({}): {}", several.len(), shown(self.rest))?;
+                let listed = if style.verbose {
+                    several
+                } else {
+                    several.get(..MAX_TENSORS_LISTED).unwrap_or(several)
+                };
+                for subject in listed {
+                    writeln!(out, "    - {}", shown(subject))?;
+                }
+                if listed.len() < several.len() {
+                    writeln!(
+                        out,
+                        "    … and {} more (--verbose lists all)",
+                        several.len() - listed.len()
+                    )?;
+                }
+            }
+        }
+        if !f.tensors.is_empty() {
+            writeln!(
+                out,
+                "    tensors: {}",
+                shown(&tensor_list(&f.tensors, style.verbose))
+            )?;
+        }
+        writeln!(out, "    fix: {}", shown(&f.fix))
+    }
+}
+
+/// The closing line: how many findings each rule made, most first, and where a rule is
+/// explained (`8 TP501 unsafe-global, 1 TP101 view-overlap; run …`). `None` without findings.
+fn by_rule(report: &Report) -> Option<String> {
+    let mut counts: Vec<(Code, usize)> = Vec::new();
+    for f in report.files.iter().flat_map(|file| &file.findings) {
+        match counts.iter_mut().find(|(code, _)| *code == f.code) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((f.code, 1)),
+        }
+    }
+    if counts.is_empty() {
+        return None;
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let listed: Vec<String> = counts
+        .iter()
+        .map(|(code, n)| format!("{n} {code} {}", code.name()))
+        .collect();
+    Some(format!(
+        "{}; run `tensorplay explain CODE` for what a rule checks and how to fix it",
+        listed.join(", ")
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tensorplay_audit::finding::Finding;
     use tensorplay_audit::registry::RULES;
     use tensorplay_audit::report::{FailOn, FileReport};
 

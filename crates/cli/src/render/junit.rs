@@ -24,12 +24,27 @@ use tensorplay_audit::report::{FileReport, Report};
 use tensorplay_audit::{Code, Finding};
 
 pub fn render(report: &Report) -> anyhow::Result<String> {
+    render_with_files(report, &[])
+}
+
+/// [`render`], with the `file` attribute of file `i`'s cases `files[i]` where that is given
+/// (the report's path otherwise): a live audit in a test is labelled with the test's id, and
+/// GitLab links `file`, so the pytest plugin gives the test's file.
+pub fn render_with_files(report: &Report, files: &[Option<String>]) -> anyhow::Result<String> {
     let stamp = timestamp::now_utc();
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.trim().is_empty())
         .unwrap_or_else(|| "localhost".to_owned());
-    let mut suites: Vec<Suite> = report.files.iter().map(|f| file_suite(report, f)).collect();
+    let mut suites: Vec<Suite> = report
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let source = files.get(i).and_then(Option::as_deref).unwrap_or(&f.path);
+            file_suite(report, f, source)
+        })
+        .collect();
     if !report.skipped.is_empty() {
         suites.push(skipped_suite(report));
     }
@@ -170,11 +185,11 @@ impl Case {
     }
 }
 
-fn file_suite(report: &Report, file: &FileReport) -> Suite {
+fn file_suite(report: &Report, file: &FileReport, source: &str) -> Suite {
     let case = |name: String, outcome: Outcome| Case {
         name,
         classname: classname(&file.path),
-        file: file.path.clone(),
+        file: source.to_owned(),
         outcome,
     };
     let mut cases: Vec<Case> = file
@@ -303,7 +318,55 @@ fn describe(f: &Finding) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::classname;
+    use super::{classname, render, render_with_files};
+    use tensorplay_audit::report::{FailOn, FileReport, Report};
+
+    fn live(label: &str) -> FileReport {
+        FileReport {
+            remote: None,
+            path: label.into(),
+            format: Some("live".into()),
+            tensors: 0,
+            storages: 0,
+            bytes: 0,
+            devices: Vec::new(),
+            dtypes: Vec::new(),
+            checked: vec![tensorplay_audit::registry::RULES[0].code()],
+            findings: Vec::new(),
+            suppressed: Vec::new(),
+            allowed_globals: Vec::new(),
+            memory: None,
+            device: None,
+            layout: None,
+        }
+    }
+
+    #[test]
+    fn a_case_links_the_file_it_is_given_and_keeps_its_label_as_class() {
+        let report = Report::new(
+            vec![live("tests/test_m.py::test_x"), live("model.pt")],
+            Vec::new(),
+            FailOn::Error,
+        );
+        let given = [Some("tests/test_m.py".to_owned())];
+        let xml = render_with_files(&report, &given).unwrap();
+        assert!(
+            xml.contains(
+                "classname=\"tensorplay.tests/test_m_py::test_x\" file=\"tests/test_m.py\""
+            ),
+            "{xml}"
+        );
+        // A file given nothing keeps its path, as `render` writes every file.
+        assert!(
+            xml.contains("classname=\"tensorplay.model_pt\" file=\"model.pt\""),
+            "{xml}"
+        );
+        let plain = render(&report).unwrap();
+        assert!(
+            plain.contains("file=\"tests/test_m.py::test_x\""),
+            "{plain}"
+        );
+    }
 
     #[test]
     fn the_last_dot_of_a_classname_follows_tensorplay() {

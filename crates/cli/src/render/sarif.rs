@@ -5,6 +5,7 @@
 use serde_json::{json, Map, Value};
 use tensorplay_audit::registry::RULES;
 use tensorplay_audit::report::Report;
+use tensorplay_audit::rule::Rule;
 use tensorplay_audit::{Finding, Severity};
 
 const SCHEMA: &str =
@@ -25,7 +26,7 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
         .iter()
         .map(|rule| {
             let mut properties = json!({ "tags": rule.tags() });
-            if let Some(score) = rule.security_severity() {
+            if let Some(score) = security_severity(*rule) {
                 properties["security-severity"] = json!(score);
             }
             json!({
@@ -123,6 +124,22 @@ fn result(path: &str, finding: &Finding, suppressed: bool) -> Value {
     result
 }
 
+/// The score GitHub code scanning rates a `security` rule by, from the rule's severity, so
+/// the alert says what the report says: an error Critical (over 9.0), a warning Medium (4.0
+/// to 6.9), an info Low. GitHub fails a pull request's check on High or higher by default,
+/// as `--fail-on error` fails the run on errors only. `None` for other rules: GitHub shows
+/// them as problems, not security alerts.
+pub fn security_severity(rule: &dyn Rule) -> Option<&'static str> {
+    if !rule.tags().contains(&"security") {
+        return None;
+    }
+    Some(match rule.default_severity() {
+        Severity::Error => "9.5",
+        Severity::Warning => "5.5",
+        Severity::Info => "2.0",
+    })
+}
+
 fn level(severity: Severity) -> &'static str {
     match severity {
         Severity::Error => "error",
@@ -165,8 +182,49 @@ fn encode(path: &str, drive: bool) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::artifact_location;
+    use super::{artifact_location, level, security_severity};
     use serde_json::json;
+    use tensorplay_audit::registry::RULES;
+    use tensorplay_audit::Severity;
+
+    /// GitHub's bands: over 9.0 Critical, 7.0 to 8.9 High, 4.0 to 6.9 Medium, below Low.
+    fn band(score: &str) -> &'static str {
+        match score.parse::<f64>().expect("a number") {
+            s if s > 9.0 => "critical",
+            s if s >= 7.0 => "high",
+            s if s >= 4.0 => "medium",
+            _ => "low",
+        }
+    }
+
+    /// Every rule: code scanning's level and rating say what the rule's one severity says.
+    #[test]
+    fn code_scanning_rates_every_rule_by_its_severity() {
+        for rule in RULES {
+            let severity = rule.default_severity();
+            let expected_level = match severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+                Severity::Info => "note",
+            };
+            assert_eq!(level(severity), expected_level, "{}", rule.code());
+            let score = security_severity(*rule);
+            assert_eq!(
+                score.is_some(),
+                rule.tags().contains(&"security"),
+                "{}",
+                rule.code()
+            );
+            if let Some(score) = score {
+                let expected = match severity {
+                    Severity::Error => "critical",
+                    Severity::Warning => "medium",
+                    Severity::Info => "low",
+                };
+                assert_eq!(band(score), expected, "{} {severity}", rule.code());
+            }
+        }
+    }
 
     #[test]
     fn paths_become_uri_references() {

@@ -9,7 +9,6 @@ declare_rule!(CorruptFile {
     severity: Error,
     reads_bytes: false,
     tags: ["security", "integrity"],
-    security_severity: "7.5",
     summary: "A file cannot be read as any supported format, or is internally inconsistent.",
     doc: "\
 What it checks

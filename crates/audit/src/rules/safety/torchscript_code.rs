@@ -8,7 +8,6 @@ declare_rule!(TorchscriptCode {
     severity: Warning,
     reads_bytes: false,
     tags: ["security", "torchscript"],
-    security_severity: "8.8",
     summary: "A TorchScript archive carries code that torch.jit.load compiles and runs.",
     doc: "\
 What it checks

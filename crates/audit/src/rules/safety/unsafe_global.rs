@@ -12,7 +12,6 @@ declare_rule!(UnsafeGlobalRule {
     severity: Error,
     reads_bytes: false,
     tags: ["security", "pickle"],
-    security_severity: "9.8",
     summary: "A pickle references a global outside the allowlist (never executed).",
     doc: "\
 What it checks
@@ -122,24 +121,34 @@ fn draft(g: &UnsafeGlobal, presets: &[Covering]) -> Draft {
         } else {
             "loading with weights_only=False would import and call it"
         };
+        let global = GlobalRef {
+            module: g.module.clone(),
+            name: g.name.clone(),
+            member: g.member.clone(),
+            offset: g.position,
+        };
         Draft {
             tensors: Vec::new(),
             storage: None,
-            message: format!(
-                "{} at byte {} references {full}: {effect}{allow}",
-                bounded_name(&g.member),
-                g.position,
-            ),
+            message: format!("{}: {effect}{allow}", subject(&global)),
             fix: "do not load this file with weights_only=False; re-save a plain state_dict from a trusted environment or convert to safetensors".into(),
-            global: Some(GlobalRef {
-                module: g.module.clone(),
-                name: g.name.clone(),
-                member: g.member.clone(),
-                offset: g.position,
-            }),
+            global: Some(global),
             payload: g.payload.clone(),
         }
     }
+}
+
+/// What a finding's message says first: the global and where the pickle names it
+/// (`archive/data.pkl at byte 57 references posix.system`), then `: `, as
+/// [`GlobalRef::subject_end`] reads it back.
+fn subject(g: &GlobalRef) -> String {
+    let whole = format!("{}.{}", shown(&g.module), shown(&g.name));
+    format!(
+        "{} at byte {} references {}",
+        bounded_name(&g.member),
+        g.offset,
+        bounded_name(&whole)
+    )
 }
 
 /// The presets that would accept every flagged global of a file, each with what its
@@ -280,6 +289,52 @@ mod tests {
             "{}",
             findings[0].message
         );
+    }
+
+    /// Every finding splits into its global and the rest, long and escaped names included, so
+    /// the human report can list one file's globals under one text.
+    #[test]
+    fn a_finding_splits_into_its_global_and_the_rest() {
+        let s = storage(0, 4, "cpu");
+        let mut ckpt = checkpoint(vec![tensor("w", &s, &[4], &[1], 0, Device::Cpu)], vec![s]);
+        let long = "m".repeat(5000);
+        for (i, (module, name)) in [("posix", "system"), (long.as_str(), "f"), ("a\rb", "c: d")]
+            .into_iter()
+            .enumerate()
+        {
+            ckpt.unsafe_globals.push(UnsafeGlobal {
+                module: module.into(),
+                name: name.into(),
+                member: "archive/data.pkl".into(),
+                position: 10 * i as u64,
+                payload: String::new(),
+            });
+        }
+        let findings = findings(&ckpt);
+        assert_eq!(findings.len(), 3);
+        for f in &findings {
+            let (subject, rest) = f.subject().expect("a subject");
+            assert_eq!(format!("{subject}: {rest}"), f.message);
+            assert!(
+                subject.starts_with("archive/data.pkl at byte "),
+                "{subject}"
+            );
+            assert!(
+                rest.starts_with("loading with weights_only=False"),
+                "{rest}"
+            );
+        }
+        assert!(findings[0]
+            .subject()
+            .unwrap()
+            .0
+            .ends_with("references posix.system"));
+        // A message that is not the subject then the rest has none: shown whole.
+        let mut other = findings[0].clone();
+        other.message = format!("note: {}", other.message);
+        assert_eq!(other.subject(), None);
+        other.global = None;
+        assert_eq!(other.subject(), None);
     }
 
     #[test]

@@ -16,3 +16,9 @@ class ReadError(Error):
 
 class InternalError(Error):
     """A bug in tensorplay (a Rust panic, caught before it reached Python)."""
+
+
+# Shown as `tensorplay.UsageError` in tracebacks and reprs: where users import them from.
+for _error in (Error, UsageError, ReadError, InternalError):
+    _error.__module__ = "tensorplay"
+del _error
