@@ -163,7 +163,7 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
     writeln!(
         out,
         "{}, {}, {}, {}: {}, {}, {}, {}{} skipped — {verdict} ({level})",
-        plural(sum.files, "file"),
+        audited(report),
         plural(sum.tensors, "tensor"),
         plural(sum.storages, "storage"),
         human_bytes(sum.bytes),
@@ -181,6 +181,21 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
         writeln!(out, "{line}")?;
     }
     Ok(out)
+}
+
+/// What the summary line says was audited: files, or a running process's objects by name
+/// (`live: <live ResNet>`), which are no files.
+fn audited(report: &Report) -> String {
+    let live = !report.files.is_empty()
+        && report
+            .files
+            .iter()
+            .all(|f| f.format.as_deref() == Some("live"));
+    match (live, report.files.as_slice()) {
+        (true, [one]) => format!("live: {}", shown(&one.path)),
+        (true, all) => format!("live: {}", plural(all.len(), "object")),
+        (false, _) => plural(report.summary.files, "file"),
+    }
 }
 
 /// One entry of a file's findings: a finding, or several of one rule that differ only in
@@ -354,6 +369,26 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("more"), "{text}");
+    }
+
+    #[test]
+    fn a_live_audit_names_its_object_not_a_file() {
+        let mut live = report(2);
+        live.files[0].path = "<live ResNet>".into();
+        live.files[0].format = Some("live".into());
+        let text = render(&live, plain(false)).unwrap();
+        let summary = text
+            .lines()
+            .find(|l| l.contains(" skipped — "))
+            .expect("summary");
+        assert!(
+            summary.starts_with("live: <live ResNet>, 2 tensors"),
+            "{summary}"
+        );
+        assert!(!summary.contains("file"), "{summary}");
+        // A file's report still counts files.
+        let text = render(&report(2), plain(false)).unwrap();
+        assert!(text.contains("1 file, 2 tensors"), "{text}");
     }
 
     #[test]
