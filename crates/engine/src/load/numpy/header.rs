@@ -329,11 +329,8 @@ impl Parser<'_> {
         if digits.len() > 1 && digits.starts_with('0') && digits.bytes().any(|b| b != b'0') {
             return Err(bad("leading zeros are not allowed in Python 3"));
         }
-        match self.peek() {
-            Some('.' | 'e' | 'E' | 'j' | 'J') => {
-                return Err(bad("only integers are read (no floats or complex numbers)"))
-            }
-            _ => {}
+        if let Some('.' | 'e' | 'E' | 'j' | 'J') = self.peek() {
+            return Err(bad("only integers are read (no floats or complex numbers)"));
         }
         if self.python2_longs {
             // `_filter_header` drops a NAME token `L` after a NUMBER token, spaces between.
