@@ -36,6 +36,26 @@ py=$scratch/venv/bin/python
     --find-links "$pytest_wheels" "${wheels[0]}" -r python/tests/requirements.txt
 "$py" -c "import torch" 2>/dev/null && fail "the fresh environment has torch before it was added"
 
+# The shipped stubs (`py.typed`, `*.pyi`) against a typed user of the API: mypy --strict, from
+# pinned wheels fetched once, run where the wheel is installed so it reads the stubs the wheel
+# ships. An unused `type: ignore` fails too: the stubs must reject the misuse it marks.
+typing_wheels=target/ci-tools/typing-$(sha256sum python/tests/requirements-typing.txt | cut -c1-12)
+if [ ! -f "$typing_wheels/ok" ]; then
+    rm -rf "$typing_wheels"
+    python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+        --dest "$typing_wheels" -r python/tests/requirements-typing.txt
+    touch "$typing_wheels/ok"
+fi
+"$py" -m pip install --quiet --disable-pip-version-check --no-index \
+    --find-links "$typing_wheels" -r python/tests/requirements-typing.txt
+site_packages=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+for stub in py.typed __init__.pyi testing.pyi _tensorplay.pyi; do
+    [ -f "$site_packages/tensorplay/$stub" ] || fail "the wheel does not ship tensorplay/$stub"
+done
+echo "check-python: mypy --strict on the typed usage of the stubs"
+(cd "$scratch" && "$py" -m mypy --strict --warn-unused-ignores --no-incremental \
+    "$OLDPWD/python/tests/typing/usage.py") || fail "the stubs do not type the documented usage"
+
 # -p no:cacheprovider: nothing written into the checkout.
 suite() { (cd python/tests && "$py" -m pytest -p no:cacheprovider -q -rs "$@" .); }
 

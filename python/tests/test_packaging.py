@@ -81,3 +81,24 @@ def test_the_package_exports_exactly_its_documented_names():
     section = doc.split("\n## Names\n", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"`([A-Za-z_]+)`", section.split("`dir(tensorplay)`", 1)[1])
     assert sorted(listed) == sorted(exported)
+
+
+def test_the_shipped_stubs_type_every_exported_name():
+    # The stubs beside the installed package (py.typed marks them as its types) define each
+    # name of __all__, so a name added to the API without its type fails here.
+    import ast
+    import pathlib
+
+    import tensorplay
+
+    package = pathlib.Path(tensorplay.__file__).parent
+    assert (package / "py.typed").is_file()
+    stub = ast.parse((package / "__init__.pyi").read_text(encoding="utf-8"))
+    typed = set()
+    for node in stub.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            typed.add(node.name)
+        elif isinstance(node, ast.ImportFrom):
+            typed.update(alias.asname or alias.name for alias in node.names)
+    missing = sorted(set(tensorplay.__all__) - typed)
+    assert not missing, f"exported without a type in __init__.pyi: {missing}"
