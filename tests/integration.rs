@@ -33,6 +33,7 @@ mod legacy_streams;
 mod models;
 mod numpy;
 mod partition;
+mod partition_auto;
 mod presets;
 mod producers;
 mod pt2;

@@ -57,6 +57,11 @@ pub struct Partition {
     pub k: usize,
     /// How many parts the run has.
     pub n: usize,
+    /// Where K and N came from with `--partition auto` (`gitlab:CI_NODE_INDEX/CI_NODE_TOTAL`);
+    /// absent for an explicit `K/N`. Part of `inputs_digest`: parts from different sources
+    /// do not merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// The checkpoints this part was given, in audit order.
     pub inputs: Vec<PartInput>,
     /// SHA-256 (hex) of the whole run's input list, every part's: parts of one run share it.

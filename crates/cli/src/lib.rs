@@ -19,6 +19,7 @@ mod progress;
 mod remote;
 mod render;
 mod rules_cmd;
+mod scheduler;
 mod size;
 mod table;
 mod views;

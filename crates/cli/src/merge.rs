@@ -153,6 +153,15 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
                 first.partition.k
             );
         }
+        if p.source != first.partition.source {
+            let shown = |s: &Option<String>| s.clone().unwrap_or_else(|| "an explicit K/N".into());
+            anyhow::bail!(
+                "{source} took its share from {}, {} from {}: parts of different runs (give every job the same --partition source)",
+                shown(&p.source),
+                first.source,
+                shown(&first.partition.source)
+            );
+        }
         if p.inputs_digest != first.partition.inputs_digest {
             anyhow::bail!(
                 "{source} and {} are parts of different runs (their input lists differ)",
@@ -211,7 +220,7 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
         .iter()
         .flat_map(|p| p.partition.inputs.iter().cloned())
         .collect();
-    if partition::digest(&all) != first.partition.inputs_digest {
+    if partition::digest(&all, first.partition.source.as_deref()) != first.partition.inputs_digest {
         anyhow::bail!("the parts' input lists do not add up to their run's (a part was altered)");
     }
 

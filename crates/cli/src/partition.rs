@@ -41,6 +41,55 @@ impl FromStr for Part {
     }
 }
 
+/// `--partition`: `K/N`, or `auto` to read them from the scheduler running the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionArg {
+    Fixed(Part),
+    Auto,
+}
+
+impl FromStr for PartitionArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<PartitionArg, String> {
+        match text {
+            "auto" => Ok(PartitionArg::Auto),
+            _ => text.parse().map(PartitionArg::Fixed),
+        }
+    }
+}
+
+impl PartitionArg {
+    /// The part this job audits, and where it came from (`None` for an explicit `K/N`).
+    pub fn resolve(
+        self,
+        source: Option<&str>,
+        total: Option<usize>,
+    ) -> anyhow::Result<(Part, Option<String>)> {
+        match self {
+            PartitionArg::Fixed(part) => {
+                if source.is_some() || total.is_some() {
+                    anyhow::bail!(
+                        "--partition-source and --partition-total go with --partition auto, not --partition {part}"
+                    );
+                }
+                Ok((part, None))
+            }
+            PartitionArg::Auto => {
+                let env = |name: &str| std::env::var(name).ok();
+                let share = crate::scheduler::detect(&env, source, total)?;
+                Ok((
+                    Part {
+                        k: share.rank + 1,
+                        n: share.n,
+                    },
+                    Some(share.source),
+                ))
+            }
+        }
+    }
+}
+
 impl fmt::Display for Part {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.k, self.n)
@@ -48,7 +97,7 @@ impl fmt::Display for Part {
 }
 
 /// Keeps `part`'s share of `targets` (in their order) and says which share it is.
-pub fn select(targets: &mut Vec<Target>, part: Part) -> Partition {
+pub fn select(targets: &mut Vec<Target>, part: Part, source: Option<String>) -> Partition {
     let inputs: Vec<PartInput> = targets
         .iter()
         .map(|t| PartInput {
@@ -56,7 +105,7 @@ pub fn select(targets: &mut Vec<Target>, part: Part) -> Partition {
             bytes: weight(t),
         })
         .collect();
-    let digest = digest(&inputs);
+    let digest = digest(&inputs, source.as_deref());
     let bins = assign(&inputs, part.n);
     let mut keep = bins.iter().map(|&bin| bin == part.k - 1);
     targets.retain(|_| keep.next().unwrap_or(false));
@@ -69,6 +118,7 @@ pub fn select(targets: &mut Vec<Target>, part: Part) -> Partition {
     Partition {
         k: part.k,
         n: part.n,
+        source,
         inputs,
         inputs_digest: digest,
         report_digest: String::new(),
@@ -130,12 +180,19 @@ pub fn assign(inputs: &[PartInput], n: usize) -> Vec<usize> {
     bins
 }
 
-/// SHA-256 of the whole input list, independent of its order: parts of one run agree on it,
-/// and the union of their input lists must give it back.
-pub fn digest(inputs: &[PartInput]) -> String {
+/// SHA-256 of the whole input list, independent of its order, and of where the share came
+/// from (`--partition auto`): parts of one run agree on it, and the union of their input
+/// lists must give it back.
+pub fn digest(inputs: &[PartInput], source: Option<&str>) -> String {
     let mut sorted: Vec<&PartInput> = inputs.iter().collect();
     sorted.sort();
     let mut hash = Sha256::new();
+    if let Some(source) = source {
+        // Marked off from the paths: no input list can hash like a source.
+        hash.update(b"source\0");
+        hash.update((source.len() as u64).to_le_bytes());
+        hash.update(source.as_bytes());
+    }
     for input in sorted {
         // Length-prefixed: no path can run into the next entry.
         hash.update((input.path.len() as u64).to_le_bytes());
@@ -209,12 +266,28 @@ mod tests {
     fn the_digest_ignores_order_but_not_content() {
         let list = inputs(&[("a", 1), ("b", 2)]);
         let swapped = inputs(&[("b", 2), ("a", 1)]);
+        let digest = |list: &[PartInput]| digest(list, None);
         assert_eq!(digest(&list), digest(&swapped));
         assert_ne!(digest(&list), digest(&inputs(&[("a", 1), ("b", 3)])));
         assert_ne!(digest(&list), digest(&inputs(&[("a", 1)])));
         assert_ne!(
             digest(&inputs(&[("ab", 1)])),
             digest(&inputs(&[("a", 1), ("b", 1)]))
+        );
+    }
+
+    #[test]
+    fn the_digest_covers_the_source() {
+        let list = inputs(&[("a", 1), ("b", 2)]);
+        let gitlab = digest(&list, Some("gitlab:CI_NODE_INDEX/CI_NODE_TOTAL"));
+        assert_ne!(gitlab, digest(&list, None));
+        assert_ne!(
+            gitlab,
+            digest(&list, Some("circleci:CIRCLE_NODE_INDEX/CIRCLE_NODE_TOTAL"))
+        );
+        assert_eq!(
+            gitlab,
+            digest(&list, Some("gitlab:CI_NODE_INDEX/CI_NODE_TOTAL"))
         );
     }
 }

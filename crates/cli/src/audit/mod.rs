@@ -87,8 +87,17 @@ pub struct AuditArgs {
     allow_empty: bool,
     /// Audit only part K of N (1-based) of the inputs, for CI's parallel jobs: whole files
     /// and sharded sets, balanced by bytes; `tensorplay merge` combines the parts' JSON reports.
-    #[arg(long, value_name = "K/N")]
-    partition: Option<crate::partition::Part>,
+    /// `auto` reads K and N from the scheduler running the job (GitLab, Kubernetes, AWS Batch,
+    /// Slurm, Buildkite, CircleCI).
+    #[arg(long, value_name = "K/N|auto")]
+    partition: Option<crate::partition::PartitionArg>,
+    /// With `--partition auto`: the scheduler to read when several schedulers' variables are set.
+    #[arg(long, value_name = "NAME", requires = "partition")]
+    partition_source: Option<String>,
+    /// With `--partition auto` in a Kubernetes Indexed Job: the Job's completions (also
+    /// TENSORPLAY_PARTITION_TOTAL).
+    #[arg(long, value_name = "N", requires = "partition")]
+    partition_total: Option<usize>,
     /// Worker threads [default: one per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
@@ -178,6 +187,11 @@ pub fn audit_paths(
     } = settings;
     let (config, mut options, fail_on) = (Arc::clone(config), options.clone(), *fail_on);
     let gpu = gpu_target(args.load_to.as_deref())?;
+    // Before any file is read: a job that cannot tell its share must say so at once.
+    let share = args
+        .partition
+        .map(|arg| arg.resolve(args.partition_source.as_deref(), args.partition_total))
+        .transpose()?;
     let gpu_lock = Arc::new(Mutex::new(()));
     let paths = args
         .paths
@@ -203,9 +217,8 @@ pub fn audit_paths(
         );
     }
     // After the emptiness check: a part may be empty when the whole run is not.
-    let partition = args
-        .partition
-        .map(|part| crate::partition::select(&mut found.checkpoints, part));
+    let partition =
+        share.map(|(part, source)| crate::partition::select(&mut found.checkpoints, part, source));
     let scanned = Arc::new(AtomicU64::new(0));
     options.progress = Some(Arc::clone(&scanned));
     let progress = if args.metadata_only || !progress {
