@@ -34,6 +34,7 @@ mod models;
 mod numpy;
 mod partition;
 mod partition_auto;
+mod partition_retry;
 mod presets;
 mod producers;
 mod pt2;

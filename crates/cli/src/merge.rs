@@ -1,7 +1,8 @@
 //! `tensorplay merge`: the partial JSON reports of a partitioned audit (`--partition K/N`)
 //! put back together into one report and one verdict, with the audit's exit rules.
 //!
-//! The parts must add up to exactly one run: every K of the same N once, the same input
+//! The parts must add up to exactly one run: every K of the same N (a byte-identical copy of
+//! a part, from a retried job, counts once), the same input
 //! digest, input lists that are disjoint and together give that digest back, the same
 //! tensorplay version, fail-on level and skipped files. Anything else is an error (exit 2):
 //! a merge that silently dropped a part would pass checkpoints nobody audited.
@@ -138,6 +139,29 @@ pub struct Merged {
 
 fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
     parts.sort_by_key(|p| p.partition.k);
+    // A retried job (Kubernetes and AWS Batch rerun a failed index) writes the same part
+    // byte for byte: a copy adds nothing and is dropped. Two different parts for one index
+    // are two audits of it, and the merge cannot choose.
+    let mut kept: Vec<Part> = Vec::with_capacity(parts.len());
+    for part in parts {
+        match kept.last() {
+            Some(last)
+                if last.partition.k == part.partition.k && last.partition.n == part.partition.n =>
+            {
+                if last.partition.report_digest != part.partition.report_digest {
+                    anyhow::bail!(
+                        "part {}/{} given twice with different content: {} and {} (a retry of a job must audit the same inputs with the same options; keep one)",
+                        part.partition.k,
+                        part.partition.n,
+                        last.source,
+                        part.source
+                    );
+                }
+            }
+            _ => kept.push(part),
+        }
+    }
+    let parts = kept;
     let first = &parts[0];
     let n = first.partition.n;
     let ours = env!("CARGO_PKG_VERSION");
