@@ -35,6 +35,7 @@ mod numpy;
 mod partition;
 mod partition_auto;
 mod partition_retry;
+mod partition_shards;
 mod presets;
 mod producers;
 mod pt2;

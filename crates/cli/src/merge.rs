@@ -11,6 +11,7 @@ use crate::color::ColorArg;
 use crate::exit::ExitStatus;
 use crate::partition;
 use crate::render;
+use crate::shared_set;
 use anyhow::Context as _;
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
@@ -228,13 +229,19 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
         );
     }
     // The parts' lists must be disjoint and add up to the list every part was cut from.
-    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut seen: BTreeMap<(&str, Option<&str>), &str> = BTreeMap::new();
     for part in &parts {
         for input in &part.partition.inputs {
-            if let Some(other) = seen.insert(&input.path, &part.source) {
+            let key = (input.path.as_str(), input.shard.as_deref());
+            if let Some(other) = seen.insert(key, &part.source) {
                 anyhow::bail!(
-                    "{} is in two parts, {other} and {}: the parts do not add up to one run",
+                    "{}{} is in two parts, {other} and {}: the parts do not add up to one run",
                     input.path,
+                    input
+                        .shard
+                        .as_deref()
+                        .map(|s| format!(" ({s})"))
+                        .unwrap_or_default(),
                     part.source
                 );
             }
@@ -250,7 +257,8 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
 
     let fail_on = first.report.summary.fail_on;
     let skipped = first.report.skipped.clone();
-    let mut files: Vec<FileReport> = Vec::with_capacity(all.len());
+    let mut files: BTreeMap<String, Vec<(String, FileReport)>> = BTreeMap::new();
+    let mut order: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     let mut unjudged = Vec::new();
     for part in parts {
         let given: BTreeSet<&str> = part
@@ -269,13 +277,33 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
                 );
             }
         }
-        for input in &part.partition.inputs {
-            if !judged.contains(&input.path) {
-                unjudged.push((part.source.clone(), input.path.clone()));
+        for path in &given {
+            if !judged.contains(*path) {
+                unjudged.push((part.source.clone(), (*path).to_owned()));
             }
         }
-        files.extend(part.report.files);
+        for set in &part.partition.shared_sets {
+            order
+                .entry(set.path.clone())
+                .or_default()
+                .extend(set.tensor_order.iter().map(|(k, v)| (k.clone(), *v)));
+        }
+        for file in part.report.files {
+            files
+                .entry(file.path.clone())
+                .or_default()
+                .push((part.source.clone(), file));
+        }
     }
+    // A sharded set divided by shard is in the report of every part that had a share of it.
+    let no_order = BTreeMap::new();
+    let mut files = files
+        .into_iter()
+        .map(|(path, group)| match group.len() {
+            1 => Ok(group.into_iter().map(|(_, file)| file).next().expect("one")),
+            _ => shared_set::combine(group, order.get(&path).unwrap_or(&no_order)),
+        })
+        .collect::<anyhow::Result<Vec<FileReport>>>()?;
     // The order an unpartitioned audit reports in: discovery's, by path.
     files.sort_by(|a, b| Path::new(&a.path).cmp(Path::new(&b.path)));
     Ok(Merged {
