@@ -258,12 +258,15 @@ fn parts_from_different_schedulers_do_not_merge() {
     std::fs::remove_dir_all(&out).ok();
 }
 
+/// An environment, extra flags, and what the refusal must say.
+type Case = (Vec<(&'static str, String)>, Vec<&'static str>, &'static str);
+
 #[test]
 fn environments_that_name_no_single_share_exit_2_with_the_fix() {
     let v = |pairs: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
         pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
     };
-    let cases: Vec<(Vec<(&str, String)>, Vec<&str>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             v(&[
                 ("CI_NODE_INDEX", "1"),

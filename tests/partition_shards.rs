@@ -37,7 +37,7 @@ fn safetensors(tensors: &[(String, Vec<f32>)]) -> Vec<u8> {
         );
     }
     let mut text = Value::Object(header).to_string().into_bytes();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();

@@ -233,11 +233,11 @@ fn slurm_rank(
     );
     let regular = count > 0
         && max >= min
-        && (max - min) % step == 0
+        && (max - min).is_multiple_of(step)
         && (max - min) / step + 1 == count
         && id >= min
         && id <= max
-        && (id - min) % step == 0;
+        && (id - min).is_multiple_of(step);
     if !regular {
         return Err(AutoError(format!(
             "--partition auto: the Slurm array is not a regular range (MIN={min}, MAX={max}, STEP={step}, COUNT={count}, ID={id}): submit with --array=MIN-MAX[:STEP], or give --partition K/N"
