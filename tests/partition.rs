@@ -106,14 +106,17 @@ fn merged_parts_equal_the_whole_audit_for_every_fixture_directory() {
                 );
                 for input in partition["inputs"].as_array().expect("inputs") {
                     let path = input["path"].as_str().expect("path").to_owned();
+                    // A sharded set dealt by shard is in several parts, each shard once.
+                    let shard = input["shard"].as_str().map(str::to_owned);
                     assert!(
-                        seen.insert(path.clone()),
-                        "{dir}: {path} in two parts of {n}"
+                        seen.insert((path.clone(), shard.clone())),
+                        "{dir}: {path} {shard:?} in two parts of {n}"
                     );
                 }
                 reports.push(json);
             }
             if whole_code != 2 {
+                let seen: BTreeSet<String> = seen.into_iter().map(|(path, _)| path).collect();
                 assert_eq!(seen, audited, "{dir}: the {n} parts do not cover the audit");
             }
             let merged_json = out.join(format!("merged-{n}.json"));
@@ -139,11 +142,12 @@ fn merged_parts_equal_the_whole_audit_for_every_fixture_directory() {
 }
 
 #[test]
-fn parts_are_balanced_by_bytes_and_large_sets_stay_whole() {
+fn parts_are_balanced_by_bytes_and_sets_are_dealt_by_shard() {
     let out = scratch("balance");
     let dir = "fixtures/safetensors";
     let mut loads = Vec::new();
-    let mut whole_set_seen = false;
+    let mut set_bytes = 0;
+    let mut set_shards = BTreeSet::new();
     for k in 1..=2 {
         let (_, json) = part(dir, k, 2, &out);
         let report = read(&json).expect("report");
@@ -151,7 +155,8 @@ fn parts_are_balanced_by_bytes_and_large_sets_stay_whole() {
             .as_array()
             .expect("inputs")
             .clone();
-        // A sharded set is one input, its index, weighing the index and its shards.
+        // A sharded set is dealt as its shards, each named by the index; together they weigh
+        // the index and its shards.
         for input in &inputs {
             let path = input["path"].as_str().unwrap();
             assert!(
@@ -159,21 +164,8 @@ fn parts_are_balanced_by_bytes_and_large_sets_stay_whole() {
                 "{path} split out of its set"
             );
             if path == "fixtures/safetensors/sharded/model.safetensors.index.json" {
-                let files = [
-                    "model.safetensors.index.json",
-                    "model-00001-of-00002.safetensors",
-                    "model-00002-of-00002.safetensors",
-                ];
-                let on_disk: u64 = files
-                    .iter()
-                    .map(|f| {
-                        std::fs::metadata(root().join("fixtures/safetensors/sharded").join(f))
-                            .unwrap()
-                            .len()
-                    })
-                    .sum();
-                assert_eq!(input["bytes"].as_u64(), Some(on_disk));
-                whole_set_seen = true;
+                set_bytes += input["bytes"].as_u64().unwrap();
+                set_shards.insert(input["shard"].as_str().expect("a shard").to_owned());
             }
         }
         loads.push(
@@ -195,7 +187,25 @@ fn parts_are_balanced_by_bytes_and_large_sets_stay_whole() {
         a.abs_diff(b) <= largest_a.max(largest_b),
         "unbalanced: {a} vs {b}"
     );
-    assert!(whole_set_seen, "the sharded set is no input");
+    let files = [
+        "model.safetensors.index.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ];
+    let on_disk: u64 = files
+        .iter()
+        .map(|f| {
+            std::fs::metadata(root().join("fixtures/safetensors/sharded").join(f))
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(set_bytes, on_disk);
+    assert_eq!(
+        set_shards.into_iter().collect::<Vec<_>>(),
+        &files[1..],
+        "each shard once"
+    );
     std::fs::remove_dir_all(&out).ok();
 }
 
@@ -226,7 +236,11 @@ fn a_missing_duplicated_or_foreign_part_is_refused() {
         &[&ours[0], &ours[1]],
         "missing part 3 of 3 (given 2 reports)",
     );
-    merge_fails(&[&ours[0], &ours[1], &ours[1], &ours[2]], "given twice");
+    // A part given twice counts once (a retried job's copy): still one missing.
+    merge_fails(
+        &[&ours[0], &ours[1], &ours[1]],
+        "missing part 3 of 3 (given 2 reports)",
+    );
     merge_fails(&[&ours[0], &ours[1], &foreign[2]], "different runs");
 
     // Another N.

@@ -86,7 +86,17 @@ pub fn audit(
     let reads_bytes = rules.iter().any(|(r, _)| r.reads_bytes());
     // The byte scan, the simulated load and the view analysis are independent.
     let (scans, (memory, shared)) = rayon::join(
-        || reads_bytes.then(|| numeric::scan_checkpoint(ckpt, options.progress.as_deref())),
+        || {
+            reads_bytes.then(|| {
+                let progress = options.progress.as_deref();
+                match options.scan_share.as_deref() {
+                    Some(share) => {
+                        numeric::scan_checkpoint_where(ckpt, progress, &|s| share.scans(s))
+                    }
+                    None => numeric::scan_checkpoint(ckpt, progress),
+                }
+            })
+        },
         || {
             rayon::join(
                 || simulate(ckpt, config, options),

@@ -27,6 +27,7 @@ pub mod rule;
 pub mod rules;
 pub mod settings;
 pub mod severity;
+pub mod share;
 pub mod snippet;
 pub mod suggest;
 #[cfg(test)]

@@ -45,6 +45,8 @@ pub struct Options {
     /// Keep the storage-size and segment-map facts a display draws (the HTML report): one
     /// block per storage, so only kept when something will show them.
     pub layout_facts: bool,
+    /// With `--partition`, this part's share of a sharded set's byte scan; `None` scans all.
+    pub scan_share: Option<Arc<crate::share::ScanShare>>,
 }
 
 impl Options {
@@ -59,6 +61,7 @@ impl Options {
             max_memory: None,
             expect: None,
             layout_facts: false,
+            scan_share: None,
         })
     }
 

@@ -57,14 +57,34 @@ pub struct Partition {
     pub k: usize,
     /// How many parts the run has.
     pub n: usize,
+    /// Where K and N came from with `--partition auto` (`gitlab:CI_NODE_INDEX/CI_NODE_TOTAL`);
+    /// absent for an explicit `K/N`. Part of `inputs_digest`: parts from different sources
+    /// do not merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// The checkpoints this part was given, in audit order.
     pub inputs: Vec<PartInput>,
     /// SHA-256 (hex) of the whole run's input list, every part's: parts of one run share it.
     pub inputs_digest: String,
+    /// Sharded sets this part scanned a share of (their other rules judged in full): where
+    /// each tensor its byte-reading findings name stands in the set, so that `merge` orders
+    /// the parts' findings as one run does. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_sets: Vec<SharedSet>,
     /// The hash of this report with this field empty (`sha256:…`, or `hmac-sha256:…` keyed
     /// with `TENSORPLAY_MERGE_KEY`): `merge` refuses a part edited after its audit.
     #[serde(default)]
     pub report_digest: String,
+}
+
+/// A sharded set divided by shard across parts, as one part saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedSet {
+    /// The set, as the report's `files` name it.
+    pub path: String,
+    /// Tensor name → its index in the set, for the tensors this part's byte-reading findings
+    /// name.
+    pub tensor_order: std::collections::BTreeMap<String, usize>,
 }
 
 /// A checkpoint handed to a part, with the bytes that weighed it when the parts were balanced.
@@ -72,6 +92,10 @@ pub struct Partition {
 pub struct PartInput {
     /// The path, as the report's `files` name it.
     pub path: String,
+    /// For a sharded set divided by shard: the file of the set (beside its index, or in its
+    /// directory) this input stands for; absent for a whole input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
     /// Its size on disk (a sharded set's index and shards, a distributed checkpoint's files).
     pub bytes: u64,
 }

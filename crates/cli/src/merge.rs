@@ -1,7 +1,8 @@
 //! `tensorplay merge`: the partial JSON reports of a partitioned audit (`--partition K/N`)
 //! put back together into one report and one verdict, with the audit's exit rules.
 //!
-//! The parts must add up to exactly one run: every K of the same N once, the same input
+//! The parts must add up to exactly one run: every K of the same N (a byte-identical copy of
+//! a part, from a retried job, counts once), the same input
 //! digest, input lists that are disjoint and together give that digest back, the same
 //! tensorplay version, fail-on level and skipped files. Anything else is an error (exit 2):
 //! a merge that silently dropped a part would pass checkpoints nobody audited.
@@ -10,6 +11,7 @@ use crate::color::ColorArg;
 use crate::exit::ExitStatus;
 use crate::partition;
 use crate::render;
+use crate::shared_set;
 use anyhow::Context as _;
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
@@ -138,6 +140,29 @@ pub struct Merged {
 
 fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
     parts.sort_by_key(|p| p.partition.k);
+    // A retried job (Kubernetes and AWS Batch rerun a failed index) writes the same part
+    // byte for byte: a copy adds nothing and is dropped. Two different parts for one index
+    // are two audits of it, and the merge cannot choose.
+    let mut kept: Vec<Part> = Vec::with_capacity(parts.len());
+    for part in parts {
+        match kept.last() {
+            Some(last)
+                if last.partition.k == part.partition.k && last.partition.n == part.partition.n =>
+            {
+                if last.partition.report_digest != part.partition.report_digest {
+                    anyhow::bail!(
+                        "part {}/{} given twice with different content: {} and {} (a retry of a job must audit the same inputs with the same options; keep one)",
+                        part.partition.k,
+                        part.partition.n,
+                        last.source,
+                        part.source
+                    );
+                }
+            }
+            _ => kept.push(part),
+        }
+    }
+    let parts = kept;
     let first = &parts[0];
     let n = first.partition.n;
     let ours = env!("CARGO_PKG_VERSION");
@@ -151,6 +176,15 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
                 p.n,
                 first.source,
                 first.partition.k
+            );
+        }
+        if p.source != first.partition.source {
+            let shown = |s: &Option<String>| s.clone().unwrap_or_else(|| "an explicit K/N".into());
+            anyhow::bail!(
+                "{source} took its share from {}, {} from {}: parts of different runs (give every job the same --partition source)",
+                shown(&p.source),
+                first.source,
+                shown(&first.partition.source)
             );
         }
         if p.inputs_digest != first.partition.inputs_digest {
@@ -195,13 +229,19 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
         );
     }
     // The parts' lists must be disjoint and add up to the list every part was cut from.
-    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut seen: BTreeMap<(&str, Option<&str>), &str> = BTreeMap::new();
     for part in &parts {
         for input in &part.partition.inputs {
-            if let Some(other) = seen.insert(&input.path, &part.source) {
+            let key = (input.path.as_str(), input.shard.as_deref());
+            if let Some(other) = seen.insert(key, &part.source) {
                 anyhow::bail!(
-                    "{} is in two parts, {other} and {}: the parts do not add up to one run",
+                    "{}{} is in two parts, {other} and {}: the parts do not add up to one run",
                     input.path,
+                    input
+                        .shard
+                        .as_deref()
+                        .map(|s| format!(" ({s})"))
+                        .unwrap_or_default(),
                     part.source
                 );
             }
@@ -211,13 +251,14 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
         .iter()
         .flat_map(|p| p.partition.inputs.iter().cloned())
         .collect();
-    if partition::digest(&all) != first.partition.inputs_digest {
+    if partition::digest(&all, first.partition.source.as_deref()) != first.partition.inputs_digest {
         anyhow::bail!("the parts' input lists do not add up to their run's (a part was altered)");
     }
 
     let fail_on = first.report.summary.fail_on;
     let skipped = first.report.skipped.clone();
-    let mut files: Vec<FileReport> = Vec::with_capacity(all.len());
+    let mut files: BTreeMap<String, Vec<(String, FileReport)>> = BTreeMap::new();
+    let mut order: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     let mut unjudged = Vec::new();
     for part in parts {
         let given: BTreeSet<&str> = part
@@ -236,13 +277,33 @@ fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {
                 );
             }
         }
-        for input in &part.partition.inputs {
-            if !judged.contains(&input.path) {
-                unjudged.push((part.source.clone(), input.path.clone()));
+        for path in &given {
+            if !judged.contains(*path) {
+                unjudged.push((part.source.clone(), (*path).to_owned()));
             }
         }
-        files.extend(part.report.files);
+        for set in &part.partition.shared_sets {
+            order
+                .entry(set.path.clone())
+                .or_default()
+                .extend(set.tensor_order.iter().map(|(k, v)| (k.clone(), *v)));
+        }
+        for file in part.report.files {
+            files
+                .entry(file.path.clone())
+                .or_default()
+                .push((part.source.clone(), file));
+        }
     }
+    // A sharded set divided by shard is in the report of every part that had a share of it.
+    let no_order = BTreeMap::new();
+    let mut files = files
+        .into_iter()
+        .map(|(path, group)| match group.len() {
+            1 => Ok(group.into_iter().map(|(_, file)| file).next().expect("one")),
+            _ => shared_set::combine(group, order.get(&path).unwrap_or(&no_order)),
+        })
+        .collect::<anyhow::Result<Vec<FileReport>>>()?;
     // The order an unpartitioned audit reports in: discovery's, by path.
     files.sort_by(|a, b| Path::new(&a.path).cmp(Path::new(&b.path)));
     Ok(Merged {

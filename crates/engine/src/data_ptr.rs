@@ -106,6 +106,15 @@ impl DataPtr {
         }
     }
 
+    /// The file the bytes are read from; `None` for storages without bytes.
+    pub fn source(&self) -> Option<&std::path::Path> {
+        match &self.owner {
+            Owner::Host { buffer, .. } => Some(buffer.source()),
+            Owner::Deferred(d) => Some(d.buffer.source()),
+            Owner::None => None,
+        }
+    }
+
     /// The device the bytes really are on.
     pub fn device(&self) -> &Device {
         &self.device

@@ -7,6 +7,7 @@ use crate::progress::Progress;
 use crate::render;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -16,7 +17,7 @@ use tensorplay_audit::audit::{audit, read_failure};
 use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
 use tensorplay_audit::options::Options;
-use tensorplay_audit::report::{FailOn, FileReport, Report};
+use tensorplay_audit::report::{FailOn, FileReport, Report, SharedSet};
 use tensorplay_audit::text::{plural, printable};
 use tensorplay_engine::alloc::cuda::{gpu_status, GpuStatus};
 use tensorplay_engine::alloc::device_load::load_to_device;
@@ -88,8 +89,17 @@ pub struct AuditArgs {
     allow_empty: bool,
     /// Audit only part K of N (1-based) of the inputs, for CI's parallel jobs: whole files
     /// and sharded sets, balanced by bytes; `tensorplay merge` combines the parts' JSON reports.
-    #[arg(long, value_name = "K/N")]
-    partition: Option<crate::partition::Part>,
+    /// `auto` reads K and N from the scheduler running the job (GitLab, Kubernetes, AWS Batch,
+    /// Slurm, Buildkite, CircleCI).
+    #[arg(long, value_name = "K/N|auto")]
+    partition: Option<crate::partition::PartitionArg>,
+    /// With `--partition auto`: the scheduler to read when several schedulers' variables are set.
+    #[arg(long, value_name = "NAME", requires = "partition")]
+    partition_source: Option<String>,
+    /// With `--partition auto` in a Kubernetes Indexed Job: the Job's completions (also
+    /// TENSORPLAY_PARTITION_TOTAL).
+    #[arg(long, value_name = "N", requires = "partition")]
+    partition_total: Option<usize>,
     /// Worker threads [default: one per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
@@ -179,6 +189,11 @@ pub fn audit_paths(
     } = settings;
     let (config, mut options, fail_on) = (Arc::clone(config), options.clone(), *fail_on);
     let gpu = gpu_target(args.load_to.as_deref())?;
+    // Before any file is read: a job that cannot tell its share must say so at once.
+    let share = args
+        .partition
+        .map(|arg| arg.resolve(args.partition_source.as_deref(), args.partition_total))
+        .transpose()?;
     let gpu_lock = Arc::new(Mutex::new(()));
     let paths = args
         .paths
@@ -204,9 +219,17 @@ pub fn audit_paths(
         );
     }
     // After the emptiness check: a part may be empty when the whole run is not.
-    let partition = args
-        .partition
-        .map(|part| crate::partition::select(&mut found.checkpoints, part));
+    // A set is dealt by shard only when its bytes are read here: its metadata alone is what
+    // every part of it reads again.
+    let by_shard = !args.metadata_only && gpu.is_none();
+    let (partition, shares) = match share {
+        Some((part, source)) => {
+            let selected = crate::partition::select(&mut found.checkpoints, part, source, by_shard);
+            (Some(selected.partition), selected.shares)
+        }
+        None => (None, HashMap::new()),
+    };
+    let shared_sets: Arc<Mutex<Vec<SharedSet>>> = Arc::default();
     let scanned = Arc::new(AtomicU64::new(0));
     options.progress = Some(Arc::clone(&scanned));
     let progress = if args.metadata_only || !progress {
@@ -233,6 +256,8 @@ pub fn audit_paths(
         };
         let (config, mut options, gpu_lock) =
             (Arc::clone(&config), options.clone(), Arc::clone(&gpu_lock));
+        options.scan_share = shares.get(target.path()).cloned();
+        let shared_sets = Arc::clone(&shared_sets);
         // A remote checkpoint is audited from its metadata unless --deep asks for every byte.
         options.metadata_only |= files::is_remote(target.path()) && !args.deep;
         let work = {
@@ -242,7 +267,14 @@ pub fn audit_paths(
                 // others go on.
                 std::panic::catch_unwind(AssertUnwindSafe(|| {
                     audit_one(
-                        target, &shown, &config, &options, deferrable, gpu, &gpu_lock,
+                        target,
+                        &shown,
+                        &config,
+                        &options,
+                        deferrable,
+                        gpu,
+                        &gpu_lock,
+                        &shared_sets,
                     )
                 }))
                 .map_err(|panic| panic_message(panic.as_ref()))
@@ -311,7 +343,13 @@ pub fn audit_paths(
         }
     }
     let mut report = Report::new(files, found.skipped, fail_on);
-    report.partition = partition;
+    report.partition = partition.map(|mut partition| {
+        let mut sets = std::mem::take(&mut *shared_sets.lock().unwrap_or_else(|e| e.into_inner()));
+        // Workers finish in any order; a retried part must write the same bytes.
+        sets.sort_by(|a, b| a.path.cmp(&b.path));
+        partition.shared_sets = sets;
+        partition
+    });
     Ok((report, unreadable))
 }
 
@@ -453,6 +491,7 @@ enum Audited {
     Alone(PathBuf),
 }
 
+#[allow(clippy::too_many_arguments)]
 fn audit_one(
     target: Target,
     shown: &str,
@@ -461,10 +500,20 @@ fn audit_one(
     deferrable: bool,
     gpu: Option<usize>,
     gpu_lock: &Mutex<()>,
+    shared_sets: &Mutex<Vec<SharedSet>>,
 ) -> Result<Audited, String> {
     let path = target.path().to_owned();
     if !files::is_remote(&path) {
-        return audit_read(target, shown, config, options, deferrable, gpu, gpu_lock);
+        return audit_read(
+            target,
+            shown,
+            config,
+            options,
+            deferrable,
+            gpu,
+            gpu_lock,
+            shared_sets,
+        );
     }
     // Remote: audited again until the audit used only bytes that were fetched (the reading
     // itself settles on its own).
@@ -472,7 +521,16 @@ fn audit_one(
     let mut target = Some(target);
     let settled = files::settle(&path, || {
         let target = target.take().unwrap_or_else(|| Target::again(path.clone()));
-        audit_read(target, shown, config, options, deferrable, gpu, gpu_lock)
+        audit_read(
+            target,
+            shown,
+            config,
+            options,
+            deferrable,
+            gpu,
+            gpu_lock,
+            shared_sets,
+        )
     });
     let mut audited = match settled {
         Ok(audited) => audited,
@@ -486,7 +544,9 @@ fn audit_one(
     audited
 }
 
-/// Reads one checkpoint and audits it.
+/// Reads one checkpoint and audits it; for a share of a sharded set, records where the
+/// tensors its byte-reading findings name stand in the set.
+#[allow(clippy::too_many_arguments)]
 fn audit_read(
     target: Target,
     shown: &str,
@@ -495,6 +555,7 @@ fn audit_read(
     deferrable: bool,
     gpu: Option<usize>,
     gpu_lock: &Mutex<()>,
+    shared_sets: &Mutex<Vec<SharedSet>>,
 ) -> Result<Audited, String> {
     let limits = options.read_limits(gpu.is_some());
     let path = target.path().to_owned();
@@ -522,6 +583,16 @@ fn audit_read(
         None => None,
     };
     let report = audit(&ckpt, shown, config, options, loaded.as_ref());
+    if options.scan_share.is_some() {
+        let set = SharedSet {
+            path: shown.to_owned(),
+            tensor_order: scan_order(&ckpt, &report),
+        };
+        shared_sets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(set);
+    }
     // Freeing a million tensors' layers takes a while and decides nothing: it runs beside
     // the rest of the audit on a thread of its own (started at once, so memory stays bounded
     // over many files), and the process may end before it is done. Where no thread can be
@@ -530,6 +601,26 @@ fn audit_read(
         .name("drop-checkpoint".into())
         .spawn(move || drop(ckpt));
     Ok(Audited::Judged(Box::new(report)))
+}
+
+/// Where each tensor named by `report`'s byte-reading findings stands in `ckpt`.
+fn scan_order(
+    ckpt: &tensorplay_engine::Checkpoint,
+    report: &FileReport,
+) -> BTreeMap<String, usize> {
+    let named: BTreeSet<&str> = report
+        .findings
+        .iter()
+        .filter(|f| crate::rules_bytes::reads_bytes(f))
+        .flat_map(|f| f.tensors.iter().map(String::as_str))
+        .collect();
+    let mut order = BTreeMap::new();
+    for (i, t) in ckpt.tensors.iter().enumerate() {
+        if named.contains(t.name()) {
+            order.entry(t.name().to_owned()).or_insert(i);
+        }
+    }
+    order
 }
 
 /// `work`'s result, or `Ok(None)` when it takes longer than `limit`: it runs on a thread of its

@@ -40,13 +40,23 @@ pub fn scan_checkpoint(
     ckpt: &Checkpoint,
     progress: Option<&AtomicU64>,
 ) -> HashMap<usize, NonFinite> {
+    scan_checkpoint_where(ckpt, progress, &|_| true)
+}
+
+/// [`scan_checkpoint`] over the tensors whose storage `keep` accepts only: a partitioned
+/// audit scans the shards of a set it was given and leaves the others' bytes unread.
+pub fn scan_checkpoint_where(
+    ckpt: &Checkpoint,
+    progress: Option<&AtomicU64>,
+    keep: &(dyn Fn(&Storage) -> bool + Sync),
+) -> HashMap<usize, NonFinite> {
     // Views of a storage left compressed in the file are scanned together, as one stream of
     // its inflated bytes (`deferred.rs`); the others by chunks of their held bytes.
     let mut deferred: HashMap<*const Storage, Vec<(usize, &TensorImpl)>> = HashMap::new();
     let mut work: Vec<(usize, u64)> = Vec::new();
     for (i, t) in ckpt.tensors.iter().enumerate() {
         let imp = t.tensor_impl();
-        if !scannable(imp.dtype()) {
+        if !scannable(imp.dtype()) || !keep(imp.storage()) {
             continue;
         }
         if matches!(imp.storage().data_ptr().owner(), Owner::Deferred(_)) {
@@ -91,6 +101,9 @@ pub fn scan_checkpoint(
         .par_iter()
         .filter_map(|&(i, scales)| {
             let imp = ckpt.tensors.get(i)?.tensor_impl();
+            if !keep(imp.storage()) {
+                return None;
+            }
             let found = scan_block_scales(imp, scales)?;
             if let Some(counter) = progress {
                 counter.fetch_add(imp.nbytes().unwrap_or(0), Ordering::Relaxed);

@@ -37,7 +37,7 @@ mod reference;
 mod scales;
 mod tensor;
 
-pub use checkpoint::scan_checkpoint;
+pub use checkpoint::{scan_checkpoint, scan_checkpoint_where};
 pub use fast::scan_bytes;
 pub use non_finite::NonFinite;
 pub use reference::{classify, classify_element, Class};
