@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times the README's first command from a cold target directory: `cargo run --release --
-# audit fixtures/` (build and audit), as a new user runs it. Prints wall and CPU seconds; the
-# result goes in BENCHMARKS.md and the README.
+# audit fixtures/` (build and audit), as a new user runs it. Prints wall and CPU seconds and
+# the disk the target directory then takes; the result goes in BENCHMARKS.md and the README.
 #   scripts/first-run.sh [TARGET_DIR]   (default: a fresh temporary folder, removed after)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,4 +17,5 @@ CARGO_TARGET_DIR=$target /usr/bin/time -f "%e %U %S" -o "$target/time.txt" \
 # 1 = findings, which the fixtures are made to have.
 [ "$status" -le 1 ] || { echo "first-run: the audit exited $status" >&2; exit 2; }
 read -r wall user sys <"$target/time.txt"
-echo "first-run: cargo run --release -- audit fixtures/ from a cold target: ${wall} s wall, $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }') CPU-seconds on $(nproc) cores"
+disk=$(du -sh "$target" | cut -f1)
+echo "first-run: cargo run --release -- audit fixtures/ from a cold target: ${wall} s wall, $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }') CPU-seconds on $(nproc) cores; target/ then takes ${disk}"

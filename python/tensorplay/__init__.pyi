@@ -17,12 +17,38 @@ from typing import (
     Union,
 )
 
+from typing_extensions import TypedDict, Unpack
+
 from . import testing as testing
 
 _Path = Union[str, "os.PathLike[str]"]
 _Rules = Union[str, Collection[str]]
 _Size = Union[int, str]
 _FailOn = Literal["error", "warning", "never"]
+
+class _Options(TypedDict, total=False):
+    """The options every audit takes (None: the default)."""
+
+    select: Optional[_Rules]
+    ignore: Optional[_Rules]
+    fail_on: Optional[_FailOn]
+    config: Optional[_Path]
+    baseline: Optional[_Path]
+    metadata_only: bool
+    gpu_budget: Optional[_Size]
+    max_memory: Optional[_Size]
+    expect: Optional[_Path]
+
+class _FileOptions(_Options, total=False):
+    """And those that read files."""
+
+    load_to: Optional[str]
+    allow_empty: bool
+    timeout_per_file: Optional[int]
+
+class _BatchOptions(TypedDict, total=False):
+    config: Optional[_Path]
+    gpu_budget: Optional[_Size]
 
 class Error(Exception): ...
 class UsageError(Error, ValueError): ...
@@ -85,19 +111,7 @@ class Inspection:
 
 def audit_file(
     path: Union[_Path, Sequence[_Path]],
-    *,
-    select: Optional[_Rules] = ...,
-    ignore: Optional[_Rules] = ...,
-    fail_on: Optional[_FailOn] = ...,
-    config: Optional[_Path] = ...,
-    baseline: Optional[_Path] = ...,
-    metadata_only: bool = ...,
-    gpu_budget: Optional[_Size] = ...,
-    max_memory: Optional[_Size] = ...,
-    expect: Optional[_Path] = ...,
-    load_to: Optional[str] = ...,
-    allow_empty: bool = ...,
-    timeout_per_file: Optional[int] = ...,
+    **options: Unpack[_FileOptions],
 ) -> Report: ...
 def inspect_file(path: _Path, tensor: Optional[str] = ...) -> Inspection: ...
 
@@ -148,30 +162,12 @@ def recommend_fix(finding: Union[Finding, Dict[str, Any]]) -> str: ...
 def audit(
     obj: Any,
     label: Optional[str] = ...,
-    *,
-    select: Optional[_Rules] = ...,
-    ignore: Optional[_Rules] = ...,
-    fail_on: Optional[_FailOn] = ...,
-    config: Optional[_Path] = ...,
-    baseline: Optional[_Path] = ...,
-    metadata_only: bool = ...,
-    gpu_budget: Optional[_Size] = ...,
-    max_memory: Optional[_Size] = ...,
-    expect: Optional[_Path] = ...,
+    **options: Unpack[_Options],
 ) -> Report: ...
 def audit_device_consistency(
     obj: Any,
     label: Optional[str] = ...,
-    *,
-    select: Optional[_Rules] = ...,
-    ignore: Optional[_Rules] = ...,
-    fail_on: Optional[_FailOn] = ...,
-    config: Optional[_Path] = ...,
-    baseline: Optional[_Path] = ...,
-    metadata_only: bool = ...,
-    gpu_budget: Optional[_Size] = ...,
-    max_memory: Optional[_Size] = ...,
-    expect: Optional[_Path] = ...,
+    **options: Unpack[_Options],
 ) -> Report: ...
 
 class watch:
@@ -184,16 +180,7 @@ class watch:
         model: Any,
         label: Optional[str] = ...,
         strict: bool = ...,
-        *,
-        select: Optional[_Rules] = ...,
-        ignore: Optional[_Rules] = ...,
-        fail_on: Optional[_FailOn] = ...,
-        config: Optional[_Path] = ...,
-        baseline: Optional[_Path] = ...,
-        metadata_only: bool = ...,
-        gpu_budget: Optional[_Size] = ...,
-        max_memory: Optional[_Size] = ...,
-        expect: Optional[_Path] = ...,
+        **options: Unpack[_Options],
     ) -> None: ...
     @property
     def passed(self) -> bool: ...
@@ -275,9 +262,7 @@ class FragmentationReport:
 def fragmentation(
     loader_or_batches: Iterable[Any],
     batches: int = ...,
-    *,
-    config: Optional[_Path] = ...,
-    gpu_budget: Optional[_Size] = ...,
+    **options: Unpack[_BatchOptions],
 ) -> FragmentationReport: ...
 
 __all__: List[str]
