@@ -29,6 +29,7 @@ pub mod settings;
 pub mod severity;
 pub mod snippet;
 pub mod suggest;
+pub mod template;
 #[cfg(test)]
 mod testing;
 pub mod text;

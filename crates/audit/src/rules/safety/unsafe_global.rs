@@ -137,6 +137,7 @@ fn draft(g: &UnsafeGlobal, presets: &[Covering]) -> Draft {
                 member: g.member.clone(),
                 offset: g.position,
             }),
+            template: None,
             payload: g.payload.clone(),
         }
     }
