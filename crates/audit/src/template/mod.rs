@@ -95,7 +95,9 @@ fn concerns(source: &[u8]) -> Result<Vec<Concern>, String> {
         lstrip_blocks: true,
         trim_blocks: true,
     };
-    let tree = parse(text, "chat_template", SyntaxConfig::default(), whitespace).map_err(|e| {
+    // Jinja's own delimiters (a unit struct unless minijinja's `custom_syntax` is on).
+    let syntax: SyntaxConfig = Default::default();
+    let tree = parse(text, "chat_template", syntax, whitespace).map_err(|e| {
         let detail = e.detail().unwrap_or("syntax error");
         match e.line() {
             Some(line) => format!("line {line}: {detail}"),

@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn what_the_loader_would_refuse_is_refused_with_its_part() {
-        let refused = |json: &str| from_json(json.as_bytes()).err().expect("refused");
+        let refused = |json: &str| from_json(json.as_bytes()).expect_err("refused");
         assert_eq!(refused("{").0, "JSON");
         assert_eq!(refused(r#"{"chat_template": 7}"#).0, "chat_template");
         assert_eq!(
