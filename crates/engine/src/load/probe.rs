@@ -55,7 +55,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
     files::settle(path, || {
         let buffer = files::open(path)?;
         let sniffed = sniff_nonempty(path, &buffer)?;
-        if let Some((reader, format)) = named_reader(path) {
+        if let Some((reader, format)) = named_reader(path, sniffed) {
             return Ok(Probe {
                 path: path.to_owned(),
                 sniffed: Sniffed::Format(format),

@@ -176,9 +176,20 @@ pub(crate) fn directory_readers() -> impl Iterator<Item = (&'static str, DirRead
     })
 }
 
-/// The reader of a file its name alone decides, with what it is: the name rules come before
-/// any content (a `tokenizer_config.json` is JSON, but no index).
-pub(crate) fn named_reader(path: &Path) -> Option<(Reader, Format)> {
+/// The reader of a file its name decides, with what it is, given what its bytes are
+/// (`sniffed`): a `tokenizer_config.json` is JSON, but no index. Bytes a checkpoint loader
+/// takes (a zip, GGUF, `.npy`, an LFS pointer…) are read as those, whatever the name: no
+/// template loader reads them as text, and every loader that would open them judges them. A
+/// text that CPython would also run as a pickle is read by name, with that pickle's globals
+/// judged beside it (`read_judged`).
+pub(crate) fn named_reader(path: &Path, sniffed: Sniffed) -> Option<(Reader, Format)> {
+    let text = matches!(
+        sniffed,
+        Sniffed::Unknown | Sniffed::JsonIndex | Sniffed::Format(Format::Pickle)
+    );
+    if !text {
+        return None;
+    }
     let name = path.file_name()?.to_str()?;
     FORMATS.into_iter().find_map(|row| match &row.accepts {
         Accepts::Name(rule) if rule.names.contains(&name) => Some((
@@ -266,12 +277,32 @@ mod tests {
 
     #[test]
     fn template_files_are_found_by_their_exact_name() {
-        let named = |p: &str| named_reader(Path::new(p)).map(|(_, format)| format);
+        let named =
+            |p: &str| named_reader(Path::new(p), Sniffed::Unknown).map(|(_, format)| format);
         assert_eq!(named("m/tokenizer_config.json"), Some(Format::ChatTemplate));
         assert_eq!(named("chat_template.jinja"), Some(Format::ChatTemplate));
         assert_eq!(named("a/chat_template.json"), Some(Format::ChatTemplate));
         assert_eq!(named("Tokenizer_Config.json"), None);
         assert_eq!(named("config.json"), None);
         assert_eq!(named("x.jinja"), None);
+        // JSON, and a text that is a pickle too, are read by name; a checkpoint's bytes are
+        // read as the checkpoint they are.
+        let as_json = named_reader(Path::new("tokenizer_config.json"), Sniffed::JsonIndex);
+        assert!(as_json.is_some());
+        let pickled = named_reader(
+            Path::new("chat_template.jinja"),
+            Sniffed::Format(Format::Pickle),
+        );
+        assert!(pickled.is_some_and(|(reader, _)| !reader.file.reads_pickle));
+        for sniffed in [
+            Sniffed::Format(Format::Gguf),
+            Sniffed::Zip,
+            Sniffed::LfsPointer,
+        ] {
+            assert!(
+                named_reader(Path::new("chat_template.jinja"), sniffed).is_none(),
+                "{sniffed:?}"
+            );
+        }
     }
 }
