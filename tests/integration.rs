@@ -11,6 +11,7 @@ mod audit;
 mod bad_input;
 mod budget;
 mod bypass;
+mod chat_templates;
 mod color;
 mod convert;
 mod dcp;

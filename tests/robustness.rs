@@ -72,6 +72,9 @@ fn every_format() -> Vec<Format> {
         Format::Joblib => None,
         // Not read from a file: a live process's tensors (the Python module) are this.
         Format::Live => None,
+        // Chosen by file name, holding text: a cut template is still a template, judged by
+        // the template rules (tests/chat_templates.rs), not refused as corrupt.
+        Format::ChatTemplate => None,
     };
     std::iter::successors(Some(Format::Safetensors), |&f| after(f)).collect()
 }

@@ -112,6 +112,12 @@ pub fn audit(
         memory,
         device_load,
         expect: options.expect.as_deref(),
+        templates: ckpt
+            .chat_templates
+            .iter()
+            .map(|t| crate::template::judge(path, t))
+            .collect(),
+        template_baseline: options.template_baseline.as_deref(),
     };
     // Rules read the context and nothing else: they run side by side, findings kept in
     // rule order.
@@ -258,6 +264,10 @@ fn finding(rule: &dyn Rule, severity: Severity, draft: Draft) -> Finding {
             name: bounded(g.name, bounded_name),
             member: bounded(g.member, bounded_name),
             offset: g.offset,
+        }),
+        template: draft.template.map(|t| crate::finding::TemplateRef {
+            location: t.location.map(|l| bounded(l, bounded_name)),
+            ..t
         }),
         payload: draft.payload,
         fingerprint: String::new(),

@@ -42,6 +42,12 @@ const ALL: &[Code] = &[
     Code::listed("TP505", "weights-only-load"),
     Code::listed("TP506", "over-budget").fixed(),
     Code::listed("TP601", "layout-mismatch"),
+    Code::listed("TP701", "template-sandbox-escape"),
+    Code::listed("TP702", "template-loads-template"),
+    Code::listed("TP703", "template-mutation"),
+    Code::listed("TP704", "template-unparsable"),
+    Code::listed("TP705", "template-unusual"),
+    Code::listed("TP706", "template-changed"),
 ];
 
 impl Code {

@@ -32,6 +32,17 @@ pub enum Error {
     #[error("{}", crate::suggest::unknown_rule(.0))]
     UnknownRule(String),
 
+    /// A template baseline (`--template-baseline`) is unreadable or malformed.
+    #[error("{}:{line}: template baseline: {detail}", .path.display())]
+    TemplateBaseline {
+        /// The file.
+        path: PathBuf,
+        /// The line at fault (0: the file as a whole).
+        line: usize,
+        /// What is wrong.
+        detail: String,
+    },
+
     /// A baseline file is unreadable or malformed.
     #[error("{}: baseline: {detail}", .path.display())]
     Baseline {

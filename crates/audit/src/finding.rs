@@ -22,6 +22,9 @@ pub struct Finding {
     /// The pickle global a finding is about (TP501), for programs: the message names it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalRef>,
+    /// The chat template a finding is about (TP701–TP706): where it is and its hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<TemplateRef>,
     /// SHA-256 (hex) of what the finding is about when that is a payload (the pickle stream
     /// naming a TP501 global, TP504's code): a baseline accepts the finding only while it is
     /// unchanged. Absent on other findings.
@@ -73,6 +76,18 @@ impl GlobalRef {
     }
 }
 
+/// Where a chat template is: its file, where in it, and the SHA-256 of its bytes as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateRef {
+    /// The file holding it, as the report names it.
+    pub file: String,
+    /// A GGUF key (`tokenizer.chat_template`) or a JSON path (`$.chat_template`); `null`
+    /// when the file is the template, whole (`chat_template.jinja`).
+    pub location: Option<String>,
+    /// Lowercase hex.
+    pub sha256: String,
+}
+
 /// What a rule produces; the runner adds the rule's code and the severity.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Draft {
@@ -86,6 +101,8 @@ pub struct Draft {
     pub fix: String,
     /// The pickle global it is about, if it is about one.
     pub global: Option<GlobalRef>,
+    /// The chat template it is about, if it is about one.
+    pub template: Option<TemplateRef>,
     /// The hash of the payload it is about, if it is about one.
     pub payload: String,
 }

@@ -30,6 +30,7 @@ pub mod severity;
 pub mod share;
 pub mod snippet;
 pub mod suggest;
+pub mod template;
 #[cfg(test)]
 mod testing;
 pub mod text;

@@ -42,6 +42,8 @@ pub struct Options {
     pub max_memory: Option<u64>,
     /// The layout every checkpoint must fit (`--expect`, TP601).
     pub expect: Option<Arc<Manifest>>,
+    /// The chat templates every checkpoint may carry (`--template-baseline`, TP706).
+    pub template_baseline: Option<Arc<crate::template::TemplateBaseline>>,
     /// Keep the storage-size and segment-map facts a display draws (the HTML report): one
     /// block per storage, so only kept when something will show them.
     pub layout_facts: bool,
@@ -60,6 +62,7 @@ impl Options {
             progress: None,
             max_memory: None,
             expect: None,
+            template_baseline: None,
             layout_facts: false,
             scan_share: None,
         })

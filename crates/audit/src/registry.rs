@@ -1,7 +1,7 @@
 //! Every rule, listed once.
 
 use crate::rule::Rule;
-use crate::rules::{device, expect, integrity, memory, numeric, safety, view};
+use crate::rules::{device, expect, integrity, memory, numeric, safety, template, view};
 
 /// All rules, in code order.
 pub static RULES: &[&dyn Rule] = &[
@@ -27,6 +27,12 @@ pub static RULES: &[&dyn Rule] = &[
     &safety::WeightsOnlyLoad,
     &integrity::OverBudget,
     &expect::LayoutMismatch,
+    &template::TemplateSandboxEscape,
+    &template::TemplateLoadsTemplate,
+    &template::TemplateMutation,
+    &template::TemplateUnparsable,
+    &template::TemplateUnusual,
+    &template::TemplateChanged,
 ];
 
 /// The rule with this code (any case) or name.
@@ -86,7 +92,8 @@ mod tests {
             [
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
                 "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503",
-                "TP504", "TP505", "TP506", "TP601"
+                "TP504", "TP505", "TP506", "TP601", "TP701", "TP702", "TP703", "TP704", "TP705",
+                "TP706"
             ]
         );
         for rule in RULES {

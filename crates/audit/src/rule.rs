@@ -82,6 +82,10 @@ pub struct Context<'a> {
     pub device_load: Option<&'a DeviceLoad>,
     /// The layout the checkpoint must fit (`--expect`).
     pub expect: Option<&'a Manifest>,
+    /// Its chat templates, each parsed and walked once.
+    pub templates: Vec<crate::template::Judged>,
+    /// The templates it may carry (`--template-baseline`).
+    pub template_baseline: Option<&'a crate::template::TemplateBaseline>,
 }
 
 impl Context<'_> {

@@ -1,5 +1,6 @@
 //! A checkpoint: every tensor and storage one file (or one sharded set) holds.
 
+use crate::chat_template::ChatTemplate;
 use crate::composite::CompositeTensor;
 use crate::storage::Storage;
 use crate::tensor::Tensor;
@@ -40,6 +41,9 @@ pub enum Format {
     Gguf,
     /// A joblib file (`joblib.dump`, scikit-learn models): a pickle with NumPy arrays in it.
     Joblib,
+    /// A file transformers' tokenizer loading opens by its name for its chat template
+    /// (`tokenizer_config.json`, `chat_template.jinja`, `chat_template.json`): no tensors.
+    ChatTemplate,
     /// No file: tensors of a running process, described by it (`load::live`).
     Live,
 }
@@ -61,6 +65,7 @@ impl Format {
             Format::NumpyArchive => "numpy-npz",
             Format::Gguf => "gguf",
             Format::Joblib => "joblib",
+            Format::ChatTemplate => "chat-template",
             Format::Live => "live",
         }
     }
@@ -134,6 +139,9 @@ pub struct Checkpoint {
     pub storages: Vec<Arc<Storage>>,
     /// Free-form string metadata the file carries (safetensors `__metadata__`).
     pub metadata: BTreeMap<String, String>,
+    /// The chat templates it carries (GGUF's `tokenizer.chat_template*`, a tokenizer
+    /// config's `chat_template`), in file order; never rendered.
+    pub chat_templates: Vec<ChatTemplate>,
     /// Globals its pickles reference outside the allowlist (never executed).
     pub unsafe_globals: Vec<UnsafeGlobal>,
     /// The code a TorchScript archive carries (`None` for any other format).

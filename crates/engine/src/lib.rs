@@ -9,6 +9,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod alloc;
+pub mod chat_template;
 pub mod checkpoint;
 pub mod composite;
 pub mod data_ptr;
@@ -34,6 +35,7 @@ pub mod unsafe_global;
 pub mod views;
 pub mod weights_only;
 
+pub use chat_template::ChatTemplate;
 pub use checkpoint::{Checkpoint, ChunkedTensor, Format, LeftOut, TensorChunk};
 pub use composite::{Component, CompositeTensor};
 pub use data_ptr::{DataPtr, Deferred, Owner};

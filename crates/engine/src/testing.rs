@@ -31,6 +31,7 @@ pub fn checkpoint(
         tensors,
         storages,
         metadata: Default::default(),
+        chat_templates: Vec::new(),
         unsafe_globals: Vec::new(),
         torchscript: None,
         chunked: Vec::new(),

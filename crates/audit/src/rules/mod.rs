@@ -6,6 +6,7 @@ pub mod integrity;
 pub mod memory;
 pub mod numeric;
 pub mod safety;
+pub mod template;
 pub mod view;
 
 use crate::rule::Context;

@@ -18,6 +18,7 @@ use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
 use tensorplay_audit::options::Options;
 use tensorplay_audit::report::{FailOn, FileReport, Report, SharedSet};
+use tensorplay_audit::template::TemplateBaseline;
 use tensorplay_audit::text::{plural, printable};
 use tensorplay_engine::alloc::cuda::{gpu_status, GpuStatus};
 use tensorplay_engine::alloc::device_load::load_to_device;
@@ -84,6 +85,10 @@ pub struct AuditArgs {
     /// `tensorplay inspect --format layout`, or another checkpoint.
     #[arg(long, value_name = "LAYOUT")]
     expect: Option<PathBuf>,
+    /// Fail every chat template whose SHA-256 this file does not list (TP706): one
+    /// `sha256sum` line per template served.
+    #[arg(long, value_name = "FILE")]
+    template_baseline: Option<PathBuf>,
     /// Exit 0 with an empty report when no checkpoint is found, instead of 2.
     #[arg(long)]
     allow_empty: bool,
@@ -163,6 +168,12 @@ impl Settings {
             Some(path) => Some(std::sync::Arc::new(crate::expect::load_layout(path)?)),
             None => None,
         };
+        options.template_baseline = args
+            .template_baseline
+            .as_deref()
+            .map(TemplateBaseline::load)
+            .transpose()?
+            .map(Arc::new);
         let baseline = args.baseline.as_deref().map(Baseline::load).transpose()?;
         Ok(Settings {
             config,

@@ -333,6 +333,7 @@ mod tests {
                 message: "a finding over many tensors".into(),
                 fix: "fix them".into(),
                 global: None,
+                template: None,
                 payload: String::new(),
                 fingerprint: String::new(),
             }],

@@ -104,6 +104,10 @@ fn result(path: &str, finding: &Finding, suppressed: bool) -> Value {
     if let Some(storage) = finding.storage {
         properties["storage"] = json!(storage);
     }
+    // A chat template's place in its file (a GGUF key, a JSON path) and its hash.
+    if let Some(template) = &finding.template {
+        properties["template"] = json!(template);
+    }
     let mut result = json!({
         "ruleId": finding.code.as_str(),
         "ruleIndex": RULES.iter().position(|r| r.code() == finding.code),

@@ -13,6 +13,7 @@
 //! Adding a format is its reader module with its `ROW`, one line in `table::FORMATS`, and one
 //! [`Format`] variant.
 
+mod chat_template;
 mod dcp;
 mod flatten;
 mod gguf;

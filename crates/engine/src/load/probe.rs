@@ -1,7 +1,7 @@
 //! Looking at a path once: what its content says it is and, for an index, the index itself,
 //! so that whoever decides what to read (discovery, `open`) and the reading share one look.
 
-use super::table::{directory_readers, DirReader};
+use super::table::{directory_readers, named_reader, DirReader};
 use super::{reader, sniff_nonempty, unknown, Reader, ShardIndex, Sniffed};
 use crate::error::{Error, Result};
 use crate::files;
@@ -55,6 +55,13 @@ pub fn probe(path: &Path) -> Result<Probe> {
     files::settle(path, || {
         let buffer = files::open(path)?;
         let sniffed = sniff_nonempty(path, &buffer)?;
+        if let Some((reader, format)) = named_reader(path, sniffed) {
+            return Ok(Probe {
+                path: path.to_owned(),
+                sniffed: Sniffed::Format(format),
+                found: Found::File(reader),
+            });
+        }
         let found = match (reader(sniffed), sniffed) {
             (Some(reader), _) => Found::File(reader),
             (None, Sniffed::JsonIndex) => {

@@ -4,6 +4,7 @@
 //! after.
 
 use super::limits::{Meter, ReadLimits};
+use crate::chat_template::ChatTemplate;
 use crate::pickle::weights_only::set_storage;
 use crate::torchscript_code::TorchScriptCode;
 use crate::unsafe_global::UnsafeGlobal;
@@ -24,6 +25,7 @@ struct Gathered {
     storages: Vec<Arc<Storage>>,
     unsafe_globals: Vec<UnsafeGlobal>,
     metadata: BTreeMap<String, String>,
+    chat_templates: Vec<ChatTemplate>,
     torchscript: Option<TorchScriptCode>,
     chunked: Vec<ChunkedTensor>,
     /// What `torch.load` would do with the files read so far.
@@ -369,6 +371,11 @@ impl<'a> Sink<'a> {
         self.out.metadata.clear();
     }
 
+    /// A chat template the file carries, as stored.
+    pub fn add_chat_template(&mut self, template: ChatTemplate) {
+        self.out.chat_templates.push(template);
+    }
+
     /// A TorchScript archive's code.
     pub fn set_torchscript(&mut self, code: TorchScriptCode) {
         self.out.torchscript = Some(code);
@@ -406,6 +413,7 @@ fn finish(out: Gathered, path: &Path, format: Format, held_bytes: u64) -> Checkp
         tensors: out.tensors,
         storages: out.storages,
         metadata: out.metadata,
+        chat_templates: out.chat_templates,
         unsafe_globals: out.unsafe_globals,
         torchscript: out.torchscript,
         chunked: out.chunked,

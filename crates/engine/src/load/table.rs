@@ -8,6 +8,7 @@
 //! [`Format`] variant: sniffing, the zip reader, directory probing, discovery's names and a
 //! polyglot's names all read this table.
 
+use super::chat_template;
 use super::dcp;
 use super::gguf;
 use super::index;
@@ -32,7 +33,7 @@ use std::sync::Arc;
 /// GGUF's magics first, which no other loader's input begins with, and the pickle loaders last,
 /// which take whatever runs; zip archives as torch tells them apart, the last claiming any.
 #[rustfmt::skip]
-pub(crate) const FORMATS: [&Row; 16] = [
+pub(crate) const FORMATS: [&Row; 17] = [
     // Files, by their whole bytes.
     &numpy::ROW,
     &gguf::ROW,
@@ -52,6 +53,8 @@ pub(crate) const FORMATS: [&Row; 16] = [
     &torch::archive::ROW,
     // Directories, by their files.
     &dcp::ROW,
+    // Files, by their names (before their bytes: what opens them looks at nothing else).
+    &chat_template::ROW,
 ];
 
 /// One format.
@@ -76,6 +79,19 @@ pub(crate) enum Accepts {
     Records(ZipKind),
     /// A directory, by its files.
     Directory(DirReader),
+    /// A file, by its name alone, whatever its bytes: what a library opens by file name
+    /// (transformers' `tokenizer_config.json`).
+    Name(NameRule),
+}
+
+/// The file names a row's loader opens, and its reader.
+#[derive(Clone, Copy)]
+pub(crate) struct NameRule {
+    /// Exact file names (case as written: the Hub's names are case-sensitive).
+    pub names: &'static [&'static str],
+    /// What such a file is read as.
+    pub format: Format,
+    pub read: ReadFn,
 }
 
 /// A reader: writes one file's tensors and storages (and its metadata) through `sink` and
@@ -160,6 +176,39 @@ pub(crate) fn directory_readers() -> impl Iterator<Item = (&'static str, DirRead
     })
 }
 
+/// The reader of a file its name decides, with what it is, given what its bytes are
+/// (`sniffed`): a `tokenizer_config.json` is JSON, but no index. Bytes a checkpoint loader
+/// takes (a zip, GGUF, `.npy`, an LFS pointer…) are read as those, whatever the name: no
+/// template loader reads them as text, and every loader that would open them judges them. A
+/// text that CPython would also run as a pickle is read by name, with that pickle's globals
+/// judged beside it (`read_judged`).
+pub(crate) fn named_reader(path: &Path, sniffed: Sniffed) -> Option<(Reader, Format)> {
+    let text = matches!(
+        sniffed,
+        Sniffed::Unknown | Sniffed::JsonIndex | Sniffed::Format(Format::Pickle)
+    );
+    if !text {
+        return None;
+    }
+    let name = path.file_name()?.to_str()?;
+    FORMATS.into_iter().find_map(|row| match &row.accepts {
+        Accepts::Name(rule) if rule.names.contains(&name) => Some((
+            Reader {
+                file: FileReader {
+                    read: rule.read,
+                    index: rule.format,
+                    // Text no loader unpickles; the bytes are judged as a pickle all the
+                    // same where CPython would run them (`read_judged`).
+                    reads_pickle: false,
+                },
+                what: row.what,
+            },
+            rule.format,
+        )),
+        _ => None,
+    })
+}
+
 /// The reader of files `kind` names; `None` for what nothing reads alone.
 pub(crate) fn reader(kind: Sniffed) -> Option<Reader> {
     file_rules()
@@ -224,5 +273,36 @@ mod tests {
         let pickled = |loader: &str| loader.contains("torch.load") || loader.contains("pickle");
         assert!(named_for(Path::new("last.ckpt"), Some(pickled)));
         assert!(!named_for(Path::new("m.safetensors"), Some(pickled)));
+    }
+
+    #[test]
+    fn template_files_are_found_by_their_exact_name() {
+        let named =
+            |p: &str| named_reader(Path::new(p), Sniffed::Unknown).map(|(_, format)| format);
+        assert_eq!(named("m/tokenizer_config.json"), Some(Format::ChatTemplate));
+        assert_eq!(named("chat_template.jinja"), Some(Format::ChatTemplate));
+        assert_eq!(named("a/chat_template.json"), Some(Format::ChatTemplate));
+        assert_eq!(named("Tokenizer_Config.json"), None);
+        assert_eq!(named("config.json"), None);
+        assert_eq!(named("x.jinja"), None);
+        // JSON, and a text that is a pickle too, are read by name; a checkpoint's bytes are
+        // read as the checkpoint they are.
+        let as_json = named_reader(Path::new("tokenizer_config.json"), Sniffed::JsonIndex);
+        assert!(as_json.is_some());
+        let pickled = named_reader(
+            Path::new("chat_template.jinja"),
+            Sniffed::Format(Format::Pickle),
+        );
+        assert!(pickled.is_some_and(|(reader, _)| !reader.file.reads_pickle));
+        for sniffed in [
+            Sniffed::Format(Format::Gguf),
+            Sniffed::Zip,
+            Sniffed::LfsPointer,
+        ] {
+            assert!(
+                named_reader(Path::new("chat_template.jinja"), sniffed).is_none(),
+                "{sniffed:?}"
+            );
+        }
     }
 }

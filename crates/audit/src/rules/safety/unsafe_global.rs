@@ -133,6 +133,7 @@ fn draft(g: &UnsafeGlobal, presets: &[Covering]) -> Draft {
             message: format!("{}: {effect}{allow}", subject(&global)),
             fix: "do not load this file with weights_only=False; re-save a plain state_dict from a trusted environment or convert to safetensors".into(),
             global: Some(global),
+            template: None,
             payload: g.payload.clone(),
         }
     }

@@ -6,6 +6,7 @@
 
 use super::types::{ggml_type, GgmlType, ValueType};
 use super::Problem;
+use crate::chat_template::ChatTemplate;
 use crate::error::clip;
 use crate::load::limits::Meter;
 use std::collections::{BTreeMap, HashSet};
@@ -33,6 +34,11 @@ const MAX_NESTING: u32 = 64;
 /// A string value shown whole in the metadata up to this many bytes; longer ones (a chat
 /// template) by their size only.
 const SHOWN_STRING_BYTES: usize = 64;
+
+/// The key of the default chat template; named ones are `tokenizer.chat_template.<name>`
+/// (gguf-py's `Keys.Tokenizer.CHAT_TEMPLATE` and `CHAT_TEMPLATE_N`, llama.cpp's
+/// `LLM_KV_TOKENIZER_CHAT_TEMPLATE`).
+const CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
 
 /// What each metadata entry holds beyond its key and summary: the map's node, and a slot in
 /// nothing else (keys are found twice through the map itself).
@@ -64,7 +70,18 @@ pub(crate) struct Header {
     /// gguf-py's `fields`, by key: the header's three (`GGUF.version`, `GGUF.tensor_count`,
     /// `GGUF.kv_count`) and each key/value, summarised (`summary`).
     pub metadata: BTreeMap<String, String>,
+    /// The string values of the chat-template keys, in file order, kept whole.
+    pub chat_templates: Vec<ChatTemplate>,
     pub tensors: Vec<TensorInfo>,
+}
+
+/// One key/value as read: its key, its value's summary, the alignment it sets if it is
+/// `general.alignment`, and its whole bytes if it is a chat template.
+struct Kv<'a> {
+    key: String,
+    summary: String,
+    alignment: Option<u64>,
+    template: Option<&'a [u8]>,
 }
 
 /// Reads through a file's bytes in its byte order; every read is checked against the end.
@@ -146,8 +163,14 @@ pub(crate) fn read(path: &Path, bytes: &[u8], meter: &Meter) -> Result<Header, P
         metadata.insert(key.to_owned(), value);
     }
     let mut alignment = None;
+    let mut chat_templates = Vec::new();
     for index in 0..kv_count {
-        let (key, summary, aligned) = read_kv(&mut cursor, index)?;
+        let Kv {
+            key,
+            summary,
+            alignment: aligned,
+            template,
+        } = read_kv(&mut cursor, index)?;
         if metadata.contains_key(&key) {
             return Err(Problem::new(
                 format!("metadata key '{}'", clip(&key)),
@@ -158,6 +181,15 @@ pub(crate) fn read(path: &Path, bytes: &[u8], meter: &Meter) -> Result<Header, P
             alignment = aligned;
         }
         hold_entry(path, meter, &key, &summary)?;
+        if let Some(source) = template {
+            meter
+                .hold(path, source.len() as u64, || "a chat template".to_owned())
+                .map_err(Problem::Budget)?;
+            chat_templates.push(ChatTemplate {
+                location: Some(key.clone()),
+                source: source.to_vec(),
+            });
+        }
         metadata.insert(key, summary);
     }
     let alignment = alignment.unwrap_or(DEFAULT_ALIGNMENT);
@@ -196,6 +228,7 @@ pub(crate) fn read(path: &Path, bytes: &[u8], meter: &Meter) -> Result<Header, P
         alignment,
         data_start,
         metadata,
+        chat_templates,
         tensors,
     })
 }
@@ -257,9 +290,14 @@ fn read_name(cursor: &mut Cursor<'_>) -> Result<String, String> {
     })
 }
 
-/// One key/value: its key, its value's summary, and the alignment it sets if it is
-/// `general.alignment`.
-fn read_kv(cursor: &mut Cursor<'_>, index: u64) -> Result<(String, String, Option<u64>), Problem> {
+/// Whether `key` holds a chat template: the default one or a named one.
+fn is_chat_template(key: &str) -> bool {
+    key.strip_prefix(CHAT_TEMPLATE_KEY)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+/// One key/value as read.
+fn read_kv<'a>(cursor: &mut Cursor<'a>, index: u64) -> Result<Kv<'a>, Problem> {
     let key = read_name(cursor).map_err(|e| Problem::new(format!("metadata key {index}"), e))?;
     let part = || format!("metadata key '{}'", clip(&key));
     let raw = cursor
@@ -294,7 +332,23 @@ fn read_kv(cursor: &mut Cursor<'_>, index: u64) -> Result<(String, String, Optio
         }
         alignment = Some(align);
     }
-    Ok((key, summary, alignment))
+    // Only a string is a template llama.cpp renders (it reads the key as a string); the value
+    // was read once already, so reading it again from its start cannot fail.
+    let template = match ty == ValueType::String && is_chat_template(&key) {
+        true => read_bytes(&mut Cursor {
+            bytes: cursor.bytes,
+            pos: start,
+            big: cursor.big,
+        })
+        .ok(),
+        false => None,
+    };
+    Ok(Kv {
+        key,
+        summary,
+        alignment,
+        template,
+    })
 }
 
 fn value_type(raw: u32) -> Result<ValueType, String> {

@@ -126,6 +126,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
         alignment,
         data_start,
         metadata,
+        chat_templates,
         tensors,
     } = header::read(path, buffer.bytes(), sink.meter()).map_err(|p| p.into_error(path))?;
     // As many as the infos read, each charged to the budget as it was.
@@ -141,6 +142,9 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
     }
     build(buffer, placed, big_endian, sink)?;
     sink.set_metadata(metadata);
+    for template in chat_templates {
+        sink.add_chat_template(template);
+    }
     Ok(Format::Gguf)
 }
 
@@ -616,6 +620,32 @@ mod tests {
         assert_eq!(
             ckpt.metadata["tokenizer.chat_template"],
             "string of 65 bytes"
+        );
+    }
+
+    #[test]
+    fn chat_templates_are_kept_whole_by_key_and_other_keys_are_not() {
+        let mut b = Builder::new(false, 0, 5);
+        b.str("tokenizer.chat_template").u32(8).str("{{ a }}");
+        b.str("tokenizer.chat_templates").u32(8).str("not one");
+        b.str("tokenizer.chat_template.tool_use")
+            .u32(8)
+            .str("{{ b }}");
+        b.str("tokenizer.chat_templatex").u32(8).str("nor this");
+        // Not a string: llama.cpp renders no template from it.
+        b.str("tokenizer.chat_template.n").u32(4).u32(7);
+        let ckpt = read(b.out.clone()).expect("reads");
+        let found: Vec<(Option<&str>, &[u8])> = ckpt
+            .chat_templates
+            .iter()
+            .map(|t| (t.location.as_deref(), t.source.as_slice()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (Some("tokenizer.chat_template"), &b"{{ a }}"[..]),
+                (Some("tokenizer.chat_template.tool_use"), &b"{{ b }}"[..]),
+            ]
         );
     }
 
