@@ -53,8 +53,13 @@ def load_oracles():
 
 
 # Names a newer torch than the pinned one adds to its weights-only table (torch 2.15.0:
-# `torch.bcomplex32`), which tensorplay's table holds too (fixtures/torch215/).
-NEWER_TORCH_ALLOWED = {"torch.bcomplex32"}
+# `torch.bcomplex32`), or registers as safe globals when imported (torch 2.15.0's device mesh
+# layouts), which tensorplay's table holds too (fixtures/torch215/).
+NEWER_TORCH_ALLOWED = {
+    "torch.bcomplex32",
+    "torch.distributed._mesh_layout._FlatLayout",
+    "torch.distributed._mesh_layout._MeshLayout",
+}
 
 
 def weights_only_allowlist():
