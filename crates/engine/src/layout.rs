@@ -69,10 +69,18 @@ impl Layout {
 
     /// A C-contiguous layout at offset 0, with the strides PyTorch gives a fresh tensor
     /// (size-0 dimensions count as 1 when striding).
+    ///
+    /// Built in place, as [`Layout::new`] would build it from these strides with the same
+    /// errors: its extent check is implied (with no size 0, the last element is at
+    /// `numel - 1`), and a million tensors are built this way.
     pub fn contiguous(sizes: impl AsRef<[u64]>) -> Result<Self> {
         let sizes = sizes.as_ref();
-        let mut strides: Dims = smallvec::smallvec![1u64; sizes.len()];
-        for i in (1..sizes.len()).rev() {
+        let rank = sizes.len();
+        let mut dims: SmallVec<[u64; 8]> = SmallVec::with_capacity(2 * rank);
+        dims.extend_from_slice(sizes);
+        dims.extend(std::iter::repeat_n(1u64, rank));
+        let (sizes, strides) = dims.split_at_mut(rank);
+        for i in (1..rank).rev() {
             // Indices are in range by the loop bounds; sizes and strides have one length.
             strides[i - 1] = strides[i]
                 .checked_mul(sizes[i].max(1))
@@ -80,7 +88,16 @@ impl Layout {
                     what: "contiguous strides",
                 })?;
         }
-        Layout::new(sizes, strides, 0)
+        sizes
+            .iter()
+            .try_fold(1u64, |acc, &s| acc.checked_mul(s))
+            .ok_or(Error::Overflow {
+                what: "element count",
+            })?;
+        Ok(Layout {
+            dims,
+            storage_offset: 0,
+        })
     }
 
     /// Sizes per dimension.
@@ -195,6 +212,33 @@ mod tests {
         assert_eq!(Layout::contiguous(vec![0, 3]).unwrap().strides(), &[3, 1]);
         assert!(Layout::contiguous(vec![]).unwrap().strides().is_empty());
         assert_eq!(Layout::contiguous(vec![]).unwrap().numel(), 1);
+    }
+
+    proptest::proptest! {
+        /// Built in place, a contiguous layout is what `Layout::new` builds from PyTorch's
+        /// strides, or the same error: sizes near 2^64 and zeros included.
+        #[test]
+        fn contiguous_is_new_with_pytorchs_strides(
+            sizes in proptest::collection::vec(
+                proptest::prop_oneof![0u64..4, 1u64 << 20..1 << 22, (1u64 << 62)..u64::MAX],
+                0..6,
+            )
+        ) {
+            let mut strides = vec![1u64; sizes.len()];
+            let mut expected = Ok(());
+            for i in (1..sizes.len()).rev() {
+                match strides[i].checked_mul(sizes[i].max(1)) {
+                    Some(stride) => strides[i - 1] = stride,
+                    None => {
+                        expected = Err(Error::Overflow { what: "contiguous strides" });
+                        break;
+                    }
+                }
+            }
+            let expected = expected.and_then(|()| Layout::new(&sizes, &strides, 0));
+            let got = Layout::contiguous(&sizes);
+            proptest::prop_assert_eq!(format!("{got:?}"), format!("{expected:?}"));
+        }
     }
 
     #[test]

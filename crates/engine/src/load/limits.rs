@@ -80,6 +80,15 @@ impl Meter {
         Ok(())
     }
 
+    /// Gives back `bytes` charged for what is no longer held (a first reading given up).
+    pub fn release(&self, bytes: u64) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                Some(held.saturating_sub(bytes))
+            });
+    }
+
     /// The pickle budget for a stream read now: its values may take what is not yet held.
     pub fn pickle_budget(&self) -> crate::pickle::Budget {
         crate::pickle::Budget {

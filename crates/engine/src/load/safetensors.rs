@@ -2,19 +2,22 @@
 //!
 //! tensorplay first applies the format's rules itself, stricter than the `safetensors` crate
 //! where the spec is (duplicate names, unknown entry fields, text before the opening brace),
-//! so every rejection names the tensor and the bytes at fault. The crate then reads the same
-//! entries as the authority; its reading must agree with tensorplay's, entry for entry, or the
-//! file is refused as a parser differential.
+//! so every rejection names the tensor and the bytes at fault. The crate is the authority on
+//! what it shares with tensorplay's reading: each entry's dtype is read by the crate's own
+//! `Dtype` and must be the dtype tensorplay reads, and the entries pass the crate's own
+//! validation (`Metadata::new`: offsets contiguous from zero, sizes matching dtype × shape)
+//! in bounded batches, each after one filler entry covering the bytes before it, so its
+//! offset checks apply at the file's real offsets. The rest of an entry the crate reads with
+//! the same serde derivation over the same JSON (`shape` as `Vec<usize>`, `data_offsets` as
+//! `(usize, usize)`, which are tensorplay's `u64` on the 64-bit targets it builds for; unknown
+//! fields the crate skips, tensorplay refuses), so reading the text twice would find nothing.
+//! What the crate checks on the whole file only — the length prefix, UTF-8, the JSON object
+//! around the entries, `__metadata__` as a map of strings, the data length — tensorplay
+//! checks itself, with the same limits.
 //!
-//! The crate reads a header whole into owned maps (≈ 700 bytes an entry: 700 MB for a million
-//! tensors, most of it serde's buffering of the flattened map), so it is handed the entries in
-//! bounded batches instead: each entry's value text, verbatim, through the crate's own
-//! `TensorInfo`, and each batch through the crate's own validation (`Metadata::new`), after
-//! one filler entry covering the bytes before the batch, so that its offset checks
-//! (contiguous from zero, sizes matching dtype × shape) apply to the file's real offsets. What
-//! the crate checks on the whole file only — the length prefix, UTF-8, the JSON object around
-//! the entries, `__metadata__` as a map of strings, the data length — tensorplay checks itself,
-//! with the same limits.
+//! A header is read in one pass, each entry validated as it is met. Where that pass finds
+//! anything amiss it gives up, and the careful reading (the entries split first, then each
+//! parsed) names the fault with one precedence whatever the file's order.
 
 use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
 use super::table::{Accepts, FileReader, FileRule, Row};
@@ -50,16 +53,17 @@ struct RawEntry<'a> {
 }
 
 /// One validated header entry.
-struct Entry<'h> {
+#[derive(Debug)]
+struct Entry {
     name: Arc<str>,
     dtype: DType,
+    // The crate's reading of the same code, for its validation of the batch.
+    crate_dtype: safetensors::Dtype,
     // The shape alone: the layout (strides and extents, twice the size) is built with the
     // tensor, so a million entries and their tensors never hold both.
     shape: Dims,
     start: u64,
     end: u64,
-    // The entry's value text in the header, for the crate's reading.
-    json: &'h str,
 }
 
 /// How many entries the crate reads at once: a few MB of its transient maps.
@@ -109,8 +113,10 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
     let bytes = buffer.bytes();
     let meter = sink.meter();
     let (header, data_start) = split_header(path, bytes)?;
-    let raw = split_entries(path, header, meter)?;
-    let (metadata, entries) = parse_entries(path, raw, meter)?;
+    let (metadata, entries) = match read_at_once(path, header, meter)? {
+        Some(parsed) => parsed,
+        None => parse_entries(path, split_entries(path, header, meter)?, meter)?,
+    };
     check_data_len(buffer, data_start, &entries)?;
     cross_check_with_crate(path, &entries, meter)?;
     // Read through: its pages (87 MB for a million entries) need not stay resident beside the
@@ -122,7 +128,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
 }
 
 /// The data region must end where the file does.
-fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry<'_>]) -> Result<()> {
+fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry]) -> Result<()> {
     let data_end = entries.last().map_or(0, |e| e.end);
     let file_end = data_start.checked_add(data_end).ok_or(Error::Overflow {
         what: "data end offset",
@@ -142,7 +148,7 @@ fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry<'_>]) -
 fn build_into(
     buffer: &Arc<HostBuffer>,
     data_start: u64,
-    entries: Vec<Entry<'_>>,
+    entries: Vec<Entry>,
     sink: &mut Sink<'_>,
 ) -> Result<()> {
     let storages = sink.add_storages(&entries, |entry| {
@@ -345,7 +351,115 @@ impl<'de> Deserialize<'de> for Key<'de> {
 }
 
 /// The `__metadata__` map and the entries.
-type Parsed<'h> = (BTreeMap<String, String>, Vec<Entry<'h>>);
+type Parsed = (BTreeMap<String, String>, Vec<Entry>);
+
+/// The header in one pass, each entry validated as it is met and charged as the careful
+/// reading charges it; `None` when anything is amiss, for the careful reading to name (what
+/// this pass charged given back first). Only a refusal over the budget is returned as found.
+fn read_at_once(path: &Path, header: &str, meter: &Meter) -> Result<Option<Parsed>> {
+    // serde_json steps over leading whitespace, which the format refuses.
+    if !header.starts_with('{') {
+        return Ok(None);
+    }
+    let held = meter.held();
+    let refused = RefCell::new(None);
+    let room = (meter.limits.max_memory.saturating_sub(held) / HEADER_ENTRY_BYTES)
+        .min(header.len() as u64 / 50);
+    let seed = OnePass {
+        path,
+        meter,
+        refused: &refused,
+        room: usize::try_from(room).unwrap_or(0),
+    };
+    let mut de = serde_json::Deserializer::from_str(header);
+    let parsed = de
+        .deserialize_map(seed)
+        .and_then(|parsed| de.end().map(|()| parsed));
+    if let Some(e) = refused.into_inner() {
+        return Err(e);
+    }
+    let Ok((metadata, mut entries)) = parsed else {
+        meter.release(meter.held().saturating_sub(held));
+        return Ok(None);
+    };
+    let names = entries
+        .iter()
+        .fold(0u64, |acc, e| acc.saturating_add(e.name.len() as u64));
+    let each = std::mem::size_of::<Entry>() as u64;
+    meter.hold_tensors(path, entries.len() as u64, each, names)?;
+    if let Some(name) = first_duplicate(entries.iter().map(|e| &*e.name)) {
+        return Err(Error::DuplicateTensor {
+            path: path.to_owned(),
+            name: name.to_owned(),
+        });
+    }
+    sort_by_offset(&mut entries);
+    check_tiling(path, &entries)?;
+    Ok(Some((metadata.unwrap_or_default(), entries)))
+}
+
+struct OnePass<'p> {
+    path: &'p Path,
+    meter: &'p Meter,
+    refused: &'p RefCell<Option<Error>>,
+    room: usize,
+}
+
+impl<'de> Visitor<'de> for OnePass<'_> {
+    type Value = (Option<BTreeMap<String, String>>, Vec<Entry>);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let amiss = || serde::de::Error::custom("for the careful reading");
+        let mut metadata = None;
+        let mut entries = Vec::with_capacity(self.room);
+        // Dtype codes repeat: each distinct one is looked up once.
+        let mut last: Option<(&'de str, DType, safetensors::Dtype)> = None;
+        while let Some(Key(key)) = map.next_key()? {
+            let copied = match &key {
+                Cow::Owned(k) => k.len() as u64,
+                Cow::Borrowed(_) => 0,
+            };
+            let bytes = HEADER_ENTRY_BYTES.saturating_add(copied);
+            if let Err(e) = self
+                .meter
+                .hold(self.path, bytes, || "the header's entries".into())
+            {
+                *self.refused.borrow_mut() = Some(e);
+                return Err(serde::de::Error::custom("memory budget"));
+            }
+            if key == METADATA_KEY {
+                if metadata.is_some() {
+                    return Err(amiss());
+                }
+                metadata = Some(map.next_value::<BTreeMap<String, String>>()?);
+                continue;
+            }
+            let raw: RawEntry<'de> = map.next_value()?;
+            let dtypes = match (last, &raw.dtype) {
+                (Some((code, ours, theirs)), Cow::Borrowed(now)) if code == *now => {
+                    Ok((ours, theirs))
+                }
+                _ => dtypes(self.path, &key, &raw.dtype),
+            };
+            let Ok((dtype, crate_dtype)) = dtypes else {
+                return Err(amiss());
+            };
+            if let Cow::Borrowed(code) = raw.dtype {
+                last = Some((code, dtype, crate_dtype));
+            }
+            let entry = validate(self.path, &key, raw, dtype, crate_dtype).map_err(|_| amiss())?;
+            entries.push(entry);
+        }
+        Ok((metadata, entries))
+    }
+}
 
 /// Parses and validates the entries: metadata, then entries sorted by data offset (ties,
 /// which only zero-size tensors can make, by name) that tile the data region exactly.
@@ -353,7 +467,7 @@ type Parsed<'h> = (BTreeMap<String, String>, Vec<Entry<'h>>);
 /// Every entry is charged before any is parsed; then the entries are parsed in parallel
 /// while the names are checked for duplicates. Errors keep one precedence whatever the
 /// timing: a duplicate name, the metadata, then the first bad entry in file order.
-fn parse_entries<'h>(path: &Path, raw: RawEntries<'h>, meter: &Meter) -> Result<Parsed<'h>> {
+fn parse_entries(path: &Path, raw: RawEntries<'_>, meter: &Meter) -> Result<Parsed> {
     let syntax = |detail: String| Error::HeaderSyntax {
         path: path.to_owned(),
         detail,
@@ -377,7 +491,7 @@ fn parse_entries<'h>(path: &Path, raw: RawEntries<'h>, meter: &Meter) -> Result<
 
     // In order and indexed, so the list is written in place, not joined from pieces.
     let (duplicate, parsed) = rayon::join(
-        || first_duplicate(&raw),
+        || first_duplicate(raw.iter().map(|(name, _)| name.as_ref())),
         || {
             before
                 .par_iter()
@@ -407,30 +521,75 @@ fn parse_entries<'h>(path: &Path, raw: RawEntries<'h>, meter: &Meter) -> Result<
     }
     let mut entries = somes(parsed);
     drop(raw);
-    entries.par_sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
+    sort_by_offset(&mut entries);
     check_tiling(path, &entries)?;
     Ok((metadata, entries))
 }
 
-/// The first name met twice, in file order.
-fn first_duplicate<'r>(raw: &'r RawEntries<'_>) -> Option<&'r str> {
+/// By data offset; ties, which only zero-size tensors can make, by name.
+fn sort_by_offset(entries: &mut [Entry]) {
+    entries.par_sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
+}
+
+/// The first name met twice, in order.
+fn first_duplicate<'n>(names: impl ExactSizeIterator<Item = &'n str>) -> Option<&'n str> {
     let mut seen =
-        HashSet::with_capacity_and_hasher(raw.len(), foldhash::quality::RandomState::default());
-    raw.iter()
-        .map(|(name, _)| name.as_ref())
-        .find(|name| !seen.insert(*name))
+        HashSet::with_capacity_and_hasher(names.len(), foldhash::quality::RandomState::default());
+    names.into_iter().find(|name| !seen.insert(*name))
 }
 
 /// One tensor's entry: a known dtype, a shape, and offsets spanning exactly its bytes.
-fn parse_entry<'h>(path: &Path, name: &str, json: &'h str) -> Result<Entry<'h>> {
+fn parse_entry(path: &Path, name: &str, json: &str) -> Result<Entry> {
+    let raw: RawEntry = serde_json::from_str(json).map_err(|e| Error::InvalidTensor {
+        path: path.to_owned(),
+        tensor: name.to_owned(),
+        detail: e.to_string(),
+    })?;
+    let (dtype, crate_dtype) = dtypes(path, name, &raw.dtype)?;
+    validate(path, name, raw, dtype, crate_dtype)
+}
+
+/// A dtype code as tensorplay reads it and as the crate's `Dtype` reads it: a code either
+/// does not know is refused, and the two readings must name one dtype.
+fn dtypes(path: &Path, name: &str, code: &str) -> Result<(DType, safetensors::Dtype)> {
+    let ours = DType::from_safetensors_code(code).ok_or_else(|| Error::InvalidTensor {
+        path: path.to_owned(),
+        tensor: name.to_owned(),
+        detail: format!("unknown dtype '{code}'"),
+    })?;
+    let rejected = |detail: String| Error::SafetensorsRejected {
+        path: path.to_owned(),
+        detail: format!("tensor '{name}': {detail}"),
+    };
+    let theirs = safetensors::Dtype::deserialize(serde::de::value::StrDeserializer::<
+        serde::de::value::Error,
+    >::new(code))
+    .map_err(|e| rejected(e.to_string()))?;
+    let named = serde_json::to_value(theirs)
+        .ok()
+        .as_ref()
+        .and_then(|c| c.as_str())
+        .and_then(DType::from_safetensors_code);
+    if named != Some(ours) {
+        return Err(rejected("the crate reads its dtype differently".into()));
+    }
+    Ok((ours, theirs))
+}
+
+/// The rest of an entry's rules, its dtype read: a shape, and offsets spanning exactly its
+/// bytes.
+fn validate(
+    path: &Path,
+    name: &str,
+    raw: RawEntry<'_>,
+    dtype: DType,
+    crate_dtype: safetensors::Dtype,
+) -> Result<Entry> {
     let invalid = |detail: String| Error::InvalidTensor {
         path: path.to_owned(),
         tensor: name.to_owned(),
         detail,
     };
-    let raw: RawEntry = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
-    let dtype = DType::from_safetensors_code(&raw.dtype)
-        .ok_or_else(|| invalid(format!("unknown dtype '{}'", raw.dtype)))?;
     let layout = Layout::contiguous(&raw.shape).map_err(|e| invalid(e.to_string()))?;
     let (start, end) = raw.data_offsets;
     let Some(span) = end.checked_sub(start) else {
@@ -465,16 +624,16 @@ fn parse_entry<'h>(path: &Path, name: &str, json: &'h str) -> Result<Entry<'h>> 
     Ok(Entry {
         name: Arc::from(name),
         dtype,
+        crate_dtype,
         shape: raw.shape,
         start,
         end,
-        json,
     })
 }
 
 /// Entries sorted by offset must follow one another with neither gap nor overlap.
-fn check_tiling(path: &Path, entries: &[Entry<'_>]) -> Result<()> {
-    let mut previous: Option<&Entry<'_>> = None;
+fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
+    let mut previous: Option<&Entry> = None;
     for entry in entries {
         let expected = previous.map_or(0, |p| p.end);
         let problem = if entry.start > expected {
@@ -502,10 +661,10 @@ fn check_tiling(path: &Path, entries: &[Entry<'_>]) -> Result<()> {
     Ok(())
 }
 
-/// Demands that the `safetensors` crate's reading of the entries agrees with tensorplay's,
-/// entry for entry, batch by batch (in parallel: each batch stands alone).
-fn cross_check_with_crate(path: &Path, entries: &[Entry<'_>], meter: &Meter) -> Result<()> {
-    let batch_bytes = |batch: &[Entry<'_>]| {
+/// Demands that the `safetensors` crate's validation accepts the entries, batch by batch (in
+/// parallel: each batch stands alone).
+fn cross_check_with_crate(path: &Path, entries: &[Entry], meter: &Meter) -> Result<()> {
+    let batch_bytes = |batch: &[Entry]| {
         batch.iter().fold(0u64, |acc, e| {
             acc.saturating_add(CRATE_ENTRY_BYTES + e.name.len() as u64)
         })
@@ -525,20 +684,21 @@ fn cross_check_with_crate(path: &Path, entries: &[Entry<'_>], meter: &Meter) -> 
         .try_for_each(|batch| check_batch(path, batch))
 }
 
-/// The crate's reading of one batch: each entry's value text through the crate's own
-/// `TensorInfo`, then the crate's validation of the batch (`Metadata::new`: offsets
-/// contiguous from zero, sizes matching dtype × shape) after a filler entry of bytes
-/// `[0, start)`, named apart from every entry, so the rules apply at the real offsets.
-fn check_batch(path: &Path, batch: &[Entry<'_>]) -> Result<()> {
+/// The crate's validation of one batch (`Metadata::new`: offsets contiguous from zero, sizes
+/// matching dtype × shape), the entries as the crate reads them, after a filler entry of
+/// bytes `[0, start)`, named apart from every entry, so the rules apply at the real offsets.
+fn check_batch(path: &Path, batch: &[Entry]) -> Result<()> {
     use safetensors::tensor::{Metadata, TensorInfo};
     let rejected = |detail: String| Error::SafetensorsRejected {
         path: path.to_owned(),
         detail,
     };
-    let start = batch.first().map_or(0, |e| e.start);
-    let start = usize::try_from(start).map_err(|_| Error::Overflow {
-        what: "data offset",
-    })?;
+    let usize_of = |n: u64| {
+        usize::try_from(n).map_err(|_| Error::Overflow {
+            what: "data offset",
+        })
+    };
+    let start = usize_of(batch.first().map_or(0, |e| e.start))?;
     let mut filler_name = String::from("tensorplay.filler");
     while batch.iter().any(|e| *e.name == *filler_name) {
         filler_name.push('_');
@@ -548,42 +708,23 @@ fn check_batch(path: &Path, batch: &[Entry<'_>]) -> Result<()> {
         shape: vec![start],
         data_offsets: (0, start),
     };
-    std::panic::catch_unwind(|| {
-        let mut infos = Vec::with_capacity(batch.len() + 1);
-        infos.push((filler_name, filler));
-        // Dtypes repeat: the crate's code is translated once per distinct dtype, not per tensor.
-        let mut last: Option<(safetensors::Dtype, Option<DType>)> = None;
-        for entry in batch {
-            let info: TensorInfo = serde_json::from_str(entry.json)
-                .map_err(|e| rejected(format!("tensor '{}': {e}", entry.name)))?;
-            let dtype = match last {
-                Some((code, ours)) if code == info.dtype => ours,
-                _ => {
-                    let ours = serde_json::to_value(info.dtype)
-                        .ok()
-                        .as_ref()
-                        .and_then(|c| c.as_str())
-                        .and_then(DType::from_safetensors_code);
-                    last = Some((info.dtype, ours));
-                    ours
-                }
-            };
-            let (s, e) = info.data_offsets;
-            let agrees = dtype == Some(entry.dtype)
-                && info
-                    .shape
-                    .iter()
-                    .map(|&s| s as u64)
-                    .eq(entry.shape.iter().copied())
-                && (s as u64, e as u64) == (entry.start, entry.end);
-            if !agrees {
-                return Err(rejected(format!(
-                    "the crate reads tensor '{}' differently",
-                    entry.name
-                )));
-            }
-            infos.push((entry.name.to_string(), info));
-        }
+    let mut infos = Vec::with_capacity(batch.len() + 1);
+    infos.push((filler_name, filler));
+    for entry in batch {
+        let shape = entry
+            .shape
+            .iter()
+            .map(|&d| usize_of(d))
+            .collect::<Result<_>>()?;
+        let data_offsets = (usize_of(entry.start)?, usize_of(entry.end)?);
+        let info = TensorInfo {
+            dtype: entry.crate_dtype,
+            shape,
+            data_offsets,
+        };
+        infos.push((entry.name.to_string(), info));
+    }
+    std::panic::catch_unwind(move || {
         // As the crate orders a header's entries before validating them.
         infos.sort_by_key(|(_, info)| info.data_offsets);
         Metadata::new(None, infos).map_err(|e| rejected(e.to_string()))?;
@@ -734,62 +875,153 @@ mod tests {
     }
 
     #[test]
-    fn a_reading_the_crate_does_not_share_is_refused() {
-        let json = r#"{"dtype":"F16","shape":[2],"data_offsets":[4,8]}"#;
-        let entry = |dtype, shape: &[u64], start, end| Entry {
-            name: Arc::from("x"),
-            dtype,
+    fn the_crate_reads_every_code_tensorplay_knows_as_the_same_dtype() {
+        let path = Path::new("t.safetensors");
+        let codes = [
+            "BOOL",
+            "U8",
+            "I8",
+            "I16",
+            "U16",
+            "I32",
+            "U32",
+            "I64",
+            "U64",
+            "F16",
+            "BF16",
+            "F32",
+            "F64",
+            "C64",
+            "F8_E4M3",
+            "F8_E5M2",
+            "F8_E4M3FNUZ",
+            "F8_E5M2FNUZ",
+            "F8_E8M0",
+            "F4",
+            "F6_E2M3",
+            "F6_E3M2",
+        ];
+        for code in codes {
+            let (ours, _) = dtypes(path, "x", code).unwrap();
+            assert_eq!(Some(ours), DType::from_safetensors_code(code), "{code}");
+        }
+        let e = dtypes(path, "x", "F17").unwrap_err().to_string();
+        assert!(e.contains("tensor 'x': unknown dtype 'F17'"), "{e}");
+    }
+
+    #[test]
+    fn the_crate_validates_every_batch_at_its_real_offsets() {
+        let entry = |name: &str, shape: &[u64], start, end| Entry {
+            name: Arc::from(name),
+            dtype: DType::Float16,
+            crate_dtype: safetensors::Dtype::F16,
             shape: Dims::from_slice(shape),
             start,
             end,
-            json,
         };
         let path = Path::new("t.safetensors");
-        assert!(check_batch(path, &[entry(DType::Float16, &[2], 4, 8)]).is_ok());
-        for wrong in [
-            entry(DType::BFloat16, &[2], 4, 8),
-            entry(DType::Float16, &[2, 1], 4, 8),
-            entry(DType::Float16, &[2], 0, 4),
-        ] {
-            let e = check_batch(path, &[wrong]).unwrap_err().to_string();
-            assert!(e.contains("the crate reads tensor 'x' differently"), "{e}");
-        }
+        assert!(check_batch(path, &[entry("x", &[2], 4, 8)]).is_ok());
         // A gap after the first entry: the crate's offset rule, at the real offsets.
-        let after_gap = Entry {
-            name: Arc::from("y"),
-            json: r#"{"dtype":"F16","shape":[1],"data_offsets":[10,12]}"#,
-            ..entry(DType::Float16, &[1], 10, 12)
-        };
-        let e = check_batch(path, &[entry(DType::Float16, &[2], 4, 8), after_gap])
+        let e = check_batch(path, &[entry("x", &[2], 4, 8), entry("y", &[1], 10, 12)])
             .unwrap_err()
             .to_string();
         assert!(e.contains("invalid offset for tensor `y`"), "{e}");
         // Offsets the crate refuses (a size that does not match) are the crate's verdict.
-        let bad = r#"{"dtype":"F16","shape":[3],"data_offsets":[4,8]}"#;
-        let e = check_batch(
-            path,
-            &[Entry {
-                json: bad,
-                ..entry(DType::Float16, &[3], 4, 8)
-            }],
-        )
-        .unwrap_err()
-        .to_string();
+        let e = check_batch(path, &[entry("x", &[3], 4, 8)])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("rejected by the safetensors format rules"),
             "{e}"
         );
-        // Text the crate's `TensorInfo` cannot read is its verdict too.
-        let e = check_batch(
-            path,
-            &[Entry {
-                json: r#"{"dtype":"F17","shape":[2],"data_offsets":[4,8]}"#,
-                ..entry(DType::Float16, &[2], 4, 8)
-            }],
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("tensor 'x': unknown variant `F17`"), "{e}");
+    }
+
+    /// The one-pass reading accepts only what the careful reading accepts, reads it the
+    /// same, and gives up on the rest (charging nothing) or names the fault as it does.
+    #[test]
+    fn one_pass_and_the_careful_reading_agree() {
+        let entry = |name: &str, dtype: &str, shape: &str, start: u64, end: u64| {
+            format!(
+                r#""{name}":{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[{start},{end}]}}"#
+            )
+        };
+        let headers = [
+            format!("{{{}}}", entry("a", "F32", "2", 0, 8)),
+            format!(
+                r#"{{"__metadata__":{{"k":"v"}},{},{}}}"#,
+                entry("b", "I8", "1", 8, 9),
+                entry("a", "F32", "2", 0, 8)
+            ),
+            format!(
+                r#"{{{},"__metadata__":{{"k":"v"}}}}"#,
+                entry(r"a\u0041", "U8", "1,0", 0, 0)
+            ),
+            format!(
+                "{{{},{}}}",
+                entry("a", "F32", "2", 0, 8),
+                entry("a", "F32", "2", 8, 16)
+            ),
+            format!(
+                "{{{},{}}}",
+                entry("a", "F32", "2", 0, 8),
+                entry("b", "F32", "2", 4, 12)
+            ),
+            format!(
+                "{{{},{}}}",
+                entry("a", "F32", "2", 0, 8),
+                entry("b", "F17", "2", 8, 16)
+            ),
+            format!(
+                "{{{},{}}}",
+                entry("a", "F32", "3", 0, 8),
+                entry("a", "F32", "2", 8, 16)
+            ),
+            format!(
+                r#"{{"__metadata__":{{"k":1}},{}}}"#,
+                entry("a", "F32", "2", 0, 8)
+            ),
+            format!(
+                r#"{{"__metadata__":{{}},"__metadata__":{{}},{}}}"#,
+                entry("a", "F32", "2", 0, 8)
+            ),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":1}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} x"#.to_owned(),
+            r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#.to_owned(),
+            "{}".to_owned(),
+            format!(" {{{}}}", entry("a", "F32", "2", 0, 8)),
+            format!("{{{}}}\n ", entry("a", "F32", "2", 0, 8)),
+        ];
+        let path = Path::new("t.safetensors");
+        let view = |(metadata, entries): &Parsed| {
+            let entries: Vec<_> = entries
+                .iter()
+                .map(|e| {
+                    (
+                        e.name.to_string(),
+                        e.dtype,
+                        e.crate_dtype,
+                        e.shape.clone(),
+                        e.start,
+                        e.end,
+                    )
+                })
+                .collect();
+            format!("{metadata:?} {entries:?}")
+        };
+        for header in &headers {
+            let meter = Meter::default();
+            let careful = split_entries(path, header, &meter)
+                .and_then(|raw| parse_entries(path, raw, &meter));
+            let meter = Meter::default();
+            match (read_at_once(path, header, &meter), &careful) {
+                (Ok(Some(fast)), Ok(slow)) => assert_eq!(view(&fast), view(slow), "{header}"),
+                (Ok(None), Err(_)) => assert_eq!(meter.held(), 0, "{header}"),
+                (Err(fast), Err(slow)) => {
+                    assert_eq!(fast.to_string(), slow.to_string(), "{header}")
+                }
+                (fast, slow) => panic!("{header}: one pass {fast:?}, careful {slow:?}"),
+            }
+        }
     }
 
     #[test]

@@ -16,10 +16,25 @@ use std::collections::BTreeMap;
 /// Storage ids by recorded location, meta storages left out (they hold no data; TP204).
 pub(crate) fn storages_by_location<'a>(ctx: &'a Context<'_>) -> BTreeMap<&'a str, Vec<usize>> {
     let mut by: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    // Runs of one location (nearly every file is one run) are gathered before the map is
+    // searched.
+    let mut run: Option<(&str, Vec<usize>)> = None;
     for s in &ctx.ckpt.storages {
-        if s.location() != "meta" {
-            by.entry(s.location()).or_default().push(s.id().index());
+        let location = s.location();
+        if location == "meta" {
+            continue;
         }
+        match &mut run {
+            Some((at, ids)) if *at == location => ids.push(s.id().index()),
+            _ => {
+                if let Some((at, ids)) = run.replace((location, vec![s.id().index()])) {
+                    by.entry(at).or_default().extend(ids);
+                }
+            }
+        }
+    }
+    if let Some((at, ids)) = run {
+        by.entry(at).or_default().extend(ids);
     }
     by
 }

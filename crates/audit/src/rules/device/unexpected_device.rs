@@ -35,11 +35,22 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         if allowed.iter().any(|a| a == location) {
             continue;
         }
+        // A lookup per tensor, not a search of the ids: a million storages saved from one
+        // GPU stay linear.
+        let mut here = vec![false; ctx.ckpt.storages.len()];
+        for &id in &ids {
+            if let Some(slot) = here.get_mut(id) {
+                *slot = true;
+            }
+        }
         let tensors: Vec<String> = ctx
             .ckpt
             .tensors
             .iter()
-            .filter(|t| ids.contains(&t.tensor_impl().storage().id().index()))
+            .filter(|t| {
+                let id = t.tensor_impl().storage().id().index();
+                here.get(id).copied().unwrap_or(false)
+            })
             .map(|t| t.name().to_owned())
             .collect();
         out.push(Draft {
