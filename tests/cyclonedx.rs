@@ -7,6 +7,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// 2023-11-14T22:13:20Z.
 const EPOCH: &str = "1700000000";
@@ -24,7 +25,9 @@ fn run(args: &[&str], epoch: &str) -> Output {
 
 /// The BOM and the JSON report of one audit of `target` (with `extra` flags), and its exit code.
 fn bom_of(target: &str, extra: &[&str]) -> (Value, Value, Option<i32>) {
-    let dir = TempDir::new("cyclonedx");
+    // Tests run side by side in one process: each audit gets a folder of its own.
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let dir = TempDir::new(&format!("cyclonedx-{}", RUNS.fetch_add(1, Ordering::Relaxed)));
     let bom = dir.0.join("bom.json");
     let json = dir.0.join("report.json");
     let mut args = vec![
@@ -262,4 +265,95 @@ fn the_same_run_at_the_same_epoch_writes_the_same_bom_and_stdout_matches_the_fil
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn merged_parts_write_the_bom_of_the_whole_run() {
+    let dir = TempDir::new("cyclonedx-merge");
+    let path = |name: &str| dir.0.join(name).to_str().expect("utf-8").to_owned();
+    let target = "fixtures/models";
+    let whole = run(
+        &["audit", "--cyclonedx", &path("whole.cdx.json"), target],
+        EPOCH,
+    );
+    let code = whole.status.code();
+    let mut merge_args = vec![
+        "merge".to_owned(),
+        "--cyclonedx".to_owned(),
+        path("merged.cdx.json"),
+    ];
+    let mut plain_args = vec![
+        "merge".to_owned(),
+        "--cyclonedx".to_owned(),
+        path("plain.cdx.json"),
+    ];
+    for k in 1..=2 {
+        let spec = format!("{k}/2");
+        let (json, plain) = (
+            path(&format!("part-{k}.json")),
+            path(&format!("plain-{k}.json")),
+        );
+        let part = run(
+            &[
+                "audit",
+                "--partition",
+                &spec,
+                "--json",
+                &json,
+                "--cyclonedx",
+                &path("p.cdx.json"),
+                target,
+            ],
+            EPOCH,
+        );
+        assert!(
+            part.status.code().is_some_and(|c| c <= 1),
+            "{}",
+            stderr(&part)
+        );
+        let part = run(
+            &["audit", "--partition", &spec, "--json", &plain, target],
+            EPOCH,
+        );
+        assert!(
+            part.status.code().is_some_and(|c| c <= 1),
+            "{}",
+            stderr(&part)
+        );
+        merge_args.push(json);
+        plain_args.push(plain);
+    }
+    let args: Vec<&str> = merge_args.iter().map(String::as_str).collect();
+    let merged = run(&args, EPOCH);
+    assert_eq!(merged.status.code(), code, "{}", stderr(&merged));
+    let read = |name: &str| std::fs::read_to_string(dir.0.join(name)).expect(name);
+    assert_eq!(read("merged.cdx.json"), read("whole.cdx.json"));
+
+    let bom: Value = serde_json::from_str(&read("whole.cdx.json")).expect("JSON");
+    assert_envelope(&bom);
+    // Several models: one family is not named for them all, every file is hashed.
+    let params = &bom["metadata"]["component"]["modelCard"]["modelParameters"];
+    assert!(params.get("architectureFamily").is_none(), "{params:#}");
+    for c in bom["components"].as_array().expect("components") {
+        let name = c["name"].as_str().expect("name");
+        assert_eq!(
+            c["hashes"][0]["content"],
+            sha256_of(name).as_str(),
+            "{name}"
+        );
+    }
+
+    // Parts audited without --cyclonedx hold no inventory: each checkpoint is named, its
+    // hash said not computed.
+    let args: Vec<&str> = plain_args.iter().map(String::as_str).collect();
+    let plain = run(&args, EPOCH);
+    assert_eq!(plain.status.code(), code, "{}", stderr(&plain));
+    let bom: Value = serde_json::from_str(&read("plain.cdx.json")).expect("JSON");
+    assert_envelope(&bom);
+    let components = bom["components"].as_array().expect("components");
+    assert!(!components.is_empty());
+    for c in components {
+        assert!(c.get("hashes").is_none(), "{c:#}");
+        assert!(props(c, "hash")[0].starts_with("not computed"), "{c:#}");
+    }
 }
