@@ -27,7 +27,10 @@ fn run(args: &[&str], epoch: &str) -> Output {
 fn bom_of(target: &str, extra: &[&str]) -> (Value, Value, Option<i32>) {
     // Tests run side by side in one process: each audit gets a folder of its own.
     static RUNS: AtomicUsize = AtomicUsize::new(0);
-    let dir = TempDir::new(&format!("cyclonedx-{}", RUNS.fetch_add(1, Ordering::Relaxed)));
+    let dir = TempDir::new(&format!(
+        "cyclonedx-{}",
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    ));
     let bom = dir.0.join("bom.json");
     let json = dir.0.join("report.json");
     let mut args = vec![
@@ -356,4 +359,40 @@ fn merged_parts_write_the_bom_of_the_whole_run() {
         assert!(c.get("hashes").is_none(), "{c:#}");
         assert!(props(c, "hash")[0].starts_with("not computed"), "{c:#}");
     }
+}
+
+/// A Hub repository (the loopback server's): the model named with the revision it resolved to,
+/// each file's size as listed and its hash said not computed (remote objects are read by
+/// ranges, never whole).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_hub_model_is_named_with_its_revision_and_says_its_hashes_were_not_computed() {
+    use crate::common::range_server::{RangeServer, SHA};
+    let server = RangeServer::start(&root().join("fixtures"));
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorplay"))
+        .args(["audit", "--format", "cyclonedx", "hf://org/models/llama"])
+        .current_dir(root())
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("HF_TOKEN")
+        .env("HF_ENDPOINT", server.endpoint())
+        .env("SOURCE_DATE_EPOCH", EPOCH)
+        .output()
+        .expect("tensorplay runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bom: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).expect("JSON");
+    assert_envelope(&bom);
+    let model = &bom["metadata"]["component"];
+    assert_eq!(model["name"], "hf://org/models");
+    assert_eq!(model["version"], SHA);
+    let name = format!("hf://org/models@{SHA}/llama/model.safetensors");
+    let c = component(&bom, &name);
+    assert!(c.get("hashes").is_none(), "{c:#}");
+    assert_eq!(
+        props(c, "hash"),
+        ["not computed: a remote object is read by byte ranges, never whole"]
+    );
+    let size = std::fs::metadata(root().join("fixtures/models/llama/model.safetensors"))
+        .expect("size")
+        .len();
+    assert_eq!(props(c, "size"), [size.to_string()]);
 }
