@@ -3,7 +3,8 @@
 # schema with cyclonedx-python-lib (pinned, installed on first use under target/ci-tools,
 # git-ignored; needs python3 with venv and PyPI reachable on the first run). One BOM per kind
 # of model: a folder of safetensors with its config.json, a torch.save zip, a GGUF carrying
-# chat templates, a pickle that fails the audit, and a metadata-only run (hashes not computed).
+# chat templates, a block-quantised GGUF, a pickle that fails the audit, and a metadata-only
+# run (hashes not computed).
 # tests/cyclonedx.rs checks the same BOMs' contents without Python.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,6 +39,7 @@ bom() {
 bom safetensors-folder fixtures/models/llama
 bom torch-zip fixtures/pytorch/state_dict.pt
 bom gguf-chat-template fixtures/chat_templates/named/model.gguf
+bom gguf-quantised fixtures/gguf/quantized.gguf
 bom failing-pickle fixtures/pytorch/payload_os_system.pt
 bom metadata-only --metadata-only fixtures/models/gpt2
 

@@ -396,3 +396,34 @@ fn a_hub_model_is_named_with_its_revision_and_says_its_hashes_were_not_computed(
         .len();
     assert_eq!(props(c, "size"), [size.to_string()]);
 }
+
+/// The parameter histogram of a block-quantised GGUF: each tensor's logical elements under its
+/// block type, as gguf-py (the fixture's generator) reads them, not its bytes as `uint8`.
+#[test]
+fn a_quantised_gguf_counts_its_elements_per_block_type_as_gguf_py_reads_them() {
+    let relative = "fixtures/gguf/quantized.gguf";
+    let (bom, _, _) = bom_of(relative, &[]);
+    assert_envelope(&bom);
+    let truth = crate::common::read_json("fixtures/gguf/truth.json");
+    let mut expected = std::collections::BTreeMap::<String, u64>::new();
+    for t in truth["files"][relative]["tensors"]
+        .as_array()
+        .expect("tensors")
+    {
+        let kind = t["type"].as_str().expect("type").to_owned();
+        *expected.entry(kind).or_default() += t["n_elements"].as_u64().expect("n_elements");
+    }
+    assert!(expected.len() > 3, "{expected:?}");
+    let card = &bom["metadata"]["component"]["modelCard"];
+    for (kind, elements) in &expected {
+        assert_eq!(
+            props(card, &format!("parameters:{kind}")),
+            [elements.to_string()]
+        );
+    }
+    let total: u64 = expected.values().sum();
+    assert_eq!(props(card, "parameters"), [total.to_string()]);
+    assert!(props(card, "parameters:uint8").is_empty());
+    let family = &truth["files"][relative]["fields"]["general.architecture"]["value"];
+    assert_eq!(card["modelParameters"]["architectureFamily"], *family);
+}

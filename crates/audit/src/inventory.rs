@@ -6,7 +6,7 @@
 use crate::template::Judged;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tensorplay_engine::Checkpoint;
 
 /// One checkpoint's inventory.
@@ -16,10 +16,11 @@ pub struct Inventory {
     /// the one file), then the `config.json` beside it when there is one.
     pub files: Vec<FileDigest>,
     /// Elements of every tensor the checkpoint lists, each name once (as
-    /// `sum(t.numel() for t in state_dict.values())` counts them).
+    /// `sum(t.numel() for t in state_dict.values())` counts them); a block-quantised GGUF
+    /// tensor's logical elements, not its bytes.
     pub parameters: u64,
-    /// Those elements per dtype (`float16`, GGUF's `q4_k`…): the dtype and quantisation
-    /// histogram.
+    /// Those elements per dtype (`float16`), a GGUF tensor's under its block type (`Q4_K`):
+    /// the dtype and quantisation histogram.
     pub dtypes: BTreeMap<String, u64>,
     /// SHA-256 (hex) of the tensor list ([`tensors_digest`]); empty when it was not read.
     pub tensors_digest: String,
@@ -65,12 +66,31 @@ impl Inventory {
     pub fn of(ckpt: &Checkpoint, templates: &[Judged]) -> Inventory {
         let mut parameters = 0u64;
         let mut dtypes = BTreeMap::<String, u64>::new();
-        for tensor in &ckpt.tensors {
-            let imp = tensor.tensor_impl();
-            let elements = imp.layout().numel();
+        let mut add = |kind: &str, elements: u64| {
             parameters = parameters.saturating_add(elements);
-            let count = dtypes.entry(imp.dtype().name().to_owned()).or_default();
+            let count = dtypes.entry(kind.to_owned()).or_default();
             *count = count.saturating_add(elements);
+        };
+        // A GGUF tensor stored in quantised blocks is a `uint8` tensor of its blocks' bytes:
+        // counted as its logical elements under its block type (`Q4_K`), the bytes not again.
+        let mut blocks = BTreeSet::<&str>::new();
+        for composite in &ckpt.composites {
+            let held = composite
+                .components
+                .iter()
+                .find(|c| c.role.ends_with("blocks"));
+            if let (Some(held), Some(shape)) = (held, &composite.shape) {
+                let elements = shape.iter().try_fold(1u64, |n, d| n.checked_mul(*d));
+                add(composite.layout, elements.unwrap_or(u64::MAX));
+                blocks.insert(held.tensor.as_str());
+            }
+        }
+        for tensor in &ckpt.tensors {
+            if blocks.contains(tensor.name()) {
+                continue;
+            }
+            let imp = tensor.tensor_impl();
+            add(imp.dtype().name(), imp.layout().numel());
         }
         let architecture = ckpt
             .metadata
