@@ -427,3 +427,32 @@ fn a_quantised_gguf_counts_its_elements_per_block_type_as_gguf_py_reads_them() {
     let family = &truth["files"][relative]["fields"]["general.architecture"]["value"];
     assert_eq!(card["modelParameters"]["architectureFamily"], *family);
 }
+
+/// A sharded index naming a shard that is not there: the audit's finding and exit code stand,
+/// and the BOM lists the missing shard with why it has no hash.
+#[test]
+fn a_missing_shard_is_listed_without_a_hash_and_the_verdict_stands() {
+    let dir = "fixtures/safetensors/bad/index_missing_shard";
+    let (bom, report, code) = bom_of(dir, &[]);
+    let plain = run(&["audit", "--format", "json", dir], EPOCH);
+    assert_eq!(code, plain.status.code());
+    assert_eq!(code, Some(1));
+    assert_envelope(&bom);
+    assert_eq!(props(&bom["metadata"]["component"], "verdict"), ["fail"]);
+    let codes: Vec<&str> = report["files"][0]["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"TP503"), "{codes:?}");
+    let missing = component(&bom, &format!("{dir}/model-00002-of-00002.safetensors"));
+    assert!(missing.get("hashes").is_none(), "{missing:#}");
+    assert!(
+        props(missing, "hash")[0].starts_with("not computed: "),
+        "{missing:#}"
+    );
+    let present = format!("{dir}/model-00001-of-00002.safetensors");
+    let c = component(&bom, &present);
+    assert_eq!(c["hashes"][0]["content"], sha256_of(&present).as_str());
+}

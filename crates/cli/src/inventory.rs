@@ -31,12 +31,12 @@ pub fn why_not_hashed(path: &Path, metadata_only: bool) -> Option<&'static str> 
 }
 
 /// The files of the checkpoint at `path` (`parts`, as probing found them), hashed unless
-/// `why_not` says why not, and the `config.json` beside it with the architecture it names.
+/// `why_not` says why not (or, for one that cannot be read, saying why not), and the `config.json` beside it with the architecture it names.
 pub fn gather(
     path: &Path,
     parts: &[PathBuf],
     why_not: Option<&str>,
-) -> anyhow::Result<(Vec<FileDigest>, Option<Architecture>)> {
+) -> (Vec<FileDigest>, Option<Architecture>) {
     let mut digests = Vec::with_capacity(parts.len() + 1);
     for part in parts {
         digests.push(match why_not {
@@ -46,7 +46,14 @@ pub fn gather(
                 sha256: None,
                 not_hashed: Some(reason.to_owned()),
             },
-            None => hash_file(part)?,
+            // A file that cannot be read is the audit's to judge (a sharded index naming a
+            // missing shard fails TP503): the BOM says why it has no hash.
+            None => hash_file(part).unwrap_or_else(|e| FileDigest {
+                path: part.display().to_string(),
+                size: size(part),
+                sha256: None,
+                not_hashed: Some(format!("not computed: {e:#}")),
+            }),
         });
     }
     let mut architecture = None;
@@ -58,12 +65,12 @@ pub fn gather(
         };
         let config = dir.map(|d| d.join("config.json"));
         if let Some(config) = config.filter(|c| c.is_file() && !parts.contains(c)) {
-            let (digest, arch) = read_config(&config)?;
+            let (digest, arch) = read_config(&config);
             digests.push(digest);
             architecture = arch;
         }
     }
-    Ok((digests, architecture))
+    (digests, architecture)
 }
 
 /// Adds what [`gather`] found to `file`'s inventory (made here for a file the readers
@@ -104,7 +111,7 @@ fn hash_file(path: &Path) -> anyhow::Result<FileDigest> {
 
 /// `config.json`'s digest and the architecture it names (none when it names none readable).
 /// It is small and read whole, so it is hashed in any run.
-fn read_config(path: &Path) -> anyhow::Result<(FileDigest, Option<Architecture>)> {
+fn read_config(path: &Path) -> (FileDigest, Option<Architecture>) {
     let shown = path.display().to_string();
     let size = size(path);
     if size.is_none_or(|s| s > MAX_CONFIG_BYTES) {
@@ -117,16 +124,27 @@ fn read_config(path: &Path) -> anyhow::Result<(FileDigest, Option<Architecture>)
                 MAX_CONFIG_BYTES >> 20
             )),
         };
-        return Ok((digest, None));
+        return (digest, None);
     }
-    let text = std::fs::read(path).with_context(|| format!("{shown}: cannot read"))?;
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) => {
+            let digest = FileDigest {
+                path: shown.clone(),
+                size,
+                sha256: None,
+                not_hashed: Some(format!("not computed: {shown}: cannot read: {e}")),
+            };
+            return (digest, None);
+        }
+    };
     let digest = FileDigest {
         path: shown.clone(),
         size: Some(text.len() as u64),
         sha256: Some(hex(&Sha256::digest(&text))),
         not_hashed: None,
     };
-    Ok((digest, config_architecture(&shown, &text).ok()))
+    (digest, config_architecture(&shown, &text).ok())
 }
 
 /// A local file's size, or a mounted remote object's as its store listed it.

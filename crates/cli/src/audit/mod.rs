@@ -547,9 +547,7 @@ fn audit_one(
             (audited, hashing.join())
         });
         let mut audited = audited?;
-        let (digests, arch) = gathered
-            .map_err(|panic| panic_message(panic.as_ref()))?
-            .map_err(|e| format!("{e:#}"))?;
+        let (digests, arch) = gathered.map_err(|panic| panic_message(panic.as_ref()))?;
         if let Audited::Judged(file) = &mut audited {
             crate::inventory::attach(file, digests, arch);
         }
@@ -582,8 +580,7 @@ fn audit_one(
         file.remote = crate::remote::facts(&remote_parts, !options.metadata_only);
         if let Some(parts) = &parts {
             let why_not = crate::inventory::why_not_hashed(&path, options.metadata_only);
-            let (digests, arch) =
-                crate::inventory::gather(&path, parts, why_not).map_err(|e| format!("{e:#}"))?;
+            let (digests, arch) = crate::inventory::gather(&path, parts, why_not);
             crate::inventory::attach(file, digests, arch);
         }
     }
