@@ -14,6 +14,7 @@ mod bypass;
 mod chat_templates;
 mod color;
 mod convert;
+mod cyclonedx;
 mod dcp;
 mod dcp_bounds;
 mod did_you_mean;

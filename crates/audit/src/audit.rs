@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::finding::{Draft, Finding, GlobalRef};
+use crate::inventory::Inventory;
 use crate::layout::layout;
 use crate::options::Options;
 use crate::registry::RULES;
@@ -159,6 +160,9 @@ pub fn audit(
         memory: Some(memory_facts(&ctx.memory)),
         device: device_load.map(device_facts),
         remote: None,
+        inventory: options
+            .inventory
+            .then(|| Inventory::of(ckpt, &ctx.templates)),
         layout: options.layout_facts.then(|| {
             layout(
                 ckpt,
@@ -241,6 +245,7 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         memory: None,
         device: None,
         remote: None,
+        inventory: None,
         layout: None,
     })
 }

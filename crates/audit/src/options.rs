@@ -47,6 +47,8 @@ pub struct Options {
     /// Keep the storage-size and segment-map facts a display draws (the HTML report): one
     /// block per storage, so only kept when something will show them.
     pub layout_facts: bool,
+    /// Gather each checkpoint's inventory for a bill of materials (`--cyclonedx`).
+    pub inventory: bool,
     /// With `--partition`, this part's share of a sharded set's byte scan; `None` scans all.
     pub scan_share: Option<Arc<crate::share::ScanShare>>,
 }
@@ -64,6 +66,7 @@ impl Options {
             expect: None,
             template_baseline: None,
             layout_facts: false,
+            inventory: false,
             scan_share: None,
         })
     }

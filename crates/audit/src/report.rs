@@ -173,6 +173,10 @@ pub struct FileReport {
     /// local one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<RemoteFacts>,
+    /// Its files with their digests and what its bytes show of the model, for a bill of
+    /// materials (`--cyclonedx`); absent unless one was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<crate::inventory::Inventory>,
     /// What the HTML report draws. Never serialised: the JSON report's shape is fixed, and
     /// a segment map per file would swell it.
     #[serde(skip)]

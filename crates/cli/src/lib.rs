@@ -12,6 +12,7 @@ pub mod embed;
 mod exit;
 mod expect;
 mod inspect;
+mod inventory;
 mod merge;
 mod partition;
 mod peak;

@@ -162,6 +162,8 @@ impl Settings {
         let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
         options.gpu_budget = args.gpu_budget;
         options.layout_facts = args.files.draws_layout();
+        options.inventory =
+            args.files.writes_bom() || args.format == Some(render::stdout::Format::Cyclonedx);
         // The flag overrides the file's `max_memory`.
         options.max_memory = args.max_memory.or(config.max_memory);
         options.expect = match &args.expect {
@@ -514,21 +516,46 @@ fn audit_one(
     shared_sets: &Mutex<Vec<SharedSet>>,
 ) -> Result<Audited, String> {
     let path = target.path().to_owned();
+    // For a bill of materials: the files' digests, hashed beside the audit (`inventory`).
+    let parts = options.inventory.then(|| target.files());
     if !files::is_remote(&path) {
-        return audit_read(
-            target,
-            shown,
-            config,
-            options,
-            deferrable,
-            gpu,
-            gpu_lock,
-            shared_sets,
-        );
+        let Some(parts) = parts else {
+            return audit_read(
+                target,
+                shown,
+                config,
+                options,
+                deferrable,
+                gpu,
+                gpu_lock,
+                shared_sets,
+            );
+        };
+        let why_not = crate::inventory::why_not_hashed(&path, options.metadata_only);
+        let (audited, gathered) = std::thread::scope(|scope| {
+            let hashing = scope.spawn(|| crate::inventory::gather(&path, &parts, why_not));
+            let audited = audit_read(
+                target,
+                shown,
+                config,
+                options,
+                deferrable,
+                gpu,
+                gpu_lock,
+                shared_sets,
+            );
+            (audited, hashing.join())
+        });
+        let mut audited = audited?;
+        let (digests, arch) = gathered.map_err(|panic| panic_message(panic.as_ref()))?;
+        if let Audited::Judged(file) = &mut audited {
+            crate::inventory::attach(file, digests, arch);
+        }
+        return Ok(audited);
     }
     // Remote: audited again until the audit used only bytes that were fetched (the reading
     // itself settles on its own).
-    let parts = target.files();
+    let remote_parts = target.files();
     let mut target = Some(target);
     let settled = files::settle(&path, || {
         let target = target.take().unwrap_or_else(|| Target::again(path.clone()));
@@ -550,7 +577,12 @@ fn audit_one(
             .ok_or_else(|| e.to_string()),
     };
     if let Ok(Audited::Judged(file)) = &mut audited {
-        file.remote = crate::remote::facts(&parts, !options.metadata_only);
+        file.remote = crate::remote::facts(&remote_parts, !options.metadata_only);
+        if let Some(parts) = &parts {
+            let why_not = crate::inventory::why_not_hashed(&path, options.metadata_only);
+            let (digests, arch) = crate::inventory::gather(&path, parts, why_not);
+            crate::inventory::attach(file, digests, arch);
+        }
     }
     audited
 }

@@ -24,12 +24,21 @@ pub struct ReportFiles {
     /// (a merged report has no segment maps: JSON reports do not carry them).
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Write a CycloneDX 1.6 bill of materials (JSON) to FILE: the model, its files with
+    /// their SHA-256, the verdict.
+    #[arg(long, value_name = "FILE")]
+    cyclonedx: Option<PathBuf>,
 }
 
 impl ReportFiles {
     /// Whether a report that draws the layout (storage sizes, segment maps) is asked for.
     pub fn draws_layout(&self) -> bool {
         self.html.is_some()
+    }
+
+    /// Whether a bill of materials is asked for: each checkpoint's inventory is gathered.
+    pub fn writes_bom(&self) -> bool {
+        self.cyclonedx.is_some()
     }
 
     /// Renders and writes every report asked for.
@@ -48,6 +57,9 @@ impl ReportFiles {
         }
         if let Some(path) = &self.html {
             write_file(path, &super::html::render(report)?)?;
+        }
+        if let Some(path) = &self.cyclonedx {
+            write_file(path, &super::cyclonedx::render(report)?)?;
         }
         Ok(())
     }

@@ -341,6 +341,7 @@ mod tests {
             allowed_globals: Vec::new(),
             memory: None,
             device: None,
+            inventory: None,
             layout: None,
         };
         Report::new(vec![file], Vec::new(), FailOn::Error)

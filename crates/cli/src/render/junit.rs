@@ -337,6 +337,7 @@ mod tests {
             allowed_globals: Vec::new(),
             memory: None,
             device: None,
+            inventory: None,
             layout: None,
         }
     }

@@ -1,5 +1,6 @@
 //! One renderer per output format; each only reads a `Report`.
 
+pub mod cyclonedx;
 pub mod files;
 pub mod github;
 pub mod gitlab;

@@ -1,8 +1,8 @@
 //! What `tensorplay audit` prints on stdout: the human report (the default, so a CI job's
 //! log always ends with the verdict), the JSON report (`--ci-mode`, kept for scripts that
-//! read it), GitHub annotations followed by the human report, or SARIF.
+//! read it), GitHub annotations followed by the human report, SARIF, or a CycloneDX BOM.
 
-use super::{human, json, sarif};
+use super::{cyclonedx, human, json, sarif};
 use clap::ValueEnum;
 use tensorplay_audit::report::Report;
 
@@ -18,6 +18,9 @@ pub enum Format {
     Github,
     /// SARIF 2.1.0, for code scanning uploads and SARIF viewers reading a pipe.
     Sarif,
+    /// A CycloneDX 1.6 bill of materials: the model, its files with their SHA-256, the
+    /// verdict.
+    Cyclonedx,
 }
 
 impl Format {
@@ -39,6 +42,7 @@ pub fn render(report: &Report, format: Format, style: human::Style) -> anyhow::R
         // The annotations are commands, printed apart (`exit::print_commands`).
         Format::Github => human::render(report, style)?,
         Format::Sarif => json_printable(&sarif::render(report)?),
+        Format::Cyclonedx => json_printable(&cyclonedx::render(report)?),
     })
 }
 
