@@ -114,6 +114,8 @@ pub struct AuditArgs {
     deep: bool,
     #[command(flatten)]
     remote: crate::remote::RemoteArgs,
+    #[command(flatten)]
+    signature: crate::signature::SignatureArgs,
     /// Seconds one file may take before it fails TP506 (over-budget) unjudged, never a hang.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_per_file: u64,
@@ -211,6 +213,8 @@ pub fn audit_paths(
         .iter()
         .map(|p| args.remote.resolve(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Before any checkpoint is read: a missing trust source fails at once.
+    let signatures = args.signature.check(&args.paths)?;
     let mut found = discover(&paths)?;
     let declared = skip_declared(&mut found, &config);
     // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder); files
@@ -353,7 +357,19 @@ pub fn audit_paths(
             Err(message) => unreadable.push(message),
         }
     }
+    // A partitioned run checks the signatures in its first part only, so a merge counts
+    // each once.
+    let signatures = match &partition {
+        Some(p) if p.k != 1 => Vec::new(),
+        _ => signatures,
+    };
+    for outcome in &signatures {
+        files.push(tensorplay_audit::audit::signature_report(
+            outcome, &config, &options,
+        ));
+    }
     let mut report = Report::new(files, found.skipped, fail_on);
+    report.signatures = signatures.into_iter().map(|o| o.facts).collect();
     report.partition = partition.map(|mut partition| {
         let mut sets = std::mem::take(&mut *shared_sets.lock().unwrap_or_else(|e| e.into_inner()));
         // Workers finish in any order; a retried part must write the same bytes.
