@@ -119,6 +119,7 @@ fn every_vector_fails_with_its_own_code_and_agrees_with_model_signing() {
     let truth = read_json(&format!("{DIR}/truth.json"));
     let cases = truth["cases"].as_array().expect("cases");
     assert!(cases.len() >= 28, "every vector of every signing method");
+    let schema = crate::report_limits::validator();
     for case in cases {
         let name = case["name"].as_str().expect("name");
         let tmp = TempDir::new(&format!("sig-{}", name.replace('/', "-")));
@@ -128,6 +129,8 @@ fn every_vector_fails_with_its_own_code_and_agrees_with_model_signing() {
         apply(case, &model);
         let (code, report) = audit(case, &model, &[]);
         let found = provenance(&report);
+        let errors = crate::report_limits::schema_errors(&schema, &report);
+        assert!(errors.is_empty(), "{name}: {errors:?}");
         let expected = case["code"].as_str().expect("code");
         assert!(!found.is_empty(), "{name}: no provenance finding");
         assert!(

@@ -6,7 +6,7 @@ declare_rule!(SignatureVerified {
     name: "signature-verified",
     severity: Info,
     reads_bytes: false,
-    tags: ["security", "provenance"],
+    tags: ["provenance"],
     summary: "A model directory's signature verified with the given trust source, and every file matches it.",
     doc: "\
 What it checks
