@@ -119,10 +119,7 @@ pub fn verify(request: &Request) -> Outcome {
         root_digest: None,
         resources: None,
     };
-    let failure = match run(request, &mut facts) {
-        Ok(()) => None,
-        Err(f) => Some(f),
-    };
+    let failure = run(request, &mut facts).err();
     facts.status = match &failure {
         None => "verified",
         Some(Failure::Unsigned(_)) => "unsigned",
