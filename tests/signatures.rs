@@ -1,5 +1,6 @@
 //! OpenSSF model signatures (TP801–TP805) against `fixtures/signatures/`: model directories
-//! signed by model-signing 1.1.1 with a key and with a private certificate chain, and every
+//! signed by model-signing 1.1.1 with a key and with a private certificate chain, keyless
+//! (Sigstore) ones from sigstore/model-transparency's tests, and every
 //! bad vector `truth.json` lists (a changed byte, an added or removed file, no signature, the
 //! wrong key or CA, a tampered bundle), each failing with its own code where model_signing
 //! refuses it too.
@@ -74,21 +75,25 @@ fn audit(
     extra: &[&str],
 ) -> (Option<i32>, serde_json::Value) {
     let trust = &case["trust"];
-    let (flag, file) = match trust.get("public_key") {
-        Some(key) => ("--public-key", key),
-        None => ("--certificate-chain", &trust["certificate_chain"]),
-    };
-    let file = root().join(DIR).join(file.as_str().expect("trust file"));
+    let mut trust_args: Vec<String> = Vec::new();
+    if let Some(identity) = trust.get("identity") {
+        // Keyless: verified offline against the production root built into tensorplay.
+        for (flag, value) in [("--identity", identity), ("--issuer", &trust["issuer"])] {
+            trust_args.push(flag.to_owned());
+            trust_args.push(value.as_str().expect("identity").to_owned());
+        }
+    } else {
+        let (flag, file) = match trust.get("public_key") {
+            Some(key) => ("--public-key", key),
+            None => ("--certificate-chain", &trust["certificate_chain"]),
+        };
+        let file = root().join(DIR).join(file.as_str().expect("trust file"));
+        trust_args.push(flag.to_owned());
+        trust_args.push(file.to_str().expect("utf-8 path").to_owned());
+    }
     let model = model.to_str().expect("utf-8 path");
-    let file = file.to_str().expect("utf-8 path");
-    let mut args = vec![
-        "audit",
-        "--format",
-        "json",
-        "--require-signature",
-        flag,
-        file,
-    ];
+    let mut args = vec!["audit", "--format", "json", "--require-signature"];
+    args.extend(trust_args.iter().map(String::as_str));
     args.extend_from_slice(extra);
     args.push(model);
     let out = tensorplay(&args);
@@ -118,7 +123,7 @@ fn provenance(report: &serde_json::Value) -> Vec<(String, String)> {
 fn every_vector_fails_with_its_own_code_and_agrees_with_model_signing() {
     let truth = read_json(&format!("{DIR}/truth.json"));
     let cases = truth["cases"].as_array().expect("cases");
-    assert!(cases.len() >= 28, "every vector of every signing method");
+    assert!(cases.len() >= 42, "every vector of every signing method");
     let schema = crate::report_limits::validator();
     for case in cases {
         let name = case["name"].as_str().expect("name");
@@ -196,6 +201,16 @@ fn the_report_names_the_signer() {
     let signer = &report["signatures"][0]["signer"];
     assert_eq!(signer["kind"], "certificate");
     assert_eq!(signer["subject"], "CN=tensorplay test model signer");
+
+    let (_, report) = audit(
+        &case("keyless-v1.1.0/good"),
+        &root().join(DIR).join("keyless-v1.1.0"),
+        &[],
+    );
+    let signer = &report["signatures"][0]["signer"];
+    assert_eq!(signer["kind"], "identity");
+    assert_eq!(signer["identity"], "stefanb@us.ibm.com");
+    assert_eq!(report["signatures"][0]["method"], "keyless");
 }
 
 #[test]
@@ -273,5 +288,45 @@ fn the_emitted_oms_manifest_is_what_model_signing_signed() {
     assert_eq!(
         emitted["predicate"]["resources"],
         signed["predicate"]["resources"]
+    );
+}
+
+#[test]
+fn a_private_sigstore_root_replaces_the_embedded_one() {
+    let truth = read_json(&format!("{DIR}/truth.json"));
+    let case = truth["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .find(|c| c["name"] == "keyless-v1.1.0/good")
+        .expect("case")
+        .clone();
+    let model = root().join(DIR).join("keyless-v1.1.0");
+    let run = |root_file: &str| {
+        let path = crate::common::root().join(DIR).join(root_file);
+        audit(
+            &case,
+            &model,
+            &["--trust-root", path.to_str().expect("utf-8")],
+        )
+    };
+    // The production root, given as a file (sigstore-python's copy): the same verdict.
+    let (code, report) = run("trusted_root.production.json");
+    assert_eq!(code, Some(0), "{:?}", provenance(&report));
+    // The staging instance's root does not vouch for the production timestamp authority that
+    // dated the signature: its evidence does not verify under that root.
+    let (code, report) = run("trusted_root.staging.json");
+    assert_eq!(code, Some(1));
+    let found = provenance(&report);
+    assert_eq!(found[0].0, "TP802", "{found:?}");
+    assert!(found[0].1.contains("trusted TSA"), "{found:?}");
+    // Not a trusted root: nothing is trusted.
+    let (code, report) = run("keys/root.crt");
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        provenance(&report)[0].0,
+        "TP803",
+        "{:?}",
+        provenance(&report)
     );
 }

@@ -1,5 +1,6 @@
 """The model-signature oracle: model-signing 1.1.1 (the OpenSSF Model Signing library) verifies
-every vector of `fixtures/signatures/` (each signed directory, mutated as `truth.json` says:
+every vector of `fixtures/signatures/` (each signed directory, key, certificate chain or
+keyless Sigstore, mutated as `truth.json` says:
 a changed byte, an added or removed file, no signature, the wrong key or CA, a tampered
 bundle) and `tensorplay audit --require-signature` must agree: it passes exactly the vectors
 model_signing verifies, failing the others with the code `truth.json` names. The library's
@@ -14,6 +15,8 @@ import base64
 import json
 import pathlib
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -52,11 +55,38 @@ def apply(case, model):
             raise ValueError(step["op"])
 
 
+def trust_config(directory):
+    """The production Sigstore trust root sigstore-python ships, as a client trust config:
+    model_signing verifies keyless signatures with it offline, with no TUF refresh."""
+    import sigstore
+
+    store = pathlib.Path(sigstore.__file__).parent / "_store" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"
+    config = {
+        "mediaType": "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json",
+        "trustedRoot": json.loads((store / "trusted_root.json").read_text()),
+        "signingConfig": json.loads((store / "signing_config.v0.2.json").read_text()),
+    }
+    path = directory / "trust_config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
 def oracle(case, model):
-    """model_signing's verdict through its API: "" when it verifies, else the error."""
+    """model_signing's verdict: "" when it verifies, else the error. Keyless through its CLI,
+    which leaves the signature file out of the manifest as tensorplay does; the others
+    through its API, which takes the hashing method from the signed manifest."""
     if not (model / "model.sig").exists():
         return "no signature"
     trust = case["trust"]
+    if "identity" in trust:
+        done = subprocess.run(
+            [sys.executable, "-m", "model_signing", "verify", "sigstore", model,
+             "--signature", model / "model.sig", "--identity", trust["identity"],
+             "--identity_provider", trust["issuer"],
+             "--trust_config", trust_config(model.parent)],
+            capture_output=True, text=True,
+        )
+        return "" if done.returncode == 0 else (done.stdout + done.stderr).strip() or "failed"
     config = model_signing.verifying.Config()
     if "public_key" in trust:
         config = config.use_elliptic_key_verifier(public_key=DIR / trust["public_key"])
@@ -72,12 +102,13 @@ def oracle(case, model):
 def tensorplay(case, model):
     """The exit code and the provenance findings' codes of `audit --require-signature`."""
     trust = case["trust"]
-    flag, path = (
-        ("--public-key", trust["public_key"])
-        if "public_key" in trust
-        else ("--certificate-chain", trust["certificate_chain"])
-    )
-    done = command("audit", "--format", "json", "--require-signature", flag, DIR / path, model)
+    if "identity" in trust:
+        flags = ["--identity", trust["identity"], "--issuer", trust["issuer"]]
+    elif "public_key" in trust:
+        flags = ["--public-key", DIR / trust["public_key"]]
+    else:
+        flags = ["--certificate-chain", DIR / trust["certificate_chain"]]
+    done = command("audit", "--format", "json", "--require-signature", *flags, model)
     assert done.returncode in (0, 1), done.stderr
     report = json.loads(done.stdout)
     codes = {
@@ -108,7 +139,7 @@ def test_tensorplay_and_model_signing_agree(case, tmp_path):
 
 def test_the_truth_covers_every_method_and_failure():
     names = {c["name"] for c in TRUTH["cases"]}
-    for vector in ["key", "key-shards", "key-blake3", "cert"]:
+    for vector in ["key", "key-shards", "key-blake3", "cert", "keyless-v1.0.0", "keyless-v1.1.0"]:
         for kind in ["good", "changed-byte", "added-file", "removed-file", "missing-signature", "tampered-bundle"]:
             assert f"{vector}/{kind}" in names
     assert TRUTH["model_signing"] == model_signing_version()

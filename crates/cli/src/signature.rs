@@ -9,7 +9,8 @@ use tensorplay_audit::provenance::{self, Outcome, Request, Trust};
 #[derive(Debug, Args)]
 pub struct SignatureArgs {
     /// Fail every model directory without a valid OpenSSF model signature (TP801–TP804) from
-    /// the one trust source given (--public-key or --certificate-chain).
+    /// the one trust source given (--public-key, --certificate-chain, or --identity with
+    /// --issuer).
     #[arg(long)]
     require_signature: bool,
     /// Trust signatures made by this EC public key (PEM); the bundle's key hint must be its.
@@ -18,6 +19,18 @@ pub struct SignatureArgs {
     /// Trust signing certificates that chain to these certificates (PEM), a private PKI.
     #[arg(long, value_name = "PEM")]
     certificate_chain: Option<PathBuf>,
+    /// Trust keyless (Sigstore) signatures whose certificate names this identity (an email
+    /// or URI, exactly); needs --issuer. Verified offline against the production Sigstore
+    /// trusted root embedded in tensorplay, or --trust-root.
+    #[arg(long, value_name = "ID", requires = "issuer", conflicts_with_all = ["public_key", "certificate_chain"])]
+    identity: Option<String>,
+    /// The OIDC issuer the keyless signer's certificate must record (with --identity).
+    #[arg(long, value_name = "URL", requires = "identity")]
+    issuer: Option<String>,
+    /// A private Sigstore's trusted root (JSON, as `cosign` and `sigstore` read it) for
+    /// --identity, instead of the embedded production root.
+    #[arg(long, value_name = "FILE", requires = "identity")]
+    trust_root: Option<PathBuf>,
     /// The signature to verify [default: model.sig in the model directory]; with one
     /// directory only.
     #[arg(long, value_name = "PATH")]
@@ -34,6 +47,20 @@ impl SignatureArgs {
         let read = |path: &Path| {
             std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
         };
+        if let (Some(identity), Some(issuer)) = (&self.identity, &self.issuer) {
+            let trusted_root = match &self.trust_root {
+                Some(path) => Some(
+                    String::from_utf8(read(path)?)
+                        .with_context(|| format!("{} is not UTF-8", path.display()))?,
+                ),
+                None => None,
+            };
+            return Ok(Some(Trust::Keyless(provenance::keyless::Keyless {
+                identity: identity.clone(),
+                issuer: issuer.clone(),
+                trusted_root,
+            })));
+        }
         Ok(match (&self.public_key, &self.certificate_chain) {
             (Some(key), None) => Some(Trust::PublicKey(read(key)?)),
             (None, Some(chain)) => Some(Trust::CertificateChain(read(chain)?)),
@@ -60,7 +87,7 @@ impl SignatureArgs {
         let Some(trust) = trust else {
             if self.require_signature {
                 anyhow::bail!(
-                    "--require-signature needs exactly one trust source: --public-key PEM or --certificate-chain PEM"
+                    "--require-signature needs exactly one trust source: --public-key PEM, --certificate-chain PEM, or --identity ID --issuer URL"
                 );
             }
             if self.signature.is_some() {

@@ -18,6 +18,9 @@ pub enum Trust {
     PublicKey(Vec<u8>),
     /// PEM certificates, any of which may anchor the signing chain (`--certificate-chain`).
     CertificateChain(Vec<u8>),
+    /// A Sigstore identity and issuer, with the root that vouches for them
+    /// (`--identity`, `--issuer`, `--trust-root`).
+    Keyless(super::keyless::Keyless),
 }
 
 #[derive(Deserialize)]
@@ -115,6 +118,19 @@ pub fn verify(bundle_json: &[u8], trust: &Trust) -> Result<Verified, Failure> {
     let sig = b64(&signature.sig, "signature")?;
     let signed = pae(&envelope.payload_type, &payload);
     let signer = match trust {
+        Trust::Keyless(keyless) => {
+            let root_digest = serde_json::from_slice::<serde_json::Value>(&payload)
+                .ok()
+                .and_then(|s| {
+                    s["subject"][0]["digest"]["sha256"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .ok_or_else(|| {
+                    Failure::Invalid("the signed statement has no subject's sha256 digest".into())
+                })?;
+            super::keyless::verify(bundle_json, keyless, &root_digest)?
+        }
         Trust::PublicKey(pem) => {
             let spki = SubjectPublicKeyInfoOwned::from_pem(pem).map_err(|e| {
                 Failure::Unusable(format!("the public key is not a PEM public key: {e}"))

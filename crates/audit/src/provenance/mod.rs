@@ -4,6 +4,7 @@
 //! the provenance rules' (TP801–TP805); the facts name the signer for reports.
 
 pub mod bundle;
+pub mod keyless;
 pub mod local;
 pub mod statement;
 
@@ -58,6 +59,13 @@ pub enum Signer {
         /// `sha256:…`.
         fingerprint: String,
     },
+    /// A Sigstore (keyless) signer: the certificate's identity and OIDC issuer, as required.
+    Identity {
+        /// The SAN: an email address or a URI.
+        identity: String,
+        /// The OIDC issuer.
+        issuer: String,
+    },
 }
 
 /// A model directory's signature as the report carries it, for people and for renderers
@@ -70,7 +78,7 @@ pub struct SignatureFacts {
     pub signature: String,
     /// `verified`, `unsigned`, `invalid`, `untrusted` or `mismatch`.
     pub status: String,
-    /// The trust source used: `key` or `certificate`.
+    /// The trust source used: `key`, `certificate` or `keyless`.
     pub method: String,
     /// Who signed: present when the signature verified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,6 +121,7 @@ pub fn verify(request: &Request) -> Outcome {
         method: match request.trust {
             Trust::PublicKey(_) => "key",
             Trust::CertificateChain(_) => "certificate",
+            Trust::Keyless(_) => "keyless",
         }
         .into(),
         signer: None,

@@ -220,10 +220,11 @@ pub fn audit_paths(
     // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder); files
     // the configuration declares are not checkpoints, and files named that no loader accepts,
     // were judged, so they are not nothing (a pre-commit run whose only staged `.bin` is a
-    // tokenizer passes).
+    // tokenizer passes). A model directory whose signature was checked was judged too.
     if found.checkpoints.is_empty()
         && declared == 0
         && found.named_skipped == 0
+        && signatures.is_empty()
         && !args.allow_empty
     {
         let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();

@@ -34,6 +34,9 @@ pub fn drafts(outcome: &Outcome) -> Vec<(Code, Draft)> {
             let signer = match &facts.signer {
                 Some(Signer::Key { fingerprint }) => format!("the key {fingerprint}"),
                 Some(Signer::Certificate { subject, .. }) => format!("the certificate '{subject}'"),
+                Some(Signer::Identity { identity, issuer }) => {
+                    format!("{identity} (issuer {issuer}, Sigstore)")
+                }
                 None => "an unnamed signer".to_owned(),
             };
             vec![(
