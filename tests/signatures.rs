@@ -330,3 +330,18 @@ fn a_private_sigstore_root_replaces_the_embedded_one() {
         provenance(&report)
     );
 }
+
+#[test]
+fn a_partitioned_run_refuses_to_verify_signatures() {
+    let out = tensorplay(&[
+        "audit",
+        "--partition",
+        "1/2",
+        "--require-signature",
+        "--public-key",
+        &format!("{DIR}/keys/signer.pub"),
+        &format!("{DIR}/key"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("partitioned"), "{}", stderr(&out));
+}

@@ -42,6 +42,16 @@ pub struct SignatureArgs {
 }
 
 impl SignatureArgs {
+    /// Whether any signature flag was given.
+    pub fn any(&self) -> bool {
+        self.require_signature
+            || self.public_key.is_some()
+            || self.certificate_chain.is_some()
+            || self.identity.is_some()
+            || self.signature.is_some()
+            || self.emit_oms_manifest.is_some()
+    }
+
     /// The trust source, if one was given.
     fn trust(&self) -> anyhow::Result<Option<Trust>> {
         let read = |path: &Path| {

@@ -213,7 +213,14 @@ pub fn audit_paths(
         .iter()
         .map(|p| args.remote.resolve(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    // Before any checkpoint is read: a missing trust source fails at once.
+    // Before any checkpoint is read: a missing trust source fails at once. A signature covers
+    // a whole directory, which a partitioned run deals out in parts: it is verified in a run
+    // of its own.
+    if args.partition.is_some() && args.signature.any() {
+        anyhow::bail!(
+            "model signatures are not verified in a partitioned run: verify them in a job of its own (without --partition)"
+        );
+    }
     let signatures = args.signature.check(&args.paths)?;
     let mut found = discover(&paths)?;
     let declared = skip_declared(&mut found, &config);
@@ -358,12 +365,6 @@ pub fn audit_paths(
             Err(message) => unreadable.push(message),
         }
     }
-    // A partitioned run checks the signatures in its first part only, so a merge counts
-    // each once.
-    let signatures = match &partition {
-        Some(p) if p.k != 1 => Vec::new(),
-        _ => signatures,
-    };
     for outcome in &signatures {
         files.push(tensorplay_audit::audit::signature_report(
             outcome, &config, &options,
