@@ -14,15 +14,16 @@ What it checks
   PAE(payloadType, payload) with the signer's key, and whose payload is an in-toto
   statement of predicate type `https://model_signing/signature/v1.0` (or v0.2's
   `https://model_signing/Digests/v0.1`) with exactly one subject, whose root digest is
-  SHA-256 over the resources' digests in their listed order.
+  SHA-256 over the resources' digests in their listed order. For a keyless signature, also
+  the Rekor entry (inclusion proof or promise) or the RFC 3161 timestamp, under the
+  Sigstore trusted root.
 
 Why it matters
   A bundle edited after signing (a digest changed so that a tampered file passes) no
   longer verifies: its statement cannot be trusted for any file.
 
 Example
-  'model.sig: the DSSE signature does not verify over the bundle's payload with the
-  signer's key'.
+  'the DSSE signature does not verify over the bundle's payload with the signer's key'.
 
 How to fix
   Sign the model again from its trusted source.",

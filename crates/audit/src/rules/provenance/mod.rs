@@ -62,15 +62,15 @@ pub fn drafts(outcome: &Outcome) -> Vec<(Code, Draft)> {
         Some(Failure::Invalid(m)) => vec![(
             InvalidSignature::CODE,
             draft(
-                format!("{}: {m}", facts.signature),
+                m.clone(),
                 "sign the model again; a bundle edited after signing never verifies",
             ),
         )],
         Some(Failure::Untrusted(m) | Failure::Unusable(m)) => vec![(
             UntrustedSigner::CODE,
             draft(
-                format!("{}: {m}", facts.signature),
-                "verify with the key or CA of whoever should have signed it; do not trust the bundle's own key",
+                m.clone(),
+                "verify with the key, CA or identity of whoever should have signed it; never the bundle's own key",
             ),
         )],
         Some(Failure::Unreadable(m)) => vec![(

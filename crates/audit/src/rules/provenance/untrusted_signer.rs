@@ -14,14 +14,17 @@ What it checks
   bundle's key hint is that key's and the signature verifies with it; with
   `--certificate-chain`, that the bundle's signing certificate chains, through the
   bundle's intermediates, to one of the given certificates, valid when it was issued,
-  usable for code signing. A bundle's own key or certificate is never trusted by itself.
+  usable for code signing; with `--identity` and `--issuer`, that the Fulcio certificate
+  chains to the Sigstore trusted root (embedded, or `--trust-root`), has a valid SCT and
+  names exactly that identity and issuer. A bundle's own key or certificate is never
+  trusted by itself.
 
 Why it matters
   Anyone can sign a model with a key of their own: a signature proves provenance only
   when its signer is the one the gate expects.
 
 Example
-  'model.sig: the model was signed by another key (key hint 3f…; the given key's is 9a…)'.
+  'the model was signed by another key (key hint 3f…; the given key's is 9a…)'.
 
 How to fix
   Verify with the key or CA of the model's producer, or have the model signed by it.",
