@@ -56,6 +56,20 @@ echo "check-python: mypy --strict on the typed usage of the stubs"
 (cd "$scratch" && "$py" -m mypy --strict --warn-unused-ignores --no-incremental \
     "$OLDPWD/python/tests/typing/usage.py") || fail "the stubs do not type the documented usage"
 
+# The model-signature oracle (python/tests/test_signatures.py): model-signing 1.1.1 and every
+# package it installs, pinned in fixtures/requirements-signatures.txt (the pins that made
+# fixtures/signatures/), as wheels fetched once and installed offline.
+signing_wheels=target/ci-tools/signatures-$(sha256sum fixtures/requirements-signatures.txt | cut -c1-12)
+if [ ! -f "$signing_wheels/ok" ]; then
+    rm -rf "$signing_wheels"
+    python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+        --dest "$signing_wheels" -r fixtures/requirements-signatures.txt
+    touch "$signing_wheels/ok"
+fi
+"$py" -m pip install --quiet --disable-pip-version-check --no-index \
+    --find-links "$signing_wheels" -r fixtures/requirements-signatures.txt
+"$py" -c "import model_signing" || fail "model_signing does not import from its pinned wheels"
+
 # -p no:cacheprovider: nothing written into the checkout.
 suite() { (cd python/tests && "$py" -m pytest -p no:cacheprovider -q -rs "$@" .); }
 

@@ -812,7 +812,7 @@ fn rules_and_explain_print_the_registry() {
     let out = tensorplay(&["rules"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 29, "{text}");
+    assert_eq!(text.lines().count(), 34, "{text}");
     assert!(text.contains("TP101  view-overlap             error     Two tensors' byte ranges in one storage partly overlap."), "{text}");
     for which in ["TP401", "non-finite", "tp401"] {
         let out = tensorplay(&["explain", which]);
@@ -824,6 +824,10 @@ fn rules_and_explain_print_the_registry() {
         );
         assert!(text.contains("How to fix"));
     }
+    // The provenance rules explain themselves like every other.
+    let out = tensorplay(&["explain", "TP804"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).starts_with("TP804 manifest-mismatch (default severity: error"));
     // A refusal for a limit of the run is explained as such: not corrupt, the flag to raise.
     for which in ["TP506", "over-budget"] {
         let out = tensorplay(&["explain", which]);

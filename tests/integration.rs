@@ -55,6 +55,7 @@ mod report_limits;
 mod robustness;
 mod rules_doc;
 mod scale;
+mod signatures;
 mod tensor_kinds;
 mod terminal;
 mod ties;

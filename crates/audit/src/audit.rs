@@ -250,6 +250,52 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
     })
 }
 
+/// The report of a model directory's signature check: one entry named by the signature
+/// file, with the provenance rules (TP801–TP805) that the configuration and the selection
+/// keep, at their configured levels.
+pub fn signature_report(
+    outcome: &crate::provenance::Outcome,
+    config: &Config,
+    options: &Options,
+) -> FileReport {
+    let path = outcome.facts.signature.as_str();
+    let rules: Vec<(&'static dyn Rule, Severity)> = RULES
+        .iter()
+        .copied()
+        .filter(|r| r.code().as_str().starts_with("TP8"))
+        .filter(|r| options.selects(r.code()))
+        .filter(|r| !config.ignored(path, r.code()))
+        .filter_map(|r| match config.level(r.code()) {
+            None => Some((r, r.default_severity())),
+            Some(level) => level.severity().map(|s| (r, s)),
+        })
+        .collect();
+    let findings = crate::rules::provenance::drafts(outcome)
+        .into_iter()
+        .filter_map(|(code, draft)| {
+            let (rule, severity) = rules.iter().find(|(r, _)| r.code() == code)?;
+            Some(finding(*rule, *severity, draft))
+        })
+        .collect();
+    FileReport {
+        path: path.to_owned(),
+        format: Some("oms-signature".to_owned()),
+        tensors: 0,
+        storages: 0,
+        bytes: 0,
+        devices: Vec::new(),
+        dtypes: Vec::new(),
+        checked: rules.iter().map(|(r, _)| r.code()).collect(),
+        findings,
+        suppressed: Vec::new(),
+        allowed_globals: Vec::new(),
+        memory: None,
+        device: None,
+        remote: None,
+        layout: None,
+    }
+}
+
 /// A rule's draft as reports carry it: every name and the message bounded, so no finding
 /// outgrows what a CI log, a JUnit or SARIF consumer takes, however long a file's names are.
 fn finding(rule: &dyn Rule, severity: Severity, draft: Draft) -> Finding {

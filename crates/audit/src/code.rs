@@ -48,6 +48,11 @@ const ALL: &[Code] = &[
     Code::listed("TP704", "template-unparsable"),
     Code::listed("TP705", "template-unusual"),
     Code::listed("TP706", "template-changed"),
+    Code::listed("TP801", "unsigned-model"),
+    Code::listed("TP802", "invalid-signature"),
+    Code::listed("TP803", "untrusted-signer"),
+    Code::listed("TP804", "manifest-mismatch"),
+    Code::listed("TP805", "signature-verified"),
 ];
 
 impl Code {

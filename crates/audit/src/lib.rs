@@ -22,6 +22,7 @@ pub mod layout;
 pub mod manifest;
 pub mod options;
 mod presets;
+pub mod provenance;
 pub mod registry;
 pub mod report;
 pub mod rule;

@@ -48,6 +48,10 @@ pub struct Report {
     /// for a whole run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<Partition>,
+    /// Each model directory's OpenSSF signature as verified (`--require-signature`, or a
+    /// trust source given): its status and who signed it. Absent when none was checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<crate::provenance::SignatureFacts>,
 }
 
 /// A partial report's place in its run, so that merging can prove the parts add up to it.
@@ -329,6 +333,7 @@ impl Report {
             files,
             skipped,
             partition: None,
+            signatures: Vec::new(),
         };
         report.summary.fail_on = fail_on;
         let mut unique = crate::fingerprint::Unique::default();

@@ -23,6 +23,7 @@ mod rules_bytes;
 mod rules_cmd;
 mod scheduler;
 mod shared_set;
+mod signature;
 mod size;
 mod table;
 mod views;

@@ -5,6 +5,7 @@ pub mod expect;
 pub mod integrity;
 pub mod memory;
 pub mod numeric;
+pub mod provenance;
 pub mod safety;
 pub mod template;
 pub mod view;

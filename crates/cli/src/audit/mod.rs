@@ -114,6 +114,8 @@ pub struct AuditArgs {
     deep: bool,
     #[command(flatten)]
     remote: crate::remote::RemoteArgs,
+    #[command(flatten)]
+    signature: crate::signature::SignatureArgs,
     /// Seconds one file may take before it fails TP506 (over-budget) unjudged, never a hang.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_per_file: u64,
@@ -213,15 +215,25 @@ pub fn audit_paths(
         .iter()
         .map(|p| args.remote.resolve(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Before any checkpoint is read: a missing trust source fails at once. A signature covers
+    // a whole directory, which a partitioned run deals out in parts: it is verified in a run
+    // of its own.
+    if args.partition.is_some() && args.signature.any() {
+        anyhow::bail!(
+            "model signatures are not verified in a partitioned run: verify them in a job of its own (without --partition)"
+        );
+    }
+    let signatures = args.signature.check(&args.paths)?;
     let mut found = discover(&paths)?;
     let declared = skip_declared(&mut found, &config);
     // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder); files
     // the configuration declares are not checkpoints, and files named that no loader accepts,
     // were judged, so they are not nothing (a pre-commit run whose only staged `.bin` is a
-    // tokenizer passes).
+    // tokenizer passes). A model directory whose signature was checked was judged too.
     if found.checkpoints.is_empty()
         && declared == 0
         && found.named_skipped == 0
+        && signatures.is_empty()
         && !args.allow_empty
     {
         let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
@@ -355,7 +367,13 @@ pub fn audit_paths(
             Err(message) => unreadable.push(message),
         }
     }
+    for outcome in &signatures {
+        files.push(tensorplay_audit::audit::signature_report(
+            outcome, &config, &options,
+        ));
+    }
     let mut report = Report::new(files, found.skipped, fail_on);
+    report.signatures = signatures.into_iter().map(|o| o.facts).collect();
     report.partition = partition.map(|mut partition| {
         let mut sets = std::mem::take(&mut *shared_sets.lock().unwrap_or_else(|e| e.into_inner()));
         // Workers finish in any order; a retried part must write the same bytes.
