@@ -456,3 +456,50 @@ fn a_missing_shard_is_listed_without_a_hash_and_the_verdict_stands() {
     let c = component(&bom, &present);
     assert_eq!(c["hashes"][0]["content"], sha256_of(&present).as_str());
 }
+
+/// A verified signature names its signer in the BOM, as the JSON report names it; a signature
+/// the trust source does not vouch for names none.
+#[test]
+fn a_verified_signature_names_its_signer_and_an_untrusted_one_none() {
+    let model = "fixtures/signatures/key";
+    let trusted = [
+        "--require-signature",
+        "--public-key",
+        "fixtures/signatures/keys/signer.pub",
+    ];
+    let (bom, report, code) = bom_of(model, &trusted);
+    assert_eq!(code, Some(0), "{report:#}");
+    let facts = &report["signatures"][0];
+    assert_eq!(facts["status"], "verified");
+    let metadata = &bom["metadata"]["component"];
+    assert_eq!(
+        props(metadata, "signer-key-fingerprint"),
+        [facts["signer"]["fingerprint"]
+            .as_str()
+            .expect("fingerprint")]
+    );
+    assert_eq!(props(metadata, "signed-model"), [model]);
+    assert_eq!(
+        props(metadata, "signed-root-digest"),
+        [facts["root_digest"].as_str().expect("root digest")]
+    );
+
+    let untrusted = [
+        "--require-signature",
+        "--public-key",
+        "fixtures/signatures/keys/other.pub",
+    ];
+    let (bom, report, code) = bom_of(model, &untrusted);
+    assert_eq!(code, Some(1), "{report:#}");
+    assert_eq!(report["signatures"][0]["status"], "untrusted");
+    for name in [
+        "signer-key-fingerprint",
+        "signed-model",
+        "signed-root-digest",
+    ] {
+        assert!(
+            props(&bom["metadata"]["component"], name).is_empty(),
+            "{name}: {bom:#}"
+        );
+    }
+}

@@ -292,6 +292,7 @@ pub fn signature_report(
         memory: None,
         device: None,
         remote: None,
+        inventory: None,
         layout: None,
     }
 }

@@ -368,9 +368,14 @@ pub fn audit_paths(
         }
     }
     for outcome in &signatures {
-        files.push(tensorplay_audit::audit::signature_report(
-            outcome, &config, &options,
-        ));
+        let mut file = tensorplay_audit::audit::signature_report(outcome, &config, &options);
+        if options.inventory {
+            // The signature file is small and read whole to verify: hashed, as any file is.
+            let path = PathBuf::from(&file.path);
+            let (digests, _) = crate::inventory::gather(&path, std::slice::from_ref(&path), None);
+            crate::inventory::attach(&mut file, digests, None);
+        }
+        files.push(file);
     }
     let mut report = Report::new(files, found.skipped, fail_on);
     report.signatures = signatures.into_iter().map(|o| o.facts).collect();

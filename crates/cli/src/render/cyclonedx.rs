@@ -268,12 +268,40 @@ fn verdict_properties(report: &Report) -> Vec<Property> {
     properties
 }
 
-/// The model's verified signer: the identity and issuer of a keyless signature, or the
-/// fingerprint of the key that signed it, as `signer-identity`, `signer-issuer` and
-/// `signer-key-fingerprint`. Read from the report's signature result, which this report does
-/// not carry yet: until it does, a BOM names no signer (never a guessed one).
-fn signer_properties(_report: &Report) -> Vec<Property> {
-    Vec::new()
+/// Each verified signature's signer (`--require-signature` or a trust source given): the
+/// identity and issuer of a keyless signature, the subject and fingerprint of a certificate,
+/// or the fingerprint of a key, with the model directory it covers and its root digest. A
+/// signature that did not verify names no signer: its finding says why.
+fn signer_properties(report: &Report) -> Vec<Property> {
+    use tensorplay_audit::provenance::Signer;
+    let mut properties = Vec::new();
+    for facts in &report.signatures {
+        let Some(signer) = facts.signer.as_ref().filter(|_| facts.status == "verified") else {
+            continue;
+        };
+        properties.push(property("signed-model", &facts.model));
+        properties.push(property("signature-method", &facts.method));
+        match signer {
+            Signer::Key { fingerprint } => {
+                properties.push(property("signer-key-fingerprint", fingerprint));
+            }
+            Signer::Certificate {
+                subject,
+                fingerprint,
+            } => {
+                properties.push(property("signer-certificate-subject", subject));
+                properties.push(property("signer-certificate-fingerprint", fingerprint));
+            }
+            Signer::Identity { identity, issuer } => {
+                properties.push(property("signer-identity", identity));
+                properties.push(property("signer-issuer", issuer));
+            }
+        }
+        if let Some(root) = &facts.root_digest {
+            properties.push(property("signed-root-digest", root));
+        }
+    }
+    properties
 }
 
 /// One `file` component per file the run's checkpoints are made of (a file two checkpoints
