@@ -2,8 +2,9 @@
 read as `keras.saving.load_model(..., safe_mode=True)` resolves names (keras/src/saving/
 serialization_lib.py, `_retrieve_class_or_fn`), with the torch backend:
 
-- classes: every `module.Name` a config may name that Keras resolves to a `KerasSaveable` class,
-  by its public API name (`api_export`'s registry) or by importing a `keras.*` module;
+- classes: every `module.Name` a config may name that Keras resolves to a class: by its public
+  API name (`api_export`'s registry) any exported class with `from_config`, and by importing a
+  `keras.*` module only a `KerasSaveable` one;
 - functions: the public functions of the modules Keras' built-in modeling functions live in
   (activations, losses, metrics, ...), the only ones a plain model's config names;
 - refused: Keras' `NON_MODELING_APIS`, which it refuses by name.
@@ -67,8 +68,10 @@ def main():
     for name, obj in api_export.REGISTERED_NAMES_TO_OBJS.items():
         if name in serialization_lib.NON_MODELING_APIS:
             continue
-        if saveable(obj):
-            classes.add(name)
+        # By its API name Keras takes any class it exports, and builds it with `from_config`.
+        if isinstance(obj, type) and hasattr(obj, "from_config"):
+            if obj.__name__ not in LEFT_OUT_CLASSES:
+                classes.add(name)
         elif isinstance(obj, types.FunctionType):
             module = name.rsplit(".", 1)[0]
             if module in FUNCTION_MODULES and name.rsplit(".", 1)[1] not in LEFT_OUT_FUNCTIONS:
@@ -89,7 +92,7 @@ def main():
     )
     out.write(f'/// The Keras version the tables were read from.\npub const KERAS_VERSION: &str = "{keras.__version__}";\n\n')
     for title, doc, names in [
-        ("CLASSES", "`module.ClassName` of every class Keras resolves to a `KerasSaveable`, sorted.", sorted(classes)),
+        ("CLASSES", "`module.ClassName` of every class Keras resolves from a config, sorted.", sorted(classes)),
         ("FUNCTIONS", "`module.function` of Keras' built-in modeling functions, sorted.", sorted(functions)),
         ("FUNCTION_MODULES", "The modules a built-in function named under `builtins` is looked up in.", [f"keras.{m}" for m in sorted(serialization_lib.BUILTIN_MODULES)]),
         ("NON_MODELING", "What Keras refuses by name (`NON_MODELING_APIS`), sorted.", refused),

@@ -48,6 +48,11 @@ const ALL: &[Code] = &[
     Code::listed("TP704", "template-unparsable"),
     Code::listed("TP705", "template-unusual"),
     Code::listed("TP706", "template-changed"),
+    Code::listed("TP711", "keras-lambda"),
+    Code::listed("TP712", "keras-foreign-object"),
+    Code::listed("TP713", "keras-foreign-function"),
+    Code::listed("TP714", "keras-unsafe-deserialization"),
+    Code::listed("TP715", "keras-weights-not-read"),
 ];
 
 impl Code {

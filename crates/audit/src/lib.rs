@@ -17,6 +17,7 @@ pub mod diff;
 pub mod error;
 pub mod finding;
 mod fingerprint;
+pub mod keras;
 pub mod layout;
 pub mod manifest;
 pub mod options;

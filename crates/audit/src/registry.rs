@@ -1,7 +1,7 @@
 //! Every rule, listed once.
 
 use crate::rule::Rule;
-use crate::rules::{device, expect, integrity, memory, numeric, safety, template, view};
+use crate::rules::{device, expect, integrity, keras, memory, numeric, safety, template, view};
 
 /// All rules, in code order.
 pub static RULES: &[&dyn Rule] = &[
@@ -33,6 +33,11 @@ pub static RULES: &[&dyn Rule] = &[
     &template::TemplateUnparsable,
     &template::TemplateUnusual,
     &template::TemplateChanged,
+    &keras::KerasLambda,
+    &keras::KerasForeignObject,
+    &keras::KerasForeignFunction,
+    &keras::KerasUnsafeDeserialization,
+    &keras::KerasWeightsNotRead,
 ];
 
 /// The rule with this code (any case) or name.
@@ -93,7 +98,7 @@ mod tests {
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
                 "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503",
                 "TP504", "TP505", "TP506", "TP601", "TP701", "TP702", "TP703", "TP704", "TP705",
-                "TP706"
+                "TP706", "TP711", "TP712", "TP713", "TP714", "TP715"
             ]
         );
         for rule in RULES {

@@ -1,6 +1,7 @@
 //! A checkpoint: every tensor and storage one file (or one sharded set) holds.
 
 use crate::chat_template::ChatTemplate;
+use crate::keras::KerasModel;
 use crate::composite::CompositeTensor;
 use crate::storage::Storage;
 use crate::tensor::Tensor;
@@ -44,6 +45,9 @@ pub enum Format {
     /// A file transformers' tokenizer loading opens by its name for its chat template
     /// (`tokenizer_config.json`, `chat_template.jinja`, `chat_template.json`): no tensors.
     ChatTemplate,
+    /// A Keras v3 archive (`model.save` to `.keras`): a zip of `config.json`,
+    /// `metadata.json` and the weights.
+    Keras,
     /// No file: tensors of a running process, described by it (`load::live`).
     Live,
 }
@@ -66,6 +70,7 @@ impl Format {
             Format::Gguf => "gguf",
             Format::Joblib => "joblib",
             Format::ChatTemplate => "chat-template",
+            Format::Keras => "keras",
             Format::Live => "live",
         }
     }
@@ -142,6 +147,8 @@ pub struct Checkpoint {
     /// The chat templates it carries (GGUF's `tokenizer.chat_template*`, a tokenizer
     /// config's `chat_template`), in file order; never rendered.
     pub chat_templates: Vec<ChatTemplate>,
+    /// The model a Keras v3 archive carries (`None` for any other format).
+    pub keras: Option<KerasModel>,
     /// Globals its pickles reference outside the allowlist (never executed).
     pub unsafe_globals: Vec<UnsafeGlobal>,
     /// The code a TorchScript archive carries (`None` for any other format).

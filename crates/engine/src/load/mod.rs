@@ -20,6 +20,7 @@ mod gguf;
 mod index;
 mod joblib;
 mod json;
+mod keras;
 mod limits;
 pub mod live;
 mod numpy;

@@ -13,6 +13,7 @@ use super::dcp;
 use super::gguf;
 use super::index;
 use super::joblib;
+use super::keras;
 use super::limits::Meter;
 use super::numpy;
 use super::pickle_file;
@@ -33,7 +34,7 @@ use std::sync::Arc;
 /// GGUF's magics first, which no other loader's input begins with, and the pickle loaders last,
 /// which take whatever runs; zip archives as torch tells them apart, the last claiming any.
 #[rustfmt::skip]
-pub(crate) const FORMATS: [&Row; 17] = [
+pub(crate) const FORMATS: [&Row; 18] = [
     // Files, by their whole bytes.
     &numpy::ROW,
     &gguf::ROW,
@@ -49,6 +50,7 @@ pub(crate) const FORMATS: [&Row; 17] = [
     // Zip archives, by their records.
     &numpy::NPZ,
     &pt2::flat::ROW,
+    &keras::ROW,
     &pt2::ROW,
     &torch::archive::ROW,
     // Directories, by their files.
