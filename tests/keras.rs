@@ -61,7 +61,10 @@ fn a_lambda_layer_is_named_by_its_path_and_the_exit_code_fails() {
         .expect("TP711")
         .clone();
     let message = finding["message"].as_str().expect("message");
-    assert!(message.contains("$.config.layers[1] (layer 'lambda')"), "{message}");
+    assert!(
+        message.contains("$.config.layers[1] (layer 'lambda')"),
+        "{message}"
+    );
     let (code, _) = audit_report(&[&format!("{DIR}/plain_functional.keras")]);
     assert_eq!(code, Some(0));
 }
@@ -75,7 +78,10 @@ fn a_cut_keras_archive_is_refused() {
     let out = tensorplay(&["audit", "--format", "json", path.to_str().expect("path")]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_ne!(out.status.code(), Some(0), "{text} {}", stderr(&out));
-    assert!(text.contains("TP502") || out.status.code() == Some(2), "{text}");
+    assert!(
+        text.contains("TP502") || out.status.code() == Some(2),
+        "{text}"
+    );
 }
 
 #[test]
@@ -83,6 +89,9 @@ fn every_keras_rule_is_explained() {
     for code in ["TP711", "TP712", "TP713", "TP714", "TP715"] {
         let out = tensorplay(&["explain", code]);
         assert_eq!(out.status.code(), Some(0), "{code}: {}", stderr(&out));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("keras"), "{code}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("keras"),
+            "{code}"
+        );
     }
 }

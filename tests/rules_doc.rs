@@ -83,8 +83,17 @@ fn the_json_list_has_every_rule_with_its_doc() {
         let security = matches!(
             rule["code"].as_str(),
             Some(
-                "TP501" | "TP502" | "TP504" | "TP701" | "TP702" | "TP703" | "TP704" | "TP711"
-                    | "TP712" | "TP713" | "TP714"
+                "TP501"
+                    | "TP502"
+                    | "TP504"
+                    | "TP701"
+                    | "TP702"
+                    | "TP703"
+                    | "TP704"
+                    | "TP711"
+                    | "TP712"
+                    | "TP713"
+                    | "TP714"
             )
         );
         let tags = rule["tags"].as_array().expect("tags");

@@ -1,8 +1,8 @@
 //! A checkpoint: every tensor and storage one file (or one sharded set) holds.
 
 use crate::chat_template::ChatTemplate;
-use crate::keras::KerasModel;
 use crate::composite::CompositeTensor;
+use crate::keras::KerasModel;
 use crate::storage::Storage;
 use crate::tensor::Tensor;
 use crate::torchscript_code::TorchScriptCode;

@@ -2084,4 +2084,3 @@ pub const NON_MODELING: &[&str] = &[
     "keras.utils.serialize_keras_object",
     "keras.utils.text_dataset_from_directory",
 ];
-

@@ -118,14 +118,20 @@ fn object(map: &Map<String, Value>, path: &str, out: &mut Vec<Concern>) {
         })
     };
     let Some(class_name) = map.get("class_name").and_then(Value::as_str) else {
-        push(Kind::Foreign, "an object whose class_name is not a string".into());
+        push(
+            Kind::Foreign,
+            "an object whose class_name is not a string".into(),
+        );
         return;
     };
     let module = match map.get("module") {
         None | Some(Value::Null) => None,
         Some(Value::String(m)) => Some(m.as_str()),
         Some(_) => {
-            push(Kind::Foreign, format!("{class_name} with a module that is not a string"));
+            push(
+                Kind::Foreign,
+                format!("{class_name} with a module that is not a string"),
+            );
             return;
         }
     };
@@ -158,9 +164,15 @@ fn object(map: &Map<String, Value>, path: &str, out: &mut Vec<Concern>) {
             };
             let full = format!("{module}.{class}");
             if in_keras && allowlist::NON_MODELING.contains(&full.as_str()) {
-                push(Kind::NonModeling, format!("{full}, which Keras refuses as non-modeling"));
+                push(
+                    Kind::NonModeling,
+                    format!("{full}, which Keras refuses as non-modeling"),
+                );
             } else if !in_keras || allowlist::CLASSES.binary_search(&full.as_str()).is_err() {
-                push(Kind::Foreign, format!("{full}, outside Keras' serializable classes"));
+                push(
+                    Kind::Foreign,
+                    format!("{full}, outside Keras' serializable classes"),
+                );
             } else if let Some(registered) = registered_name(map).filter(|r| *r != class) {
                 push(
                     Kind::Foreign,
@@ -184,7 +196,10 @@ fn function(
     push: &mut impl FnMut(Kind, String),
 ) {
     let Some(name) = map.get("config").and_then(Value::as_str) else {
-        push(Kind::Function, "a function whose name is not a string".into());
+        push(
+            Kind::Function,
+            "a function whose name is not a string".into(),
+        );
         return;
     };
     match module {
@@ -260,32 +275,75 @@ mod tests {
 
     #[test]
     fn keras_classes_and_functions_pass() {
-        let dense = obj(json!("keras.layers"), "Dense", json!({"name": "d", "activation": "relu",
-            "kernel_initializer": obj(json!("keras.initializers"), "GlorotUniform", json!({}))}));
+        let dense = obj(
+            json!("keras.layers"),
+            "Dense",
+            json!({"name": "d", "activation": "relu",
+            "kernel_initializer": obj(json!("keras.initializers"), "GlorotUniform", json!({}))}),
+        );
         let relu = json!({"module": "builtins", "class_name": "function", "config": "relu",
             "registered_name": "function"});
-        let gelu = json!({"module": "keras.activations", "class_name": "function", "config": "gelu"});
-        let data = obj(json!(null), "__numpy__", json!({"value": [1], "dtype": "int32"}));
-        let model = KerasModel { config: json!([dense, relu, gelu, data]), keras_version: None, members: Vec::new() };
+        let gelu =
+            json!({"module": "keras.activations", "class_name": "function", "config": "gelu"});
+        let data = obj(
+            json!(null),
+            "__numpy__",
+            json!({"value": [1], "dtype": "int32"}),
+        );
+        let model = KerasModel {
+            config: json!([dense, relu, gelu, data]),
+            keras_version: None,
+            members: Vec::new(),
+        };
         assert_eq!(judge(&model).concerns, []);
     }
 
     #[test]
     fn what_keras_refuses_or_would_run_is_a_concern() {
         let cases = [
-            (obj(json!("keras.layers"), "Lambda", json!({})), Kind::Lambda),
-            (obj(json!(null), "__lambda__", json!({"value": "4wEA"})), Kind::Lambda),
-            (obj(json!("collections"), "OrderedDict", json!({})), Kind::Foreign),
-            (obj(json!("keras.src.saving.saving_lib"), "zipfile", json!({})), Kind::Foreign),
+            (
+                obj(json!("keras.layers"), "Lambda", json!({})),
+                Kind::Lambda,
+            ),
+            (
+                obj(json!(null), "__lambda__", json!({"value": "4wEA"})),
+                Kind::Lambda,
+            ),
+            (
+                obj(json!("collections"), "OrderedDict", json!({})),
+                Kind::Foreign,
+            ),
+            (
+                obj(json!("keras.src.saving.saving_lib"), "zipfile", json!({})),
+                Kind::Foreign,
+            ),
             (obj(json!(null), "MyLayer", json!({})), Kind::Foreign),
-            (obj(json!("keras.layers"), "TFSMLayer", json!({})), Kind::Foreign),
-            (json!({"module": "os", "class_name": "function", "config": "system"}), Kind::Function),
-            (json!({"module": "builtins", "class_name": "function", "config": "exec"}), Kind::Function),
-            (json!({"module": "keras.ops", "class_name": "function", "config": "add"}), Kind::Function),
-            (json!({"module": "keras.config", "class_name": "function",
-                "config": "enable_unsafe_deserialization"}), Kind::NonModeling),
-            (json!({"module": "keras.src.saving.saving_api", "class_name": "function",
-                "config": "load_model"}), Kind::NonModeling),
+            (
+                obj(json!("keras.layers"), "TFSMLayer", json!({})),
+                Kind::Foreign,
+            ),
+            (
+                json!({"module": "os", "class_name": "function", "config": "system"}),
+                Kind::Function,
+            ),
+            (
+                json!({"module": "builtins", "class_name": "function", "config": "exec"}),
+                Kind::Function,
+            ),
+            (
+                json!({"module": "keras.ops", "class_name": "function", "config": "add"}),
+                Kind::Function,
+            ),
+            (
+                json!({"module": "keras.config", "class_name": "function",
+                "config": "enable_unsafe_deserialization"}),
+                Kind::NonModeling,
+            ),
+            (
+                json!({"module": "keras.src.saving.saving_api", "class_name": "function",
+                "config": "load_model"}),
+                Kind::NonModeling,
+            ),
             (json!({"class_name": 3, "config": {}}), Kind::Foreign),
         ];
         for (config, kind) in cases {
@@ -294,8 +352,10 @@ mod tests {
         let renamed = json!({"module": "keras.layers", "class_name": "Dense", "config": {},
             "registered_name": "pkg>Dense"});
         assert_eq!(kinds(renamed), [Kind::Foreign]);
-        assert_eq!(kinds(json!({"note": "keras.config.enable_unsafe_deserialization()"})),
-            [Kind::NonModeling]);
+        assert_eq!(
+            kinds(json!({"note": "keras.config.enable_unsafe_deserialization()"})),
+            [Kind::NonModeling]
+        );
     }
 
     #[test]
@@ -306,6 +366,9 @@ mod tests {
             members: Vec::new(),
         };
         let judged = judge(&model);
-        assert_eq!(judged.concerns[0].place, "$.config.layers[0] (layer 'evil')");
+        assert_eq!(
+            judged.concerns[0].place,
+            "$.config.layers[0] (layer 'evil')"
+        );
     }
 }

@@ -88,7 +88,9 @@ mod tests {
     use std::path::PathBuf;
 
     fn fixture(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/keras").join(name)
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/keras")
+            .join(name)
     }
 
     #[test]
@@ -123,6 +125,9 @@ mod tests {
         let err = open(&path).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(err.contains("bent.keras"), "{err}");
-        assert!(err.contains("config.json") || err.contains("CRC") || err.contains("crc"), "{err}");
+        assert!(
+            err.contains("config.json") || err.contains("CRC") || err.contains("crc"),
+            "{err}"
+        );
     }
 }

@@ -68,7 +68,13 @@ pub(crate) mod tests {
                 size: 10_000,
             }],
         });
-        crate::audit::audit(&ckpt, "m.keras", &Config::default(), &Options::default(), None)
+        crate::audit::audit(
+            &ckpt,
+            "m.keras",
+            &Config::default(),
+            &Options::default(),
+            None,
+        )
     }
 
     /// The codes found, in rule order.

@@ -9,7 +9,8 @@ declare_rule!(KerasUnsafeDeserialization {
     severity: Error,
     reads_bytes: false,
     tags: ["security", "keras"],
-    summary: "A Keras model calls enable_unsafe_deserialization, load_model or another non-modeling API.",
+    summary:
+        "A Keras model calls enable_unsafe_deserialization, load_model or another non-modeling API.",
     doc: "\
 What it checks
   Every name in a `.keras` archive's `config.json` of the APIs Keras refuses as

@@ -14,8 +14,8 @@ What it checks
   file (`model.weights.h5`, or `.npz`) and anything else.
 
 Why it matters
-  tensorplay reads HDF5 with no pure-Rust reader that reads Keras' layout reliably, so the
-  weights' tensors are not checked (no non-finite, layout or memory findings). Keras loads
+  tensorplay has no HDF5 reader: the `hdf5` crate binds libhdf5, and no pure-Rust reader is
+  yet proven on Keras' layout and on hostile input, so the weights' tensors are not checked (no non-finite, layout or memory findings). Keras loads
   the weights as plain arrays (h5py, never pickle), so this is no safety concern: the
   config, which names everything Keras builds, is judged whole by TP711-TP714. Pickles and
   `.npy` object arrays in any member are still judged (TP501), as `np.load` would read them.
@@ -61,8 +61,16 @@ mod tests {
     #[test]
     fn the_weights_are_listed_as_not_read() {
         let report = audit_config(json!({}));
-        let f = report.findings.iter().find(|f| f.code.as_str() == "TP715").unwrap();
-        assert!(f.message.contains("model.weights.h5 (10000 bytes)"), "{}", f.message);
+        let f = report
+            .findings
+            .iter()
+            .find(|f| f.code.as_str() == "TP715")
+            .unwrap();
+        assert!(
+            f.message.contains("model.weights.h5 (10000 bytes)"),
+            "{}",
+            f.message
+        );
         assert!(f.message.contains("Keras 3.15.1"), "{}", f.message);
     }
 }
