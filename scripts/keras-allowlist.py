@@ -90,17 +90,18 @@ def main():
         f"{keras.__version__} (KERAS_BACKEND=torch); do not edit.\n"
         "//! What `keras.saving.load_model(..., safe_mode=True)` resolves from a config, by name.\n\n"
     )
-    out.write(f'/// The Keras version the tables were read from.\npub const KERAS_VERSION: &str = "{keras.__version__}";\n\n')
+    out.write(f'/// The Keras version the tables were read from.\npub const KERAS_VERSION: &str = "{keras.__version__}";\n')
     for title, doc, names in [
         ("CLASSES", "`module.ClassName` of every class Keras resolves from a config, sorted.", sorted(classes)),
         ("FUNCTIONS", "`module.function` of Keras' built-in modeling functions, sorted.", sorted(functions)),
         ("FUNCTION_MODULES", "The modules a built-in function named under `builtins` is looked up in.", [f"keras.{m}" for m in sorted(serialization_lib.BUILTIN_MODULES)]),
         ("NON_MODELING", "What Keras refuses by name (`NON_MODELING_APIS`), sorted.", refused),
     ]:
-        out.write(f"/// {doc}\npub const {title}: &[&str] = &[\n")
+        # A blank line between tables, none after the last (rustfmt's layout).
+        out.write(f"\n/// {doc}\npub const {title}: &[&str] = &[\n")
         for n in names:
             out.write(f'    "{n}",\n')
-        out.write("];\n\n")
+        out.write("];\n")
 
 
 if __name__ == "__main__":
