@@ -83,7 +83,7 @@ fn walk(value: &Value, path: &str, out: &mut Vec<Concern>) {
                 object(map, path, out);
             }
             for (key, child) in map {
-                walk(child, &format!("{path}.{key}"), out);
+                walk(child, &format!("{path}.{}", short(key, KEY_CHARS)), out);
             }
         }
         Value::Array(items) => {
@@ -94,9 +94,25 @@ fn walk(value: &Value, path: &str, out: &mut Vec<Concern>) {
         Value::String(s) if s.contains(UNSAFE_SWITCH) => out.push(Concern {
             kind: Kind::NonModeling,
             place: path.to_owned(),
-            what: format!("the string {s:?} names Keras' switch to unsafe loading"),
+            what: format!(
+                "the string {:?} names Keras' switch to unsafe loading",
+                short(s, KEY_CHARS)
+            ),
         }),
         _ => {}
+    }
+}
+
+/// At most this many characters of a key go into a path, and of a concern into a message: a
+/// hostile config's names are as long as it likes.
+const KEY_CHARS: usize = 64;
+const CONCERN_CHARS: usize = 300;
+
+/// `text`, cut to `chars` characters with `…` where it was cut.
+fn short(text: &str, chars: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(chars) {
+        None => text.into(),
+        Some((at, _)) => format!("{}…", &text[..at]).into(),
     }
 }
 
@@ -107,14 +123,14 @@ fn object(map: &Map<String, Value>, path: &str, out: &mut Vec<Concern>) {
         .and_then(|c| c.get("name"))
         .and_then(Value::as_str)
     {
-        Some(name) => format!("{path} (layer '{name}')"),
+        Some(name) => format!("{path} (layer '{}')", short(name, KEY_CHARS)),
         None => path.to_owned(),
     };
     let mut push = |kind, what: String| {
         out.push(Concern {
             kind,
             place: place.clone(),
-            what,
+            what: short(&what, CONCERN_CHARS).into_owned(),
         })
     };
     let Some(class_name) = map.get("class_name").and_then(Value::as_str) else {
@@ -356,6 +372,28 @@ mod tests {
             kinds(json!({"note": "keras.config.enable_unsafe_deserialization()"})),
             [Kind::NonModeling]
         );
+    }
+
+    #[test]
+    fn long_names_are_cut_in_paths_and_messages() {
+        let long = "k".repeat(10_000);
+        let config =
+            json!({ long.clone(): {"module": long.clone(), "class_name": long, "config": {}} });
+        let model = KerasModel {
+            config,
+            keras_version: None,
+            members: Vec::new(),
+        };
+        let judged = judge(&model);
+        let concern = &judged.concerns[0];
+        assert_eq!(concern.kind, Kind::Foreign);
+        assert!(
+            concern.place.chars().count() <= 2 + KEY_CHARS + 1,
+            "{}",
+            concern.place
+        );
+        assert!(concern.what.chars().count() <= CONCERN_CHARS + 1);
+        assert!(concern.what.ends_with('…'));
     }
 
     #[test]
