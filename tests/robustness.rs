@@ -78,6 +78,8 @@ fn every_format() -> Vec<Format> {
         // A zip whose root config.json Keras reads: a cut archive is refused in
         // tests/keras.rs (the zip reader is the torch archives', swept here already).
         Format::Keras => None,
+        // Recognised by its signature and failed unread (TP716): there is nothing to cut.
+        Format::Hdf5 => None,
     };
     std::iter::successors(Some(Format::Safetensors), |&f| after(f)).collect()
 }

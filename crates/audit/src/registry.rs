@@ -38,6 +38,7 @@ pub static RULES: &[&dyn Rule] = &[
     &keras::KerasForeignFunction,
     &keras::KerasUnsafeDeserialization,
     &keras::KerasWeightsNotRead,
+    &keras::KerasUnreadHdf5,
 ];
 
 /// The rule with this code (any case) or name.
@@ -98,7 +99,7 @@ mod tests {
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
                 "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503",
                 "TP504", "TP505", "TP506", "TP601", "TP701", "TP702", "TP703", "TP704", "TP705",
-                "TP706", "TP711", "TP712", "TP713", "TP714", "TP715"
+                "TP706", "TP711", "TP712", "TP713", "TP714", "TP715", "TP716"
             ]
         );
         for rule in RULES {

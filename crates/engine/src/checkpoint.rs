@@ -48,6 +48,8 @@ pub enum Format {
     /// A Keras v3 archive (`model.save` to `.keras`): a zip of `config.json`,
     /// `metadata.json` and the weights.
     Keras,
+    /// An HDF5 file (Keras' legacy `.h5` models and weights, h5py): recognised, not read.
+    Hdf5,
     /// No file: tensors of a running process, described by it (`load::live`).
     Live,
 }
@@ -71,6 +73,7 @@ impl Format {
             Format::Joblib => "joblib",
             Format::ChatTemplate => "chat-template",
             Format::Keras => "keras",
+            Format::Hdf5 => "hdf5",
             Format::Live => "live",
         }
     }

@@ -39,6 +39,9 @@ pub struct Concern {
 pub struct Judged {
     /// What the walk found, in config order.
     pub concerns: Vec<Concern>,
+    /// Whether the config was read: `false` for an HDF5 file (a legacy `.h5` model's config
+    /// is an HDF5 attribute), which is then not judged at all.
+    pub config_read: bool,
     /// `metadata.json`'s Keras version.
     pub keras_version: Option<String>,
     /// The archive's members besides its config and metadata (the weights, never read).
@@ -55,9 +58,12 @@ impl Judged {
 /// Walks one model's config.
 pub fn judge(model: &KerasModel) -> Judged {
     let mut concerns = Vec::new();
-    walk(&model.config, "$", &mut concerns);
+    if let Some(config) = &model.config {
+        walk(config, "$", &mut concerns);
+    }
     Judged {
         concerns,
+        config_read: model.config.is_some(),
         keras_version: model.keras_version.clone(),
         members: model.members.clone(),
     }
@@ -269,7 +275,7 @@ mod tests {
 
     fn kinds(config: Value) -> Vec<Kind> {
         let model = KerasModel {
-            config,
+            config: Some(config),
             keras_version: None,
             members: Vec::new(),
         };
@@ -307,7 +313,7 @@ mod tests {
             json!({"value": [1], "dtype": "int32"}),
         );
         let model = KerasModel {
-            config: json!([dense, relu, gelu, data]),
+            config: Some(json!([dense, relu, gelu, data])),
             keras_version: None,
             members: Vec::new(),
         };
@@ -380,7 +386,7 @@ mod tests {
         let config =
             json!({ long.clone(): {"module": long.clone(), "class_name": long, "config": {}} });
         let model = KerasModel {
-            config,
+            config: Some(config),
             keras_version: None,
             members: Vec::new(),
         };
@@ -399,7 +405,9 @@ mod tests {
     #[test]
     fn a_concern_names_the_layer_and_its_path() {
         let model = KerasModel {
-            config: json!({"config": {"layers": [obj(json!("keras.layers"), "Lambda", json!({"name": "evil"}))]}}),
+            config: Some(
+                json!({"config": {"layers": [obj(json!("keras.layers"), "Lambda", json!({"name": "evil"}))]}}),
+            ),
             keras_version: None,
             members: Vec::new(),
         };

@@ -63,7 +63,7 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, sink: &mut Sink<'_>) -> Res
     // `np.load` opens any zip: its pickles and object arrays are judged as it reads them.
     audit_other_pickles(&archive, Loader::Python, sink)?;
     sink.set_keras(KerasModel {
-        config,
+        config: Some(config),
         keras_version,
         members,
     });
@@ -98,7 +98,7 @@ mod tests {
         let ckpt = open(&fixture("plain_sequential.keras")).unwrap();
         assert_eq!(ckpt.format, Format::Keras);
         let model = ckpt.keras.expect("a Keras model");
-        assert_eq!(model.config["class_name"], "Sequential");
+        assert_eq!(model.config.expect("a config")["class_name"], "Sequential");
         assert_eq!(model.keras_version.as_deref(), Some("3.15.1"));
         let names: Vec<&str> = model.members.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["model.weights.h5"]);

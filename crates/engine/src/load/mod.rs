@@ -17,6 +17,7 @@ mod chat_template;
 mod dcp;
 mod flatten;
 mod gguf;
+mod hdf5;
 mod index;
 mod joblib;
 mod json;

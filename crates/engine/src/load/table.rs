@@ -11,6 +11,7 @@
 use super::chat_template;
 use super::dcp;
 use super::gguf;
+use super::hdf5;
 use super::index;
 use super::joblib;
 use super::keras;
@@ -30,14 +31,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Every format, by the loader that opens it. Order matters within one kind of rule: files as
-/// `torch.load` tries them (zip, then `tarfile`, then the legacy stream) with `np.load`'s and
-/// GGUF's magics first, which no other loader's input begins with, and the pickle loaders last,
-/// which take whatever runs; zip archives as torch tells them apart, the last claiming any.
+/// `torch.load` tries them (zip, then `tarfile`, then the legacy stream) with `np.load`'s,
+/// GGUF's and HDF5's magics first, which no other loader's input begins with, and the pickle
+/// loaders last, which take whatever runs; zip archives as torch tells them apart, the last
+/// claiming any.
 #[rustfmt::skip]
-pub(crate) const FORMATS: [&Row; 18] = [
+pub(crate) const FORMATS: [&Row; 19] = [
     // Files, by their whole bytes.
     &numpy::ROW,
     &gguf::ROW,
+    &hdf5::ROW,
     &torch::tar::ROW,
     &zip::kind::ROW,
     &torch::legacy::ROW,

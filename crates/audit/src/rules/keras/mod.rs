@@ -1,15 +1,17 @@
-//! Keras v3 models (TP711–TP715): what a `.keras` archive's config names, judged as
+//! Keras models (TP711–TP716): what a `.keras` archive's config names, judged as
 //! `keras.saving.load_model(..., safe_mode=True)` resolves it (`crate::keras`), never loaded.
 
 mod foreign_function;
 mod foreign_object;
 mod lambda;
+mod unread_hdf5;
 mod unsafe_deserialization;
 mod weights_not_read;
 
 pub use foreign_function::KerasForeignFunction;
 pub use foreign_object::KerasForeignObject;
 pub use lambda::KerasLambda;
+pub use unread_hdf5::KerasUnreadHdf5;
 pub use unsafe_deserialization::KerasUnsafeDeserialization;
 pub use weights_not_read::KerasWeightsNotRead;
 
@@ -61,7 +63,7 @@ pub(crate) mod tests {
             Vec::new(),
         );
         ckpt.keras = Some(KerasModel {
-            config,
+            config: Some(config),
             keras_version: Some("3.15.1".into()),
             members: vec![KerasMember {
                 name: "model.weights.h5".into(),

@@ -15,10 +15,11 @@ What it checks
 
 Why it matters
   tensorplay has no HDF5 reader: the `hdf5` crate binds libhdf5, and no pure-Rust reader is
-  yet proven on Keras' layout and on hostile input, so the weights' tensors are not checked (no non-finite, layout or memory findings). Keras loads
-  the weights as plain arrays (h5py, never pickle), so this is no safety concern: the
-  config, which names everything Keras builds, is judged whole by TP711-TP714. Pickles and
-  `.npy` object arrays in any member are still judged (TP501), as `np.load` would read them.
+  yet proven on Keras' layout and on hostile input, so the weights' tensors are not checked
+  (no non-finite, layout or memory findings). Keras loads the weights as plain arrays (h5py,
+  never pickle), so this is no safety concern: the config, which names everything Keras
+  builds, is judged whole by TP711-TP714. Pickles and `.npy` object arrays in any member are
+  still judged (TP501), as `np.load` would read them.
 
 How to fix
   Nothing to fix; export the weights to safetensors to have their tensors checked.",
