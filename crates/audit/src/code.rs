@@ -53,7 +53,7 @@ const ALL: &[Code] = &[
     Code::listed("TP713", "keras-foreign-function"),
     Code::listed("TP714", "keras-unsafe-deserialization"),
     Code::listed("TP715", "keras-weights-not-read"),
-    Code::listed("TP716", "keras-hdf5-not-read"),
+    Code::listed("TP716", "keras-legacy-not-read"),
 ];
 
 impl Code {

@@ -3,7 +3,7 @@ use crate::rule::{declare_rule, Context};
 
 declare_rule!(KerasUnreadHdf5 {
     code: "TP716",
-    name: "keras-hdf5-not-read",
+    name: "keras-legacy-not-read",
     severity: Error,
     reads_bytes: false,
     tags: ["security", "keras"],
