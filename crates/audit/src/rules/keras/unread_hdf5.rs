@@ -20,6 +20,10 @@ Why it matters
   tensorplay has no HDF5 reader (none in pure Rust is yet proven on Keras' layout), so the
   config is not judged: the file fails rather than passes unread.
 
+Example
+  model.h5, written by `model.save(\"model.h5\")`, or `model.weights.h5` by
+  `model.save_weights`.
+
 How to fix
   Save the model as a Keras v3 archive (`model.save(\"m.keras\")`), whose config tensorplay
   judges (TP711-TP714), or export the weights to safetensors. A file known to hold weights

@@ -21,6 +21,10 @@ Why it matters
   builds, is judged whole by TP711-TP714. Pickles and `.npy` object arrays in any member are
   still judged (TP501), as `np.load` would read them.
 
+Example
+  the Keras archive (saved by Keras 3.15.1) holds model.weights.h5 (18 088 bytes); its
+  weights are listed, not read
+
 How to fix
   Nothing to fix; export the weights to safetensors to have their tensors checked.",
     check: check,
