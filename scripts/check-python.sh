@@ -6,7 +6,7 @@
 #
 # Usage: scripts/check-python.sh [WHEEL_DIR]   (default target/wheels). Needs python3 (3.9+)
 # with venv, and PyPI once for pytest (pinned in python/tests/requirements.txt, kept as wheels
-# under target/ci-tools) and torch (scripts/torch-venv.sh).
+# under target/ci-tools), torch (scripts/torch-venv.sh) and Keras (fixtures/requirements-keras.txt).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -90,6 +90,22 @@ site=$("$torch_venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths(
 fresh_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo "$site" >"$fresh_site/torch-from-ci-tools.pth"
 "$py" -c "import torch; assert torch.__version__.startswith('2.9.1'), torch.__version__"
-echo "check-python: with torch $("$py" -c 'import torch; print(torch.__version__)')"
-suite
+# Keras 3 (fixtures/requirements-keras.txt, every package pinned: numpy is torch's), the oracle
+# of python/tests/test_keras.py, as wheels fetched once and installed offline beside torch: the
+# Keras tests run here, never skipped.
+keras_wheels=target/ci-tools/keras-$(sha256sum fixtures/requirements-keras.txt | cut -c1-12)
+if [ ! -f "$keras_wheels/ok" ]; then
+    rm -rf "$keras_wheels"
+    python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+        --dest "$keras_wheels" -r fixtures/requirements-keras.txt
+    touch "$keras_wheels/ok"
+fi
+"$py" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+    --find-links "$keras_wheels" -r fixtures/requirements-keras.txt
+KERAS_BACKEND=torch "$py" -c "import keras; assert keras.__version__ == '3.15.1', keras.__version__"
+echo "check-python: with torch $("$py" -c 'import torch; print(torch.__version__)') and keras"
+suite >"$scratch/torch.txt" 2>&1 || { cat "$scratch/torch.txt" >&2; fail "the suite failed with torch"; }
+tail -n 3 "$scratch/torch.txt"
+# The Keras oracle ran: with torch and Keras installed, nothing of it may skip.
+grep -q "SKIPPED.*test_keras.py" "$scratch/torch.txt" && fail "the Keras tests skipped with torch installed"
 echo "check-python: ok"

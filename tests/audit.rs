@@ -718,7 +718,7 @@ fixtures/pytorch/multi_gpu.pt (pytorch-zip, 3 tensors, 3 storages, 44 B)
     fix: save from CPU (`{k: v.cpu() for k, v in sd.items()}`) or add \"cuda:1\" to allowed_devices
 
 fixtures/pytorch/state_dict.pt (pytorch-zip, 4 tensors, 4 storages, 92 B)
-  no findings (25 rules checked)
+  no findings (31 rules checked)
 
 2 files, 7 tensors, 7 storages, 136 B: 1 error, 2 warnings, 0 infos, 0 skipped — FAILED (fail-on error)
 2 TP202 unexpected-device, 1 TP201 mixed-devices; run `tensorplay explain CODE` for what a rule checks and how to fix it
@@ -812,8 +812,8 @@ fn rules_and_explain_print_the_registry() {
     let out = tensorplay(&["rules"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 34, "{text}");
-    assert!(text.contains("TP101  view-overlap             error     Two tensors' byte ranges in one storage partly overlap."), "{text}");
+    assert_eq!(text.lines().count(), 40, "{text}");
+    assert!(text.contains("TP101  view-overlap                  error     Two tensors' byte ranges in one storage partly overlap."), "{text}");
     for which in ["TP401", "non-finite", "tp401"] {
         let out = tensorplay(&["explain", which]);
         assert_eq!(out.status.code(), Some(0));

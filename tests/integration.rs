@@ -33,6 +33,7 @@ mod html_report;
 mod human_report;
 mod inspect;
 mod joblib;
+mod keras;
 mod legacy_streams;
 mod models;
 mod numpy;

@@ -119,6 +119,7 @@ pub fn audit(
             .map(|t| crate::template::judge(path, t))
             .collect(),
         template_baseline: options.template_baseline.as_deref(),
+        keras: ckpt.keras.as_ref().map(crate::keras::judge),
     };
     // Rules read the context and nothing else: they run side by side, findings kept in
     // rule order.

@@ -18,6 +18,7 @@ pub mod error;
 pub mod finding;
 mod fingerprint;
 pub mod inventory;
+pub mod keras;
 pub mod layout;
 pub mod manifest;
 pub mod options;

@@ -2,7 +2,7 @@
 
 use crate::rule::Rule;
 use crate::rules::{
-    device, expect, integrity, memory, numeric, provenance, safety, template, view,
+    device, expect, integrity, keras, memory, numeric, provenance, safety, template, view,
 };
 
 /// All rules, in code order.
@@ -35,6 +35,12 @@ pub static RULES: &[&dyn Rule] = &[
     &template::TemplateUnparsable,
     &template::TemplateUnusual,
     &template::TemplateChanged,
+    &keras::KerasLambda,
+    &keras::KerasForeignObject,
+    &keras::KerasForeignFunction,
+    &keras::KerasUnsafeDeserialization,
+    &keras::KerasWeightsNotRead,
+    &keras::KerasUnreadHdf5,
     &provenance::Unsigned,
     &provenance::InvalidSignature,
     &provenance::UntrustedSigner,
@@ -100,7 +106,8 @@ mod tests {
                 "TP101", "TP102", "TP103", "TP104", "TP105", "TP106", "TP107", "TP201", "TP202",
                 "TP203", "TP204", "TP301", "TP302", "TP303", "TP401", "TP501", "TP502", "TP503",
                 "TP504", "TP505", "TP506", "TP601", "TP701", "TP702", "TP703", "TP704", "TP705",
-                "TP706", "TP801", "TP802", "TP803", "TP804", "TP805"
+                "TP706", "TP711", "TP712", "TP713", "TP714", "TP715", "TP716", "TP801",
+                "TP802", "TP803", "TP804", "TP805"
             ]
         );
         for rule in RULES {

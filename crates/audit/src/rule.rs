@@ -86,6 +86,8 @@ pub struct Context<'a> {
     pub templates: Vec<crate::template::Judged>,
     /// The templates it may carry (`--template-baseline`).
     pub template_baseline: Option<&'a crate::template::TemplateBaseline>,
+    /// Its Keras model's config, judged once (`.keras` archives).
+    pub keras: Option<crate::keras::Judged>,
 }
 
 impl Context<'_> {

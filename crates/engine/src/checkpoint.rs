@@ -2,6 +2,7 @@
 
 use crate::chat_template::ChatTemplate;
 use crate::composite::CompositeTensor;
+use crate::keras::KerasModel;
 use crate::storage::Storage;
 use crate::tensor::Tensor;
 use crate::torchscript_code::TorchScriptCode;
@@ -44,6 +45,11 @@ pub enum Format {
     /// A file transformers' tokenizer loading opens by its name for its chat template
     /// (`tokenizer_config.json`, `chat_template.jinja`, `chat_template.json`): no tensors.
     ChatTemplate,
+    /// A Keras v3 archive (`model.save` to `.keras`): a zip of `config.json`,
+    /// `metadata.json` and the weights.
+    Keras,
+    /// An HDF5 file (Keras' legacy `.h5` models and weights, h5py): recognised, not read.
+    Hdf5,
     /// No file: tensors of a running process, described by it (`load::live`).
     Live,
 }
@@ -66,6 +72,8 @@ impl Format {
             Format::Gguf => "gguf",
             Format::Joblib => "joblib",
             Format::ChatTemplate => "chat-template",
+            Format::Keras => "keras",
+            Format::Hdf5 => "hdf5",
             Format::Live => "live",
         }
     }
@@ -142,6 +150,8 @@ pub struct Checkpoint {
     /// The chat templates it carries (GGUF's `tokenizer.chat_template*`, a tokenizer
     /// config's `chat_template`), in file order; never rendered.
     pub chat_templates: Vec<ChatTemplate>,
+    /// The model a Keras v3 archive carries (`None` for any other format).
+    pub keras: Option<KerasModel>,
     /// Globals its pickles reference outside the allowlist (never executed).
     pub unsafe_globals: Vec<UnsafeGlobal>,
     /// The code a TorchScript archive carries (`None` for any other format).

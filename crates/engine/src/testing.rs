@@ -32,6 +32,7 @@ pub fn checkpoint(
         storages,
         metadata: Default::default(),
         chat_templates: Vec::new(),
+        keras: None,
         unsafe_globals: Vec::new(),
         torchscript: None,
         chunked: Vec::new(),

@@ -3,6 +3,7 @@
 pub mod device;
 pub mod expect;
 pub mod integrity;
+pub mod keras;
 pub mod memory;
 pub mod numeric;
 pub mod provenance;

@@ -5,6 +5,7 @@
 
 use super::limits::{Meter, ReadLimits};
 use crate::chat_template::ChatTemplate;
+use crate::keras::KerasModel;
 use crate::pickle::weights_only::set_storage;
 use crate::torchscript_code::TorchScriptCode;
 use crate::unsafe_global::UnsafeGlobal;
@@ -26,6 +27,7 @@ struct Gathered {
     unsafe_globals: Vec<UnsafeGlobal>,
     metadata: BTreeMap<String, String>,
     chat_templates: Vec<ChatTemplate>,
+    keras: Option<KerasModel>,
     torchscript: Option<TorchScriptCode>,
     chunked: Vec<ChunkedTensor>,
     /// What `torch.load` would do with the files read so far.
@@ -376,6 +378,11 @@ impl<'a> Sink<'a> {
         self.out.chat_templates.push(template);
     }
 
+    /// A Keras v3 archive's model.
+    pub fn set_keras(&mut self, model: KerasModel) {
+        self.out.keras = Some(model);
+    }
+
     /// A TorchScript archive's code.
     pub fn set_torchscript(&mut self, code: TorchScriptCode) {
         self.out.torchscript = Some(code);
@@ -414,6 +421,7 @@ fn finish(out: Gathered, path: &Path, format: Format, held_bytes: u64) -> Checkp
         storages: out.storages,
         metadata: out.metadata,
         chat_templates: out.chat_templates,
+        keras: out.keras,
         unsafe_globals: out.unsafe_globals,
         torchscript: out.torchscript,
         chunked: out.chunked,

@@ -11,8 +11,10 @@
 use super::chat_template;
 use super::dcp;
 use super::gguf;
+use super::hdf5;
 use super::index;
 use super::joblib;
+use super::keras;
 use super::limits::Meter;
 use super::numpy;
 use super::pickle_file;
@@ -29,14 +31,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Every format, by the loader that opens it. Order matters within one kind of rule: files as
-/// `torch.load` tries them (zip, then `tarfile`, then the legacy stream) with `np.load`'s and
-/// GGUF's magics first, which no other loader's input begins with, and the pickle loaders last,
-/// which take whatever runs; zip archives as torch tells them apart, the last claiming any.
+/// `torch.load` tries them (zip, then `tarfile`, then the legacy stream) with `np.load`'s,
+/// GGUF's and HDF5's magics first, which no other loader's input begins with, and the pickle
+/// loaders last, which take whatever runs; zip archives as torch tells them apart, the last
+/// claiming any.
 #[rustfmt::skip]
-pub(crate) const FORMATS: [&Row; 17] = [
+pub(crate) const FORMATS: [&Row; 19] = [
     // Files, by their whole bytes.
     &numpy::ROW,
     &gguf::ROW,
+    &hdf5::ROW,
     &torch::tar::ROW,
     &zip::kind::ROW,
     &torch::legacy::ROW,
@@ -49,6 +53,7 @@ pub(crate) const FORMATS: [&Row; 17] = [
     // Zip archives, by their records.
     &numpy::NPZ,
     &pt2::flat::ROW,
+    &keras::ROW,
     &pt2::ROW,
     &torch::archive::ROW,
     // Directories, by their files.

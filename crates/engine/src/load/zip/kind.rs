@@ -5,7 +5,8 @@
 //! `archive_format` record holding `pt2` marks a
 //! `torch.export` archive (`is_pt2_package`); an archive without a folder but with a root
 //! `version` record is one from before torch 2.7 (`torch.export.load`'s zipfile fallback);
-//! any other is `torch.load`'s.
+//! a root `config.json` is what `keras.saving.load_model` reads (a `.keras` archive, which
+//! torch's reader refuses: its entries are under no folder); any other is `torch.load`'s.
 
 use super::globals_of_every_pickle;
 use crate::error::{Error, Result};
