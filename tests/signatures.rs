@@ -345,3 +345,38 @@ fn a_partitioned_run_refuses_to_verify_signatures() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("partitioned"), "{}", stderr(&out));
 }
+
+/// A signature file larger than any bundle is refused before it is read whole (a sparse
+/// file here: nothing is written).
+#[test]
+fn a_signature_larger_than_any_bundle_is_refused_unread() {
+    let dir = TempDir::new("signature-too-large");
+    let model = dir.0.join("model");
+    copy_dir(&root().join(DIR).join("key"), &model);
+    let sig = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(model.join("model.sig"))
+        .expect("model.sig");
+    sig.set_len((64 << 20) + 1).expect("sparse length");
+    let key = root().join(DIR).join("keys/signer.pub");
+    let out = tensorplay(&[
+        "audit",
+        "--format",
+        "json",
+        "--require-signature",
+        "--public-key",
+        key.to_str().expect("utf-8"),
+        model.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: serde_json::Value =
+        serde_json::from_str(&crate::common::stdout(&out)).expect("JSON report");
+    let found = provenance(&report);
+    assert!(
+        found
+            .iter()
+            .any(|(code, m)| code == "TP802" && m.contains("larger than the 64 MiB")),
+        "{found:?}"
+    );
+}

@@ -143,8 +143,29 @@ pub fn verify(request: &Request) -> Outcome {
     Outcome { facts, failure }
 }
 
+/// The most a signature file is read: a bundle is a few kilobytes plus its manifest (a
+/// hundred bytes a file or shard), so a larger one is refused before it fills memory.
+pub const MAX_SIGNATURE_BYTES: u64 = 64 << 20;
+
+/// The signature file, read up to [`MAX_SIGNATURE_BYTES`] and one byte more.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_SIGNATURE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 fn run(request: &Request, facts: &mut SignatureFacts) -> Result<(), Failure> {
-    let bytes = match std::fs::read(&request.signature) {
+    let bytes = match read_bounded(&request.signature) {
+        Ok(bytes) if bytes.len() as u64 > MAX_SIGNATURE_BYTES => {
+            return Err(Failure::Invalid(format!(
+                "{} is larger than the {} MiB a signature bundle is read up to",
+                request.signature.display(),
+                MAX_SIGNATURE_BYTES >> 20
+            )))
+        }
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Failure::Unsigned(format!(
