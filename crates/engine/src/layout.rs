@@ -21,6 +21,26 @@ pub struct Layout {
     storage_offset: u64,
 }
 
+/// PyTorch's strides of a fresh tensor of `sizes` into `strides` (ones on entry), and its
+/// element count, with the errors [`Layout::new`] gives them: the extent check is implied
+/// (with no size 0, the last element is at `numel - 1`).
+fn contiguous_strides(sizes: &[u64], strides: &mut [u64]) -> Result<u64> {
+    for i in (1..sizes.len()).rev() {
+        // Indices are in range by the loop bounds; sizes and strides have one length.
+        strides[i - 1] = strides[i]
+            .checked_mul(sizes[i].max(1))
+            .ok_or(Error::Overflow {
+                what: "contiguous strides",
+            })?;
+    }
+    sizes
+        .iter()
+        .try_fold(1u64, |acc, &s| acc.checked_mul(s))
+        .ok_or(Error::Overflow {
+            what: "element count",
+        })
+}
+
 /// Sizes or strides of one layout.
 pub type Dims = SmallVec<[u64; 4]>;
 
@@ -76,28 +96,20 @@ impl Layout {
     pub fn contiguous(sizes: impl AsRef<[u64]>) -> Result<Self> {
         let sizes = sizes.as_ref();
         let rank = sizes.len();
-        let mut dims: SmallVec<[u64; 8]> = SmallVec::with_capacity(2 * rank);
-        dims.extend_from_slice(sizes);
-        dims.extend(std::iter::repeat_n(1u64, rank));
-        let (sizes, strides) = dims.split_at_mut(rank);
-        for i in (1..rank).rev() {
-            // Indices are in range by the loop bounds; sizes and strides have one length.
-            strides[i - 1] = strides[i]
-                .checked_mul(sizes[i].max(1))
-                .ok_or(Error::Overflow {
-                    what: "contiguous strides",
-                })?;
-        }
-        sizes
-            .iter()
-            .try_fold(1u64, |acc, &s| acc.checked_mul(s))
-            .ok_or(Error::Overflow {
-                what: "element count",
-            })?;
+        let mut dims: SmallVec<[u64; 8]> = smallvec::smallvec![1u64; 2 * rank];
+        let (head, strides) = dims.split_at_mut(rank);
+        head.copy_from_slice(sizes);
+        contiguous_strides(sizes, strides)?;
         Ok(Layout {
             dims,
             storage_offset: 0,
         })
+    }
+
+    /// The element count of [`Layout::contiguous`]`(sizes)`, or its error, without building it.
+    pub fn contiguous_numel(sizes: &[u64]) -> Result<u64> {
+        let mut strides: Dims = smallvec::smallvec![1u64; sizes.len()];
+        contiguous_strides(sizes, &mut strides)
     }
 
     /// Sizes per dimension.
@@ -238,6 +250,11 @@ mod tests {
             let expected = expected.and_then(|()| Layout::new(&sizes, &strides, 0));
             let got = Layout::contiguous(&sizes);
             proptest::prop_assert_eq!(format!("{got:?}"), format!("{expected:?}"));
+            let numel = Layout::contiguous_numel(&sizes);
+            proptest::prop_assert_eq!(
+                format!("{numel:?}"),
+                format!("{:?}", expected.map(|l| l.numel()))
+            );
         }
     }
 

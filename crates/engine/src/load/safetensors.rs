@@ -590,27 +590,25 @@ fn validate(
         tensor: name.to_owned(),
         detail,
     };
-    let layout = Layout::contiguous(&raw.shape).map_err(|e| invalid(e.to_string()))?;
+    let numel = Layout::contiguous_numel(&raw.shape).map_err(|e| invalid(e.to_string()))?;
     let (start, end) = raw.data_offsets;
     let Some(span) = end.checked_sub(start) else {
         return Err(invalid(format!(
             "data_offsets [{start}, {end}] end before they start"
         )));
     };
-    let bits = layout
-        .numel()
+    let bits = numel
         .checked_mul(dtype.bits())
         .ok_or_else(|| invalid("element count × dtype width overflows".into()))?;
     if !bits.is_multiple_of(8) {
         return Err(invalid(format!(
-            "{} {dtype} elements take {bits} bits, not a whole number of bytes",
-            layout.numel()
+            "{numel} {dtype} elements take {bits} bits, not a whole number of bytes"
         )));
     }
     if span != bits / 8 {
         return Err(invalid(format!(
             "dtype {dtype} × shape {:?} = {} bytes, but data_offsets [{start}, {end}] span {span}",
-            layout.sizes(),
+            &raw.shape[..],
             bits / 8,
         )));
     }
@@ -618,7 +616,7 @@ fn validate(
         return Err(invalid(format!(
             "F4 shape {:?}: torch reads F4 as float4_e2m1fn_x2, two values a byte, \
              and needs the last dimension to be even",
-            layout.sizes()
+            &raw.shape[..]
         )));
     }
     Ok(Entry {
