@@ -162,6 +162,13 @@ fn a_hub_repository_verifies_by_lfs_oid_without_fetching_the_lfs_file() {
     let validator = crate::report_limits::validator();
     let errors = crate::report_limits::schema_errors(&validator, &report);
     assert!(errors.is_empty(), "{errors:?}");
+    // A bill of materials hashes the signature from the bytes fetched to verify it.
+    let bom = hub.dir.0.join("bom.json");
+    let (out, _) = hub.audit("signer.pub", &["--cyclonedx", bom.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bom = std::fs::read_to_string(&bom).expect("bom");
+    let sig = std::fs::read(root().join(MODEL).join("model.sig")).expect("sig");
+    assert!(bom.contains(&sha256_hex(&sig)), "{bom}");
     // People are told too, under the signature's entry.
     let human = stdout(&hub.run("human", "signer.pub", &[]));
     assert!(
