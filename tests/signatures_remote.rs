@@ -316,3 +316,16 @@ fn another_key_and_a_missing_signature_fail_with_their_own_codes() {
         "{findings:?}"
     );
 }
+
+#[test]
+fn a_check_past_the_remote_byte_budget_fails_closed_naming_the_flag() {
+    let hub = Hub::start("sig-remote-budget");
+    // The listing fits, the signature (1.8 KiB) does not.
+    let (out, report) = hub.audit("signer.pub", &["--max-remote-bytes", "1KiB"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let findings = provenance(&report);
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_ne!(findings[0].0, "TP805", "{findings:?}");
+    assert!(findings[0].1.contains("--max-remote-bytes"), "{findings:?}");
+    assert_ne!(report["signatures"][0]["status"], "verified");
+}
