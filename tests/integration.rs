@@ -57,6 +57,9 @@ mod robustness;
 mod rules_doc;
 mod scale;
 mod signatures;
+// Served by the loopback Hub, which needs Linux's remote reads as `remote` does.
+#[cfg(target_os = "linux")]
+mod signatures_remote;
 mod tensor_kinds;
 mod terminal;
 mod ties;

@@ -2,6 +2,7 @@
 //! Hugging Face Hub's revision, tree and resolve endpoints over it, and the faults a real
 //! store shows (a whole body for a range, a changed object, a short body, 429, 500).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -36,6 +37,14 @@ pub struct RangeServer {
     pub port: u16,
     ranges: Arc<AtomicUsize>,
     fault: Arc<Mutex<Fault>>,
+    hub: Arc<Hub>,
+}
+
+/// What the Hub emulation lists beyond names and sizes.
+#[derive(Default)]
+struct Hub {
+    /// `REPO/PATH` → the `lfs.oid` its tree listing gives the file (stored in LFS).
+    lfs: Mutex<BTreeMap<String, String>>,
 }
 
 impl RangeServer {
@@ -45,14 +54,24 @@ impl RangeServer {
         let port = listener.local_addr().expect("address").port();
         let ranges = Arc::new(AtomicUsize::new(0));
         let fault = Arc::new(Mutex::new(Fault::None));
-        let state = (dir.to_owned(), Arc::clone(&ranges), Arc::clone(&fault));
+        let hub = Arc::new(Hub::default());
+        let state = (
+            dir.to_owned(),
+            Arc::clone(&ranges),
+            Arc::clone(&fault),
+            Arc::clone(&hub),
+        );
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (dir, ranges, fault) =
-                    (state.0.clone(), Arc::clone(&state.1), Arc::clone(&state.2));
+                let (dir, ranges, fault, hub) = (
+                    state.0.clone(),
+                    Arc::clone(&state.1),
+                    Arc::clone(&state.2),
+                    Arc::clone(&state.3),
+                );
                 std::thread::spawn(move || {
                     let fault = *fault.lock().unwrap();
-                    let _ = serve(stream, &dir, &ranges, fault, port);
+                    let _ = serve(stream, &dir, &ranges, fault, port, &hub);
                 });
             }
         });
@@ -60,7 +79,13 @@ impl RangeServer {
             port,
             ranges,
             fault,
+            hub,
         }
+    }
+
+    /// Lists `REPO/PATH` as stored in LFS with this `oid` (the Hub's SHA-256 of its content).
+    pub fn set_lfs(&self, path: &str, oid: &str) {
+        self.hub.lock_lfs().insert(path.to_owned(), oid.to_owned());
     }
 
     pub fn set_fault(&self, fault: Fault) {
@@ -82,12 +107,19 @@ impl RangeServer {
     }
 }
 
+impl Hub {
+    fn lock_lfs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.lfs.lock().unwrap()
+    }
+}
+
 fn serve(
     stream: TcpStream,
     dir: &Path,
     ranges: &AtomicUsize,
     fault: Fault,
     port: u16,
+    hub: &Hub,
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut line = String::new();
@@ -121,7 +153,7 @@ fn serve(
         ["api", "models", _org, repo, "tree", sha]
             if *sha == SHA && query.contains("recursive=true") =>
         {
-            let body = tree(&dir.join(repo));
+            let body = tree(&dir.join(repo), repo, &hub.lock_lfs());
             respond(&mut out, "200 OK", &[], body.as_bytes(), &method)
         }
         // The Hub redirects large files to a content host: here, the same server's /files/.
@@ -340,14 +372,22 @@ fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, u64)>) {
     }
 }
 
-/// The Hub's recursive tree listing of a folder: every file with its size.
-fn tree(dir: &Path) -> String {
+/// The Hub's recursive tree listing of a folder: every file with its size, and the `lfs`
+/// object of those `lfs` names (`REPO/PATH`).
+fn tree(dir: &Path, repo: &str, lfs: &BTreeMap<String, String>) -> String {
     let mut files = Vec::new();
     walk(dir, dir, &mut files);
     files.sort();
     let entries: Vec<serde_json::Value> = files
         .into_iter()
-        .map(|(path, size)| serde_json::json!({"type": "file", "path": path, "size": size, "oid": "0"}))
+        .map(|(path, size)| {
+            let mut entry =
+                serde_json::json!({"type": "file", "path": path, "size": size, "oid": "0"});
+            if let Some(oid) = lfs.get(&format!("{repo}/{path}")) {
+                entry["lfs"] = serde_json::json!({"oid": oid, "size": size, "pointerSize": 134});
+            }
+            entry
+        })
         .collect();
     serde_json::Value::Array(entries).to_string()
 }

@@ -86,6 +86,17 @@ pub fn attach(file: &mut FileReport, digests: Vec<FileDigest>, arch: Option<Arch
 /// `path`'s size and SHA-256, read from start to end in bounded chunks.
 fn hash_file(path: &Path) -> anyhow::Result<FileDigest> {
     let shown = path.display().to_string();
+    if files::stats(path).is_some() {
+        // A remote object read whole already (a signature verified): its fetched bytes, not
+        // fetched again.
+        let bytes = files::read_whole(path).with_context(|| format!("{shown}: cannot hash it"))?;
+        return Ok(FileDigest {
+            path: shown,
+            size: Some(bytes.len() as u64),
+            sha256: Some(hex(&Sha256::digest(&bytes))),
+            not_hashed: None,
+        });
+    }
     let mut file =
         std::fs::File::open(path).with_context(|| format!("{shown}: cannot open to hash it"))?;
     let mut hasher = Sha256::new();

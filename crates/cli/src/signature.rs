@@ -5,6 +5,16 @@ use anyhow::Context as _;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use tensorplay_audit::provenance::{self, Outcome, Request, Trust};
+use tensorplay_audit::report::RemoteFacts;
+
+/// One model directory's signature check, and what it fetched of a remote one.
+#[derive(Debug)]
+pub struct Checked {
+    /// The verification's outcome.
+    pub outcome: Outcome,
+    /// For a remote directory: its files' size and what the check fetched of them.
+    pub remote: Option<RemoteFacts>,
+}
 
 #[derive(Debug, Args)]
 pub struct SignatureArgs {
@@ -81,14 +91,22 @@ impl SignatureArgs {
         })
     }
 
-    /// Each model directory among `paths` checked: `Ok(vec![])` when no signature flag was
-    /// given. A directory without a signature is reported only under --require-signature.
-    pub fn check(&self, paths: &[PathBuf]) -> anyhow::Result<Vec<Outcome>> {
+    /// Each model directory among `paths` (remote ones mounted) checked: `Ok(vec![])` when no
+    /// signature flag was given. A directory without a signature is reported only under
+    /// --require-signature. A remote directory's LFS files are compared by the Hub's listed
+    /// SHA-256 unless `deep` asks for every byte to be hashed.
+    pub fn check(&self, paths: &[PathBuf], deep: bool) -> anyhow::Result<Vec<Checked>> {
         let trust = self.trust()?;
         if let Some(out) = &self.emit_oms_manifest {
             let [dir] = paths else {
                 anyhow::bail!("--emit-oms-manifest: give exactly one model directory");
             };
+            if tensorplay_engine::files::is_remote(dir) {
+                anyhow::bail!(
+                    "--emit-oms-manifest {}: give a local model directory",
+                    dir.display()
+                );
+            }
             let manifest = provenance::unsigned_manifest(dir)
                 .map_err(|e| anyhow::anyhow!("--emit-oms-manifest {}: {e}", dir.display()))?;
             let text = serde_json::to_string_pretty(&manifest)? + "\n";
@@ -113,10 +131,8 @@ impl SignatureArgs {
         let mut outcomes = Vec::new();
         for dir in paths {
             if tensorplay_engine::files::is_remote(dir) {
-                anyhow::bail!(
-                    "{}: signatures of remote models are not verified yet; download the model directory and audit it",
-                    dir.display()
-                );
+                outcomes.extend(self.check_remote(dir, &trust, deep)?);
+                continue;
             }
             if !dir.is_dir() {
                 anyhow::bail!(
@@ -132,12 +148,70 @@ impl SignatureArgs {
             if !self.require_signature && !signature.exists() {
                 continue;
             }
-            outcomes.push(provenance::verify(&Request {
+            let outcome = provenance::verify(&Request {
                 model: dir.clone(),
                 signature,
                 trust: trust.clone(),
-            }));
+            });
+            outcomes.push(Checked {
+                outcome,
+                remote: None,
+            });
         }
         Ok(outcomes)
+    }
+
+    /// A remote model directory (a mounted `hf://` repository or folder of one) checked.
+    fn check_remote(
+        &self,
+        dir: &Path,
+        trust: &Trust,
+        deep: bool,
+    ) -> anyhow::Result<Option<Checked>> {
+        use tensorplay_engine::files;
+        if !files::is_dir(dir) {
+            anyhow::bail!(
+                "{}: a model signature covers a model directory; give the repository or a folder of it, not a file",
+                dir.display()
+            );
+        }
+        let signature = match &self.signature {
+            Some(given) if tensorplay_remote::is_remote(&given.to_string_lossy()) => {
+                anyhow::bail!(
+                    "--signature {}: give a local file, or leave it out to read model.sig from the repository",
+                    given.display()
+                )
+            }
+            Some(given) => given.clone(),
+            None => dir.join("model.sig"),
+        };
+        // Without --require-signature an absent signature is no finding: nothing to verify.
+        let present =
+            files::is_file(&signature) || (!signature.starts_with(dir) && signature.exists());
+        if !self.require_signature && !present {
+            return Ok(None);
+        }
+        let before = files::stats_under(dir);
+        let outcome = provenance::remote::verify(
+            &Request {
+                model: dir.to_owned(),
+                signature,
+                trust: trust.clone(),
+            },
+            deep,
+        );
+        // What this check fetched: the files' reads before it (another path of the run over
+        // the same repository) are not its own.
+        let remote = files::stats_under(dir).map(|after| {
+            let (bytes, requests) = before.map_or((0, 0), |b| (b.bytes_read, b.requests));
+            RemoteFacts {
+                size: after.len,
+                bytes_read: after.bytes_read.saturating_sub(bytes),
+                requests: after.requests.saturating_sub(requests),
+                values_read: outcome.facts.digests.as_deref()
+                    != Some(provenance::DIGESTS_HUB_LFS_OID),
+            }
+        });
+        Ok(Some(Checked { outcome, remote }))
     }
 }

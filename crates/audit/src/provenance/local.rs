@@ -59,7 +59,7 @@ pub fn files(dir: &Path, allow_symlinks: bool) -> Result<Vec<(String, PathBuf)>,
 }
 
 /// Whether `rel` is `ignored` or lies under it.
-fn under(rel: &str, ignored: &str) -> bool {
+pub fn under(rel: &str, ignored: &str) -> bool {
     let ignored = ignored.trim_end_matches('/');
     let ignored = ignored.strip_prefix("./").unwrap_or(ignored);
     !ignored.is_empty()
@@ -88,26 +88,40 @@ pub fn serialise(
         }
         let read = |e: std::io::Error| Failure::Unreadable(format!("cannot read {rel}: {e}"));
         let mut file = fs::File::open(&path).map_err(read)?;
-        match serialization.method {
-            Method::Files => {
-                let digest = digest_of(&mut file, serialization.hash, None).map_err(read)?;
-                let algorithm = serialization.hash.digest_name().to_owned();
-                out.insert(rel.clone(), resource(rel, algorithm, digest));
-            }
-            Method::Shards { shard_size } => {
-                // A shard's digest is named for its hash and the shard size.
-                let algorithm =
-                    format!("{}-sharded-{shard_size}", serialization.hash.digest_name());
-                let size = file.metadata().map_err(read)?.len();
-                let mut start = 0u64;
-                while start < size {
-                    let end = start.saturating_add(shard_size).min(size);
-                    let digest = digest_of(&mut file, serialization.hash, Some(end - start))
-                        .map_err(read)?;
-                    let name = format!("{rel}:{start}:{end}");
-                    out.insert(name.clone(), resource(name, algorithm.clone(), digest));
-                    start = end;
-                }
+        let size = file.metadata().map_err(read)?.len();
+        for r in resources_of(&rel, &mut file, size, serialization).map_err(read)? {
+            out.insert(r.name.clone(), r);
+        }
+    }
+    Ok(out)
+}
+
+/// The resources of one file of `size` bytes named `rel`, read from `reader`: one for the
+/// `files` method, one per shard for `shards`. Shared by every source of files (a local
+/// directory, a remote repository read whole).
+pub fn resources_of(
+    rel: &str,
+    reader: &mut impl Read,
+    size: u64,
+    serialization: &Serialization,
+) -> std::io::Result<Vec<Resource>> {
+    let mut out = Vec::new();
+    match serialization.method {
+        Method::Files => {
+            let digest = digest_of(reader, serialization.hash, None)?;
+            let algorithm = serialization.hash.digest_name().to_owned();
+            out.push(resource(rel.to_owned(), algorithm, digest));
+        }
+        Method::Shards { shard_size } => {
+            // A shard's digest is named for its hash and the shard size.
+            let algorithm = format!("{}-sharded-{shard_size}", serialization.hash.digest_name());
+            let mut start = 0u64;
+            while start < size {
+                let end = start.saturating_add(shard_size).min(size);
+                let digest = digest_of(reader, serialization.hash, Some(end - start))?;
+                let name = format!("{rel}:{start}:{end}");
+                out.push(resource(name, algorithm.clone(), digest));
+                start = end;
             }
         }
     }
@@ -123,7 +137,7 @@ fn resource(name: String, algorithm: String, digest: Vec<u8>) -> Resource {
 }
 
 /// The digest of the next `len` bytes of `file` (all of it when `None`), read in blocks.
-fn digest_of(file: &mut fs::File, hash: Hash, len: Option<u64>) -> std::io::Result<Vec<u8>> {
+fn digest_of(file: &mut impl Read, hash: Hash, len: Option<u64>) -> std::io::Result<Vec<u8>> {
     use sha2::Digest as _;
     let mut sha = sha2::Sha256::new();
     let mut b2 = blake2::Blake2b512::new();

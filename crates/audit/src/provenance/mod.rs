@@ -6,6 +6,7 @@
 pub mod bundle;
 pub mod keyless;
 pub mod local;
+pub mod remote;
 pub mod statement;
 
 pub use bundle::Trust;
@@ -89,7 +90,18 @@ pub struct SignatureFacts {
     /// Resources (files or shards) the signature covers, when verified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<usize>,
+    /// What the signed digests were compared with, once the files were: `hashed` (every byte
+    /// of every file hashed) or `hub-lfs-oid` (a Hub repository's LFS files by the SHA-256
+    /// the Hub lists for them, its other files hashed: the result trusts the Hub's content
+    /// addressing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digests: Option<String>,
 }
+
+/// [`SignatureFacts::digests`] when every byte was hashed.
+pub const DIGESTS_HASHED: &str = "hashed";
+/// [`SignatureFacts::digests`] when LFS files were compared by the Hub's `lfs.oid`.
+pub const DIGESTS_HUB_LFS_OID: &str = "hub-lfs-oid";
 
 /// What to verify: one model directory, its signature, the one trust source.
 #[derive(Debug, Clone)]
@@ -114,6 +126,15 @@ pub struct Outcome {
 /// `request` verified: the bundle with its trust source, the statement, then every local
 /// file against it.
 pub fn verify(request: &Request) -> Outcome {
+    conclude(request, |facts| run(request, facts))
+}
+
+/// The outcome of `check`, which fills in the facts it learns; the status follows from its
+/// failure, and a failed check names no signer.
+fn conclude(
+    request: &Request,
+    check: impl FnOnce(&mut SignatureFacts) -> Result<(), Failure>,
+) -> Outcome {
     let mut facts = SignatureFacts {
         model: request.model.display().to_string(),
         signature: request.signature.display().to_string(),
@@ -127,8 +148,9 @@ pub fn verify(request: &Request) -> Outcome {
         signer: None,
         root_digest: None,
         resources: None,
+        digests: None,
     };
-    let failure = run(request, &mut facts).err();
+    let failure = check(&mut facts).err();
     facts.status = match &failure {
         None => "verified",
         Some(Failure::Unsigned(_)) => "unsigned",
@@ -181,16 +203,37 @@ fn run(request: &Request, facts: &mut SignatureFacts) -> Result<(), Failure> {
             )))
         }
     };
-    let verified = bundle::verify(&bytes, &request.trust)?;
-    let manifest = statement::parse(&verified.payload_type, &verified.payload)?;
-    // The signer is known once the envelope verified, whatever the files say.
-    facts.signer = Some(verified.signer);
+    let manifest = verify_envelope(&bytes, &request.trust, facts)?;
     let mut also_ignored: Vec<String> = local::GIT_PATHS.iter().map(|p| (*p).to_owned()).collect();
     if let Some(rel) = relative_inside(&request.model, &request.signature) {
         also_ignored.push(rel);
     }
     let local = local::serialise(&request.model, &manifest.serialization, &also_ignored)?;
+    facts.digests = Some(DIGESTS_HASHED.to_owned());
     let differences = local::compare(&manifest.resources, &local);
+    conclude_comparison(&manifest, differences, facts)
+}
+
+/// The bundle `bytes` verified with `trust` and its statement read: the signed manifest,
+/// with the signer recorded in `facts`.
+fn verify_envelope(
+    bytes: &[u8],
+    trust: &Trust,
+    facts: &mut SignatureFacts,
+) -> Result<statement::SignedManifest, Failure> {
+    let verified = bundle::verify(bytes, trust)?;
+    let manifest = statement::parse(&verified.payload_type, &verified.payload)?;
+    // The signer is known once the envelope verified, whatever the files say.
+    facts.signer = Some(verified.signer);
+    Ok(manifest)
+}
+
+/// A mismatch when the files differ from `manifest`; else the signed root and count.
+fn conclude_comparison(
+    manifest: &statement::SignedManifest,
+    differences: Vec<String>,
+    facts: &mut SignatureFacts,
+) -> Result<(), Failure> {
     if !differences.is_empty() {
         return Err(Failure::Mismatch(differences));
     }

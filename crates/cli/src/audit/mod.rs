@@ -223,7 +223,7 @@ pub fn audit_paths(
             "model signatures are not verified in a partitioned run: verify them in a job of its own (without --partition)"
         );
     }
-    let signatures = args.signature.check(&args.paths)?;
+    let signatures = args.signature.check(&paths, args.deep)?;
     let mut found = discover(&paths)?;
     let declared = skip_declared(&mut found, &config);
     // An audit of nothing must not read as a pass (a cache of symlinks, a wrong folder); files
@@ -367,8 +367,10 @@ pub fn audit_paths(
             Err(message) => unreadable.push(message),
         }
     }
-    for outcome in &signatures {
-        let mut file = tensorplay_audit::audit::signature_report(outcome, &config, &options);
+    for checked in &signatures {
+        let mut file =
+            tensorplay_audit::audit::signature_report(&checked.outcome, &config, &options);
+        file.remote = checked.remote;
         if options.inventory {
             // The signature file is small and read whole to verify: hashed, as any file is.
             let path = PathBuf::from(&file.path);
@@ -378,7 +380,7 @@ pub fn audit_paths(
         files.push(file);
     }
     let mut report = Report::new(files, found.skipped, fail_on);
-    report.signatures = signatures.into_iter().map(|o| o.facts).collect();
+    report.signatures = signatures.into_iter().map(|c| c.outcome.facts).collect();
     report.partition = partition.map(|mut partition| {
         let mut sets = std::mem::take(&mut *shared_sets.lock().unwrap_or_else(|e| e.into_inner()));
         // Workers finish in any order; a retried part must write the same bytes.

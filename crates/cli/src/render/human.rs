@@ -84,10 +84,15 @@ pub fn render(report: &Report, style: Style) -> anyhow::Result<String> {
             style.paint(bold(None), &shown(&file.path))
         )?;
         if file.remote.is_some_and(|r| !r.values_read) {
-            writeln!(
-                out,
-                "  tensor values not read: a remote audit reads metadata only; --deep reads them"
-            )?;
+            // A remote signature check that did not hash every byte compared the LFS files by
+            // the Hub's listed SHA-256.
+            let note = if file.format.as_deref() == Some("oms-signature") {
+                "LFS files compared by the Hub's lfs.oid, not fetched: this trusts the Hub's \
+                 content addressing; --deep hashes every byte"
+            } else {
+                "tensor values not read: a remote audit reads metadata only; --deep reads them"
+            };
+            writeln!(out, "  {note}")?;
         }
         if let (Some(device), Some(memory)) = (&file.device, &file.memory) {
             let verdict = if device.reserved_bytes == memory.reserved_bytes {

@@ -2,8 +2,8 @@
 //! map with): nothing is ever mounted, so every path is local. The remote crate refuses remote
 //! paths on these systems before anything is mounted.
 
-use super::object::{RemoteLimits, RemoteObject, RemoteStats};
-use crate::error::Result;
+use super::object::{ListedObject, RemoteLimits, RemoteObject, RemoteStats};
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -41,4 +41,17 @@ pub fn is_remote(_path: &Path) -> bool {
 /// Runs `work` once: every path is local.
 pub fn settle<T>(_root: &Path, mut work: impl FnMut() -> T) -> Result<T> {
     Ok(work())
+}
+
+/// Nothing: nothing is mounted.
+pub fn listed_under(_root: &Path) -> Vec<ListedObject> {
+    Vec::new()
+}
+
+/// Refused: nothing is mounted, so `path` is no remote object.
+pub fn read_whole(path: &Path) -> Result<Vec<u8>> {
+    Err(Error::Remote {
+        path: path.to_owned(),
+        detail: "remote objects are read on Linux only".to_owned(),
+    })
 }

@@ -15,14 +15,20 @@ mod remote;
 mod sparse;
 
 #[cfg(not(target_os = "linux"))]
-pub use elsewhere::{bytes_left, charge, is_remote, mount, set_limits, settle, stats, stats_under};
-pub use object::{RemoteError, RemoteLimits, RemoteObject, RemoteStats};
+pub use elsewhere::{
+    bytes_left, charge, is_remote, listed_under, mount, read_whole, set_limits, settle, stats,
+    stats_under,
+};
+pub use object::{ListedObject, RemoteError, RemoteLimits, RemoteObject, RemoteStats};
 #[cfg(target_os = "linux")]
 pub(crate) use ranges::Ranges;
 #[cfg(target_os = "linux")]
 pub(crate) use remote::Backed;
 #[cfg(target_os = "linux")]
-pub use remote::{bytes_left, charge, is_remote, mount, set_limits, settle, stats, stats_under};
+pub use remote::{
+    bytes_left, charge, is_remote, listed_under, mount, read_whole, set_limits, settle, stats,
+    stats_under,
+};
 
 use crate::error::{Error, Result};
 use crate::HostBuffer;

@@ -61,3 +61,14 @@ pub struct RemoteStats {
     /// Range requests made.
     pub requests: u64,
 }
+
+/// One object mounted under a directory, as its store listed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedObject {
+    /// Where it is mounted.
+    pub path: std::path::PathBuf,
+    /// Its length, as listed.
+    pub size: u64,
+    /// The SHA-256 its listing gives (a Hub file's `lfs.oid`), if any.
+    pub sha256: Option<[u8; 32]>,
+}

@@ -5,7 +5,7 @@
 //! supplies a [`RemoteObject`] that reads byte ranges. Every fetch is counted against one
 //! run-wide budget ([`set_limits`]).
 
-use super::object::{RemoteError, RemoteLimits, RemoteObject, RemoteStats};
+use super::object::{ListedObject, RemoteError, RemoteLimits, RemoteObject, RemoteStats};
 use super::ranges::Ranges;
 use super::sparse::{page_aligned, page_size, SparseMap};
 use crate::error::{Error, RemoteBound, Result};
@@ -153,6 +153,53 @@ pub fn stats_under(root: &Path) -> Option<RemoteStats> {
         sum.requests += state.requests;
     }
     total
+}
+
+/// Every object mounted at or under `root`, with its listed size and SHA-256, by path.
+pub fn listed_under(root: &Path) -> Vec<ListedObject> {
+    mounted_under(root)
+        .into_iter()
+        .map(|mounted| ListedObject {
+            path: mounted.path.clone(),
+            size: mounted.object.size(),
+            sha256: mounted.object.listed_sha256(),
+        })
+        .collect()
+}
+
+/// Every byte of the object mounted at `path`, fetched within the run's remote budget (what
+/// was fetched already is not fetched again) and, when its listing gives a SHA-256, checked
+/// against it. For a file read whole, not through a reader (a signature, a file to hash).
+pub fn read_whole(path: &Path) -> Result<Vec<u8>> {
+    let mounted = mounted(path).ok_or_else(|| Error::Remote {
+        path: path.to_owned(),
+        detail: "not a remote object of this run".to_owned(),
+    })?;
+    let len = mounted.object.size();
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let mut all = Ranges::default();
+    all.insert(0..len);
+    mounted.fetch_exact(&all)?;
+    let state = mounted.lock();
+    let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    for (start, chunk) in &state.chunks {
+        if *start != out.len() as u64 {
+            return Err(Error::RemoteInconsistent {
+                path: path.to_owned(),
+                detail: format!("bytes from {} on were not fetched", out.len()),
+            });
+        }
+        out.extend_from_slice(chunk);
+    }
+    if out.len() as u64 != len {
+        return Err(Error::RemoteInconsistent {
+            path: path.to_owned(),
+            detail: format!("{} bytes fetched of the {len} listed", out.len()),
+        });
+    }
+    Ok(out)
 }
 
 /// Whether `path` is a mounted object or lies above one.

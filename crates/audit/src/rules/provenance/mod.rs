@@ -15,7 +15,7 @@ pub use unsigned::Unsigned;
 pub use untrusted_signer::UntrustedSigner;
 
 use crate::finding::Draft;
-use crate::provenance::{Failure, Outcome, Signer};
+use crate::provenance::{Failure, Outcome, Signer, DIGESTS_HUB_LFS_OID};
 use crate::Code;
 
 /// At most this many files are named, one finding each; one more finding counts the rest.
@@ -43,10 +43,18 @@ pub fn drafts(outcome: &Outcome) -> Vec<(Code, Draft)> {
                 SignatureVerified::CODE,
                 draft(
                     format!(
-                        "{} is signed by {signer} ({} resources, root {}), and every file matches",
+                        "{} is signed by {signer} ({} resources, root {}), and every file matches{}",
                         facts.model,
                         facts.resources.unwrap_or(0),
-                        facts.root_digest.as_deref().unwrap_or("?")
+                        facts.root_digest.as_deref().unwrap_or("?"),
+                        match facts.digests.as_deref() {
+                            Some(DIGESTS_HUB_LFS_OID) => {
+                                " (its LFS files by the SHA-256 the Hub lists for them, lfs.oid, \
+                                 not fetched: this trusts the Hub's content addressing; --deep \
+                                 hashes every byte)"
+                            }
+                            _ => "",
+                        }
                     ),
                     "nothing to do",
                 ),
