@@ -264,32 +264,77 @@ fn split_entries<'h>(path: &Path, header: &'h str, meter: &Meter) -> Result<RawE
         )));
     }
     let refused = RefCell::new(None);
-    // Room for the entries the header can hold (the shortest is over 50 bytes), within what
-    // the budget lets entries take: the list is not regrown and copied a million times over.
-    let room = (meter.limits.max_memory.saturating_sub(meter.held()) / HEADER_ENTRY_BYTES)
-        .min(header.len() as u64 / 50);
-    let seed = EntriesSeed {
-        path,
-        meter,
-        refused: &refused,
-        room: usize::try_from(room).unwrap_or(0),
-    };
-    let mut de = serde_json::Deserializer::from_str(header);
-    let parsed = de
-        .deserialize_map(seed)
-        .and_then(|raw| de.end().map(|()| raw));
-    if let Some(e) = refused.into_inner() {
-        return Err(e);
-    }
-    parsed.map_err(|e| syntax(format!("invalid JSON: {e}")))
+    let seed = EntriesSeed(Charge::new(path, meter, header, &refused));
+    walk_header(header, seed, &refused)?.map_err(|e| syntax(format!("invalid JSON: {e}")))
 }
 
-struct EntriesSeed<'p> {
+/// What both readings of a header share: each key charged to the meter as it is met, and the
+/// room to reserve for the entries.
+struct Charge<'p> {
     path: &'p Path,
     meter: &'p Meter,
     refused: &'p RefCell<Option<Error>>,
     room: usize,
 }
+
+impl<'p> Charge<'p> {
+    fn new(
+        path: &'p Path,
+        meter: &'p Meter,
+        header: &str,
+        refused: &'p RefCell<Option<Error>>,
+    ) -> Self {
+        // Room for the entries the header can hold (the shortest is over 50 bytes), within
+        // what the budget lets entries take: the list is not regrown and copied a million
+        // times over.
+        let room = (meter.limits.max_memory.saturating_sub(meter.held()) / HEADER_ENTRY_BYTES)
+            .min(header.len() as u64 / 50);
+        Charge {
+            path,
+            meter,
+            refused,
+            room: usize::try_from(room).unwrap_or(0),
+        }
+    }
+
+    /// Charges one entry: its slices, a key copied when it held escapes, and its slot in the
+    /// set that finds duplicates. A refusal is kept for [`walk_header`] to return.
+    #[allow(clippy::ptr_arg)] // owned or borrowed is what is charged
+    fn key<E: serde::de::Error>(&self, key: &Cow<'_, str>) -> std::result::Result<(), E> {
+        let copied = match key {
+            Cow::Owned(k) => k.len() as u64,
+            Cow::Borrowed(_) => 0,
+        };
+        let bytes = HEADER_ENTRY_BYTES.saturating_add(copied);
+        self.meter
+            .hold(self.path, bytes, || "the header's entries".into())
+            .map_err(|e| {
+                *self.refused.borrow_mut() = Some(e);
+                E::custom("memory budget")
+            })
+    }
+}
+
+/// The header deserialised as one JSON object by `seed`, with nothing but whitespace after
+/// it; a refusal over the budget (kept in `refused` by the seed's [`Charge`]) is the error,
+/// anything else the JSON's.
+fn walk_header<'h, V: Visitor<'h>>(
+    header: &'h str,
+    seed: V,
+    refused: &RefCell<Option<Error>>,
+) -> Result<std::result::Result<V::Value, serde_json::Error>> {
+    let mut de = serde_json::Deserializer::from_str(header);
+    let parsed = de
+        .deserialize_map(seed)
+        .and_then(|value| de.end().map(|()| value));
+    match refused.take() {
+        Some(e) => Err(e),
+        None => Ok(parsed),
+    }
+}
+
+/// The careful reading's first step: the entries as slices of the header.
+struct EntriesSeed<'p>(Charge<'p>);
 
 impl<'de> Visitor<'de> for EntriesSeed<'_> {
     type Value = RawEntries<'de>;
@@ -302,23 +347,10 @@ impl<'de> Visitor<'de> for EntriesSeed<'_> {
         self,
         mut map: A,
     ) -> std::result::Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(self.room);
+        let mut out = Vec::with_capacity(self.0.room);
         while let Some(Key(key)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
-            // The slices, a key copied when it held escapes, and its slot in the set that
-            // finds duplicates.
-            let copied = match &key {
-                Cow::Owned(k) => k.len() as u64,
-                Cow::Borrowed(_) => 0,
-            };
-            let bytes = HEADER_ENTRY_BYTES.saturating_add(copied);
-            if let Err(e) = self
-                .meter
-                .hold(self.path, bytes, || "the header's entries".into())
-            {
-                *self.refused.borrow_mut() = Some(e);
-                return Err(serde::de::Error::custom("memory budget"));
-            }
+            self.0.key(&key)?;
             out.push((key, value));
         }
         Ok(out)
@@ -363,22 +395,8 @@ fn read_at_once(path: &Path, header: &str, meter: &Meter) -> Result<Option<Parse
     }
     let held = meter.held();
     let refused = RefCell::new(None);
-    let room = (meter.limits.max_memory.saturating_sub(held) / HEADER_ENTRY_BYTES)
-        .min(header.len() as u64 / 50);
-    let seed = OnePass {
-        path,
-        meter,
-        refused: &refused,
-        room: usize::try_from(room).unwrap_or(0),
-    };
-    let mut de = serde_json::Deserializer::from_str(header);
-    let parsed = de
-        .deserialize_map(seed)
-        .and_then(|parsed| de.end().map(|()| parsed));
-    if let Some(e) = refused.into_inner() {
-        return Err(e);
-    }
-    let Ok((metadata, mut entries)) = parsed else {
+    let charge = Charge::new(path, meter, header, &refused);
+    let Ok((metadata, mut entries)) = walk_header(header, OnePass(charge), &refused)? else {
         meter.release(meter.held().saturating_sub(held));
         return Ok(None);
     };
@@ -398,12 +416,8 @@ fn read_at_once(path: &Path, header: &str, meter: &Meter) -> Result<Option<Parse
     Ok(Some((metadata.unwrap_or_default(), entries)))
 }
 
-struct OnePass<'p> {
-    path: &'p Path,
-    meter: &'p Meter,
-    refused: &'p RefCell<Option<Error>>,
-    room: usize,
-}
+/// The one-pass reading: each entry validated as it is met.
+struct OnePass<'p>(Charge<'p>);
 
 impl<'de> Visitor<'de> for OnePass<'_> {
     type Value = (Option<BTreeMap<String, String>>, Vec<Entry>);
@@ -418,22 +432,11 @@ impl<'de> Visitor<'de> for OnePass<'_> {
     ) -> std::result::Result<Self::Value, A::Error> {
         let amiss = || serde::de::Error::custom("for the careful reading");
         let mut metadata = None;
-        let mut entries = Vec::with_capacity(self.room);
+        let mut entries = Vec::with_capacity(self.0.room);
         // Dtype codes repeat: each distinct one is looked up once.
         let mut last: Option<(&'de str, DType, safetensors::Dtype)> = None;
         while let Some(Key(key)) = map.next_key()? {
-            let copied = match &key {
-                Cow::Owned(k) => k.len() as u64,
-                Cow::Borrowed(_) => 0,
-            };
-            let bytes = HEADER_ENTRY_BYTES.saturating_add(copied);
-            if let Err(e) = self
-                .meter
-                .hold(self.path, bytes, || "the header's entries".into())
-            {
-                *self.refused.borrow_mut() = Some(e);
-                return Err(serde::de::Error::custom("memory budget"));
-            }
+            self.0.key(&key)?;
             if key == METADATA_KEY {
                 if metadata.is_some() {
                     return Err(amiss());
@@ -446,7 +449,7 @@ impl<'de> Visitor<'de> for OnePass<'_> {
                 (Some((code, ours, theirs)), Cow::Borrowed(now)) if code == *now => {
                     Ok((ours, theirs))
                 }
-                _ => dtypes(self.path, &key, &raw.dtype),
+                _ => dtypes(self.0.path, &key, &raw.dtype),
             };
             let Ok((dtype, crate_dtype)) = dtypes else {
                 return Err(amiss());
@@ -454,7 +457,8 @@ impl<'de> Visitor<'de> for OnePass<'_> {
             if let Cow::Borrowed(code) = raw.dtype {
                 last = Some((code, dtype, crate_dtype));
             }
-            let entry = validate(self.path, &key, raw, dtype, crate_dtype).map_err(|_| amiss())?;
+            let entry =
+                validate(self.0.path, &key, raw, dtype, crate_dtype).map_err(|_| amiss())?;
             entries.push(entry);
         }
         Ok((metadata, entries))
