@@ -54,6 +54,7 @@ mod report_limits;
 mod robustness;
 mod rules_doc;
 mod scale;
+mod sklearn_zoo;
 mod tensor_kinds;
 mod terminal;
 mod ties;

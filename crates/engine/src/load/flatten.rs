@@ -273,6 +273,7 @@ impl Walk<'_> {
             }
             Node::Object(object) => {
                 let (state, items) = (&object.state, &object.items);
+                self.constructor_args(object.class, object.args, name)?;
                 if let Some(state) = *state {
                     match class_name(heap, object.class) {
                         // `torch.ScriptObject.__setstate__((state, qualified name))`: a
@@ -340,14 +341,53 @@ impl Walk<'_> {
                 }
                 Ok(())
             }
-            Node::Tuple(parts) => {
+            // `(__dict__, slots)`, as `object.__reduce_ex__` gives it: both are attributes.
+            Node::Tuple(parts) if is_dict_and_slots(heap, parts) => {
                 for &part in parts {
                     self.object_state(part, name, class)?;
                 }
                 Ok(())
             }
+            // Any other tuple (a Cython class's `__getstate__`: a KDTree's arrays, a bit
+            // generator's `(state, seed_seq)`) is named by index, as its items are reached.
+            Node::Tuple(parts) => {
+                for (i, &part) in parts.iter().enumerate() {
+                    self.visit_child(part, name, || i.to_string())?;
+                }
+                Ok(())
+            }
             _ => self.visit(state, name.to_owned()),
         }
+    }
+
+    /// The arguments an object was constructed with that hold tensors (a scikit-learn
+    /// `Tree(n_features, n_classes, n_outputs)`'s `n_classes`, a NumPy `RandomState`'s bit
+    /// generator): by the attribute of the object that holds each, where the class is known,
+    /// else as `__args__.<index>`. What holds none is not listed as left out: arguments are
+    /// how an object is built (its class, a version), and its state names what it keeps.
+    fn constructor_args(&mut self, class: Id, args: Id, name: &str) -> Result<(), Stop> {
+        let heap = self.heap;
+        let Some(items) = heap.items(args) else {
+            return Ok(());
+        };
+        let names = class_name(heap, class).map_or(&[][..], |(m, c)| arg_names(m, c));
+        for (i, &arg) in items.iter().enumerate() {
+            if holds_nothing(heap.get(arg)) {
+                continue;
+            }
+            let key = names
+                .get(i)
+                .map_or_else(|| format!("__args__.{i}"), |&n| n.to_owned());
+            let name = self.join(name, key)?;
+            let left_out = (self.out.left_out.names.len(), self.out.left_out.count);
+            let found = self.found();
+            self.visit(arg, name)?;
+            if self.found() == found {
+                self.out.left_out.names.truncate(left_out.0);
+                self.out.left_out.count = left_out.1;
+            }
+        }
+        Ok(())
     }
 
     /// A wrapper subclass's state (`__dict__`, or `(__dict__, slots)`) beyond its components:
@@ -437,6 +477,28 @@ fn fields(module: &str, class: &str) -> &'static [(usize, &'static str)] {
     } else {
         &[]
     }
+}
+
+/// The attributes that hold a class's constructor arguments, by position, for the classes
+/// whose pickles pass arrays to their constructor: scikit-learn's `Tree` (its
+/// `__reduce__` is `(Tree, (n_features, n_classes, n_outputs), state)`) and NumPy's random
+/// states, which take their bit generator (`RandomState._bit_generator`,
+/// `Generator.bit_generator`).
+fn arg_names(module: &str, class: &str) -> &'static [&'static str] {
+    match (module, class) {
+        ("sklearn.tree._tree", "Tree") => &["n_features", "n_classes", "n_outputs"],
+        ("numpy.random._pickle", "__randomstate_ctor") => &["_bit_generator"],
+        ("numpy.random._pickle", "__generator_ctor") => &["bit_generator"],
+        _ => &[],
+    }
+}
+
+/// Whether a BUILD state tuple is `(__dict__, slots)`: two parts, each a dict or `None`.
+fn is_dict_and_slots(heap: &Heap, parts: &[Id]) -> bool {
+    parts.len() == 2
+        && parts
+            .iter()
+            .all(|&p| matches!(heap.get(p), Node::Dict(_) | Node::None))
 }
 
 /// Whether a value can hold no tensor: a scalar, a string or a name.
