@@ -224,3 +224,55 @@ fn with_the_sklearn_preset_no_zoo_file_gets_a_warning_or_an_error() {
         "{flagged:?}"
     );
 }
+
+/// A zoo file cut short is refused (TP502) whatever the preset; with the preset, its TP501
+/// findings name only the globals the preset does not hold (here none: the refusal alone
+/// fails it), and the globals accepted are listed as in a file that was read.
+#[test]
+fn a_refused_file_is_told_only_the_globals_the_preset_does_not_hold() {
+    let dir = crate::common::TempDir::new("sklearn-zoo-cut");
+    let whole = std::fs::read(root().join(DIR).join("LinearRegression.joblib")).expect("read");
+    let cut = dir.0.join("cut.joblib");
+    std::fs::write(&cut, &whole[..600]).expect("write");
+    let path = cut.to_str().expect("utf-8");
+    let codes = |report: &Value| -> Vec<String> {
+        report["files"][0]["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .map(|f| f["code"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let plain = audit_json(path);
+    assert!(codes(&plain).contains(&"TP501".to_owned()), "{plain:#}");
+    assert!(codes(&plain).contains(&"TP502".to_owned()), "{plain:#}");
+    let config = TempConfig::new("sklearn-cut", "[pickle]\nallow_presets = [\"sklearn\"]\n");
+    let report = audit_json_with(&["--config", config.path()], path);
+    assert_eq!(codes(&report), ["TP502"], "{report:#}");
+    let allowed = &report["files"][0]["allowed_globals"];
+    assert!(
+        allowed
+            .as_array()
+            .expect("allowed globals")
+            .iter()
+            .any(|g| g == "sklearn.linear_model._base.LinearRegression"),
+        "{allowed}"
+    );
+    // A global outside the preset is still named.
+    let payload =
+        std::fs::read(root().join("fixtures/joblib/bad/estimator_payload.joblib")).expect("read");
+    let cut = dir.0.join("payload_cut.joblib");
+    std::fs::write(&cut, &payload[..payload.len() - 40]).expect("write");
+    let report = audit_json_with(&["--config", config.path()], cut.to_str().expect("utf-8"));
+    let messages: Vec<&str> = report["files"][0]["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["code"] == "TP501")
+        .map(|f| f["message"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        !messages.is_empty() && messages.iter().all(|m| m.contains("posix.system")),
+        "{messages:?}"
+    );
+}
