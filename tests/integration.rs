@@ -55,6 +55,7 @@ mod robustness;
 mod rules_doc;
 mod scale;
 mod sklearn_zoo;
+mod storage_names;
 mod tensor_kinds;
 mod terminal;
 mod ties;
