@@ -60,6 +60,8 @@ mod signatures;
 // Served by the loopback Hub, which needs Linux's remote reads as `remote` does.
 #[cfg(target_os = "linux")]
 mod signatures_remote;
+mod sklearn_zoo;
+mod storage_names;
 mod tensor_kinds;
 mod terminal;
 mod ties;

@@ -350,6 +350,62 @@ fn discovery_audits_npy_and_npz_files() {
         .collect();
     let good = truth()["files"].as_object().expect("files").len();
     let bad = truth()["bad"].as_object().expect("bad").len();
-    assert_eq!(paths.len(), good + bad, "{paths:?}");
+    let partial = truth()["partial"].as_object().expect("partial").len();
+    assert_eq!(paths.len(), good + bad + partial, "{paths:?}");
     assert!(paths.contains(&"fixtures/numpy/two.npz"));
+}
+
+/// An `.npz` whose members include arrays no tensor dtype holds (strings, a datetime,
+/// records), which `np.load` returns like any other: the numeric members are read, the rest
+/// left out, each named with its dtype and shape (as `convert` names what it leaves out).
+#[test]
+fn a_partial_npz_reads_its_numeric_members_and_leaves_out_the_rest() {
+    let truth = truth();
+    let file = &truth["partial"]["fixtures/numpy/partial.npz"];
+    let ckpt = load::open(&root().join("fixtures/numpy/partial.npz")).expect("reads");
+    let names: Vec<&str> = ckpt.tensors.iter().map(|t| t.name()).collect();
+    let wanted: Vec<&str> = file["arrays"]
+        .as_array()
+        .expect("arrays")
+        .iter()
+        .map(|a| a["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, wanted);
+    for (t, a) in ckpt
+        .tensors
+        .iter()
+        .zip(file["arrays"].as_array().expect("arrays"))
+    {
+        let bytes = t.tensor_impl().view_bytes().expect("bytes");
+        assert_eq!(
+            format!("{:x}", Sha256::digest(bytes)),
+            a["sha256"],
+            "{}",
+            t.name()
+        );
+    }
+    let left_out = file["left_out"].as_array().expect("left out");
+    assert_eq!(ckpt.left_out.count, left_out.len());
+    for (ours, theirs) in ckpt.left_out.names.iter().zip(left_out) {
+        let shape: Vec<u64> = theirs["shape"]
+            .as_array()
+            .expect("shape")
+            .iter()
+            .map(|d| d.as_u64().expect("dim"))
+            .collect();
+        let name = theirs["name"].as_str().expect("name");
+        assert!(ours.starts_with(&format!("{name} (")), "{ours}");
+        assert!(ours.ends_with(&format!(", shape {shape:?})")), "{ours}");
+        match theirs["descr"].as_str() {
+            Some(descr) => assert!(ours.contains(&format!("'{descr}'")), "{ours}"),
+            // A structured dtype: its fields, as the header lists them.
+            None => assert!(ours.contains("('a', '<i4'), ('b', '<f8')"), "{ours}"),
+        }
+    }
+    // With nothing to refuse, the audit passes it.
+    let report = crate::common::audit_json("fixtures/numpy/partial.npz");
+    assert_eq!(
+        crate::common::error_findings(&report)[0],
+        Vec::<(String, String)>::new()
+    );
 }

@@ -215,6 +215,14 @@ fn memory_facts(memory: &Memory) -> MemoryFacts {
 /// unreadable checkpoint never passes. `None` when no rule claims the failure (a path that
 /// cannot be opened is a usage problem, not a finding).
 pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
+    read_failure_with(path, error, &Config::default())
+}
+
+/// [`read_failure`] under `config`: a global the refused file's reading met that `[pickle]
+/// allow_globals` or `allow_presets` accepts is no TP501, as in a file that was read (listed
+/// among the report's allowed globals), while the refusal itself still fails the file. When
+/// the only findings are such globals, they all stay: an unreadable file never passes.
+pub fn read_failure_with(path: &str, error: &ReadError, config: &Config) -> Option<FileReport> {
     let mut checked = Vec::new();
     let mut findings = Vec::new();
     for rule in RULES {
@@ -231,6 +239,23 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
     if findings.is_empty() {
         return None;
     }
+    let accepted = |f: &Finding| {
+        f.global
+            .as_ref()
+            .is_some_and(|g| config.settings.global_allowed(&g.module, &g.name))
+    };
+    let mut allowed_globals = Vec::new();
+    if findings.iter().any(|f| !accepted(f)) {
+        let (allowed, kept): (Vec<Finding>, Vec<Finding>) =
+            findings.into_iter().partition(|f| accepted(f));
+        findings = kept;
+        let names: BTreeSet<String> = allowed
+            .iter()
+            .filter_map(|f| f.global.as_ref())
+            .map(|g| format!("{}.{}", g.module, g.name))
+            .collect();
+        allowed_globals = names.into_iter().collect();
+    }
     Some(FileReport {
         path: path.to_owned(),
         format: None,
@@ -242,7 +267,7 @@ pub fn read_failure(path: &str, error: &ReadError) -> Option<FileReport> {
         checked,
         findings,
         suppressed: Vec::new(),
-        allowed_globals: Vec::new(),
+        allowed_globals,
         memory: None,
         device: None,
         remote: None,

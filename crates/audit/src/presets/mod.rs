@@ -4,11 +4,12 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-/// The `sklearn` preset: skops 0.16.0's trusted scikit-learn types for scikit-learn 1.9.1
-/// (`skops/io/_trusted_types.py`: every estimator `sklearn.utils.all_estimators()` lists and
-/// the gradient-boosting models' internal loss, link and binning types), then the globals
-/// joblib 1.6.0 and NumPy 2.2.6 pickle an estimator's arrays, dtypes and scalars through.
-/// Written by `fixtures/make_joblib.py`, which states the versions at the top of the file.
+/// The `sklearn` preset: every global joblib 1.6.0's unpickler resolves in the scikit-learn
+/// 1.9.1 zoo (`fixtures/sklearn_zoo/`: every estimator `sklearn.utils.all_estimators()`
+/// lists, fitted and dumped), each a name skops 0.16.0 trusts, scikit-learn defines, NumPy
+/// 2.2.6 pickles arrays and random states through, or reviewed (each line says which, and
+/// the estimator that needs it); and skops's trusted scikit-learn types the zoo does not
+/// name. Written by `fixtures/make_sklearn_zoo.py`, which states the versions at the top.
 const SKLEARN: &str = include_str!("sklearn_preset.txt");
 
 /// The `transformers-trainer` preset: the list transformers 4.57.6's
@@ -97,10 +98,12 @@ pub(crate) fn globals(name: &str) -> Option<impl Iterator<Item = &'static str>> 
     Some(lines(text))
 }
 
+/// The globals of a preset's text: one a line, `#` starting a comment (a whole line, or
+/// after the global: why it is there).
 fn lines(text: &'static str) -> impl Iterator<Item = &'static str> {
     text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
 }
 
 /// A preset that holds every global of a file: its name and what its library does with them.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tensorplay_audit::audit::{audit, read_failure};
+use tensorplay_audit::audit::{audit, read_failure_with};
 use tensorplay_audit::baseline::Baseline;
 use tensorplay_audit::config::{self, Config};
 use tensorplay_audit::options::Options;
@@ -275,7 +275,7 @@ pub fn audit_paths(
     let audit_in = |target: Target, options: &Options, deferrable: bool| {
         let shown = target.path().display().to_string();
         let failed = |error: ReadError| {
-            read_failure(&shown, &error)
+            read_failure_with(&shown, &error, &config)
                 .map(|file| Audited::Judged(Box::new(file)))
                 .ok_or_else(|| error.to_string())
         };
@@ -597,7 +597,7 @@ fn audit_one(
     });
     let mut audited = match settled {
         Ok(audited) => audited,
-        Err(e) => read_failure(shown, &e)
+        Err(e) => read_failure_with(shown, &e, config)
             .map(|file| Audited::Judged(Box::new(file)))
             .ok_or_else(|| e.to_string()),
     };
@@ -632,7 +632,7 @@ fn audit_read(
         Ok(ckpt) => ckpt,
         Err(e) if over_share(e.over_budget()) => return Ok(Audited::Alone(path)),
         Err(e) => {
-            return read_failure(shown, &e)
+            return read_failure_with(shown, &e, config)
                 .map(|file| Audited::Judged(Box::new(file)))
                 .ok_or_else(|| e.to_string())
         }

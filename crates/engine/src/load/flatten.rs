@@ -67,9 +67,11 @@ pub(crate) fn named_tensors(
         path: Vec::new(),
         declared,
         place: None,
+        deferred: Vec::new(),
         out: Named::default(),
     };
     walk.visit(root, String::new())?;
+    walk.module_attributes()?;
     Ok(walk.out)
 }
 
@@ -86,6 +88,10 @@ struct Walk<'a> {
     /// The TorchScript object attribute (or `__getstate__` state) being walked: what it is
     /// held as, and the length of `path` with its object on it.
     place: Option<(HeldAs, usize)>,
+    /// A module's attributes beyond `_parameters`, `_buffers` and `_modules` that may hold
+    /// tensors (an anchor generator's `_wh_pairs`, a detection head's `stride`), by path:
+    /// walked once the state is named, for the storages nothing else names.
+    deferred: Vec<(Id, String)>,
     out: Named,
 }
 
@@ -151,6 +157,58 @@ impl Walk<'_> {
             if named < MAX_LEFT_OUT {
                 left_out.names.push(name);
             }
+        }
+        Ok(())
+    }
+
+    /// Walks the modules' other attributes (see [`Walk::deferred`]), keeping the tensors
+    /// whose storage no tensor named so far views: torch reaches such a storage only by
+    /// that attribute path (`head.anchors`, `anchor_generator._wh_pairs.0`), while a
+    /// tensor a module also keeps as a parameter or buffer keeps its `state_dict()` name
+    /// alone. Each attribute value is walked once, however many modules hold it.
+    fn module_attributes(&mut self) -> Result<(), Stop> {
+        let mut walked = std::collections::HashSet::new();
+        let mut next = 0;
+        while let Some((id, name)) = self.deferred.get(next).cloned() {
+            next += 1;
+            if !walked.insert(id) {
+                continue;
+            }
+            let heap = self.heap;
+            let named: std::collections::HashSet<String> = self
+                .out
+                .tensors
+                .iter()
+                .filter_map(|&(_, t, _)| storage_key(heap, t))
+                .collect();
+            let (tensors, composites, storages) = (
+                self.out.tensors.len(),
+                self.out.composites.len(),
+                self.out.storages.len(),
+            );
+            let left_out = (self.out.left_out.names.len(), self.out.left_out.count);
+            self.visit(id, name)?;
+            // What this attribute adds: only tensors on storages not named before (sparse,
+            // nested and wrapper tensors are not among them: their components are left as
+            // the state names them), and no left-out names (the module's state is what it
+            // keeps).
+            let dropped: Vec<String> = self
+                .out
+                .composites
+                .drain(composites..)
+                .map(|(name, _)| format!("{name}."))
+                .collect();
+            let mut kept = Vec::new();
+            for entry in self.out.tensors.drain(tensors..) {
+                let part = dropped.iter().any(|d| entry.0.starts_with(d.as_str()));
+                if !part && storage_key(heap, entry.1).is_none_or(|key| !named.contains(&key)) {
+                    kept.push(entry);
+                }
+            }
+            self.out.tensors.extend(kept);
+            self.out.storages.truncate(storages);
+            self.out.left_out.names.truncate(left_out.0);
+            self.out.left_out.count = left_out.1;
         }
         Ok(())
     }
@@ -273,6 +331,7 @@ impl Walk<'_> {
             }
             Node::Object(object) => {
                 let (state, items) = (&object.state, &object.items);
+                self.constructor_args(object.class, object.args, name)?;
                 if let Some(state) = *state {
                     match class_name(heap, object.class) {
                         // `torch.ScriptObject.__setstate__((state, qualified name))`: a
@@ -328,6 +387,13 @@ impl Walk<'_> {
                             self.visit_flat(v, name)?;
                         }
                     }
+                    for &(k, v) in attrs.iter() {
+                        let part = heap.str(k).is_some_and(|k| module_parts.contains(&k));
+                        if !part && !holds_nothing(heap.get(v)) {
+                            let path = self.join(name, key_text(heap, k))?;
+                            self.deferred.push((v, path));
+                        }
+                    }
                     return Ok(());
                 }
                 let declarations = self
@@ -340,14 +406,53 @@ impl Walk<'_> {
                 }
                 Ok(())
             }
-            Node::Tuple(parts) => {
+            // `(__dict__, slots)`, as `object.__reduce_ex__` gives it: both are attributes.
+            Node::Tuple(parts) if is_dict_and_slots(heap, parts) => {
                 for &part in parts {
                     self.object_state(part, name, class)?;
                 }
                 Ok(())
             }
+            // Any other tuple (a Cython class's `__getstate__`: a KDTree's arrays, a bit
+            // generator's `(state, seed_seq)`) is named by index, as its items are reached.
+            Node::Tuple(parts) => {
+                for (i, &part) in parts.iter().enumerate() {
+                    self.visit_child(part, name, || i.to_string())?;
+                }
+                Ok(())
+            }
             _ => self.visit(state, name.to_owned()),
         }
+    }
+
+    /// The arguments an object was constructed with that hold tensors (a scikit-learn
+    /// `Tree(n_features, n_classes, n_outputs)`'s `n_classes`, a NumPy `RandomState`'s bit
+    /// generator): by the attribute of the object that holds each, where the class is known,
+    /// else as `__args__.<index>`. What holds none is not listed as left out: arguments are
+    /// how an object is built (its class, a version), and its state names what it keeps.
+    fn constructor_args(&mut self, class: Id, args: Id, name: &str) -> Result<(), Stop> {
+        let heap = self.heap;
+        let Some(items) = heap.items(args) else {
+            return Ok(());
+        };
+        let names = class_name(heap, class).map_or(&[][..], |(m, c)| arg_names(m, c));
+        for (i, &arg) in items.iter().enumerate() {
+            if holds_nothing(heap.get(arg)) {
+                continue;
+            }
+            let key = names
+                .get(i)
+                .map_or_else(|| format!("__args__.{i}"), |&n| n.to_owned());
+            let name = self.join(name, key)?;
+            let left_out = (self.out.left_out.names.len(), self.out.left_out.count);
+            let found = self.found();
+            self.visit(arg, name)?;
+            if self.found() == found {
+                self.out.left_out.names.truncate(left_out.0);
+                self.out.left_out.count = left_out.1;
+            }
+        }
+        Ok(())
     }
 
     /// A wrapper subclass's state (`__dict__`, or `(__dict__, slots)`) beyond its components:
@@ -437,6 +542,43 @@ fn fields(module: &str, class: &str) -> &'static [(usize, &'static str)] {
     } else {
         &[]
     }
+}
+
+/// The attributes that hold a class's constructor arguments, by position, for the classes
+/// whose pickles pass arrays to their constructor: scikit-learn's `Tree` (its
+/// `__reduce__` is `(Tree, (n_features, n_classes, n_outputs), state)`) and NumPy's random
+/// states, which take their bit generator (`RandomState._bit_generator`,
+/// `Generator.bit_generator`).
+fn arg_names(module: &str, class: &str) -> &'static [&'static str] {
+    match (module, class) {
+        ("sklearn.tree._tree", "Tree") => &["n_features", "n_classes", "n_outputs"],
+        ("numpy.random._pickle", "__randomstate_ctor") => &["_bit_generator"],
+        ("numpy.random._pickle", "__generator_ctor") => &["bit_generator"],
+        _ => &[],
+    }
+}
+
+/// The key of the storage a tensor views (its persistent id's third field), when it has one.
+fn storage_key(heap: &Heap, tensor: Id) -> Option<String> {
+    let Node::Tensor(spec) = heap.get(tensor) else {
+        return None;
+    };
+    let Node::Persistent(pid) = heap.get(spec.storage?) else {
+        return None;
+    };
+    match heap.get(*heap.seq(*pid)?.get(2)?) {
+        Node::Str(s) => Some(s.to_string()),
+        Node::Int(v) => Some(v.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether a BUILD state tuple is `(__dict__, slots)`: two parts, each a dict or `None`.
+fn is_dict_and_slots(heap: &Heap, parts: &[Id]) -> bool {
+    parts.len() == 2
+        && parts
+            .iter()
+            .all(|&p| matches!(heap.get(p), Node::Dict(_) | Node::None))
 }
 
 /// Whether a value can hold no tensor: a scalar, a string or a name.

@@ -341,7 +341,7 @@ fn elements(heap: &Heap, dtype: Id, depth: u32) -> std::result::Result<Elements,
             objects: true,
             shown,
         }),
-        Descr::Unsupported(_) => {
+        Descr::NoTensor { .. } | Descr::Unsupported(_) => {
             // Strings, raw bytes, datetimes: the size the state gives, or the type string's.
             let itemsize = elsize
                 .or_else(|| flexible_itemsize(descr))

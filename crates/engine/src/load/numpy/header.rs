@@ -549,7 +549,10 @@ pub(crate) enum Descr {
     Plain { dtype: DType, swap: bool },
     /// Python objects: the data is a pickle (`descr` as written, for messages).
     Objects(String),
-    /// Elements no tensor dtype holds: why, for the refusal.
+    /// Elements of a dtype numpy reads that no tensor dtype holds (strings, raw bytes,
+    /// datetimes, long doubles, records, subarrays): why, for the refusal.
+    NoTensor { descr: String, why: String },
+    /// A descr that is no dtype numpy reads: why, for the refusal.
     Unsupported(String),
 }
 
@@ -644,12 +647,17 @@ fn descr_of(descr: &Value) -> Descr {
         Value::List(_) | Value::Tuple(_) if holds_objects(descr) => {
             Descr::Objects(descr.to_string())
         }
-        Value::List(_) => Descr::Unsupported(format!(
-            "descr {descr} is a structured dtype (named fields): no tensor dtype holds its records"
-        )),
-        Value::Tuple(_) => Descr::Unsupported(format!(
-            "descr {descr} is a subarray dtype: no tensor dtype holds it"
-        )),
+        Value::List(_) => Descr::NoTensor {
+            descr: descr.to_string(),
+            why: format!(
+                "descr {descr} is a structured dtype (named fields): no tensor dtype holds its \
+                 records"
+            ),
+        },
+        Value::Tuple(_) => Descr::NoTensor {
+            descr: descr.to_string(),
+            why: format!("descr {descr} is a subarray dtype: no tensor dtype holds it"),
+        },
         other => Descr::Unsupported(format!("descr {other} is not a dtype descriptor")),
     }
 }
@@ -725,9 +733,10 @@ pub(crate) fn type_string(s: &str) -> Descr {
             ))
         }
     };
-    Descr::Unsupported(format!(
-        "descr {shown} holds {what}: no tensor dtype holds them"
-    ))
+    Descr::NoTensor {
+        why: format!("descr {shown} holds {what}: no tensor dtype holds them"),
+        descr: shown,
+    }
 }
 
 #[cfg(test)]
@@ -964,7 +973,9 @@ mod tests {
             ("float32", "not a type string numpy writes"),
         ] {
             match type_string(s) {
-                Descr::Unsupported(why) => assert!(why.contains(says), "{s}: {why}"),
+                Descr::NoTensor { why, .. } | Descr::Unsupported(why) => {
+                    assert!(why.contains(says), "{s}: {why}")
+                }
                 other => panic!("{s}: {other:?}"),
             }
         }
@@ -972,10 +983,10 @@ mod tests {
         assert!(matches!(descr_of(&structured), Descr::Objects(_)));
         let structured = parse("[('O', '<f4')]").expect("parses");
         match descr_of(&structured) {
-            Descr::Unsupported(why) => assert!(why.contains("structured dtype"), "{why}"),
+            Descr::NoTensor { why, .. } => assert!(why.contains("structured dtype"), "{why}"),
             other => panic!("{other:?}"),
         }
         let subarray = parse("('<f4', (2,))").expect("parses");
-        assert!(matches!(descr_of(&subarray), Descr::Unsupported(_)));
+        assert!(matches!(descr_of(&subarray), Descr::NoTensor { .. }));
     }
 }

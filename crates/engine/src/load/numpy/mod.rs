@@ -159,7 +159,9 @@ pub(crate) fn member_globals(
     match header.descr {
         Descr::Objects(_) => add_pickle_globals(&source, data, start, true, sink),
         // Never pickled by numpy; should the data be a pickle anyway, its globals are named.
-        Descr::Unsupported(_) => add_pickle_globals(&source, data, start, false, sink),
+        Descr::NoTensor { .. } | Descr::Unsupported(_) => {
+            add_pickle_globals(&source, data, start, false, sink)
+        }
         Descr::Plain { .. } => Ok(()),
     }
 }
@@ -175,7 +177,7 @@ pub(crate) fn object_array_pickle(bytes: &[u8]) -> Option<(usize, &[u8])> {
     let (header, start) = read_header(&source, bytes).ok()?;
     match header.descr {
         Descr::Objects(_) => Some((start, bytes.get(start..)?)),
-        Descr::Plain { .. } | Descr::Unsupported(_) => None,
+        Descr::Plain { .. } | Descr::NoTensor { .. } | Descr::Unsupported(_) => None,
     }
 }
 
@@ -329,7 +331,17 @@ fn add_array(
                 ),
             ));
         }
-        Descr::Unsupported(why) => {
+        // In an `.npz`, `np.load` returns such a member like any other (`NpzFile[key]`): the
+        // numeric members are read, and this one is left out, named with its dtype and shape.
+        Descr::NoTensor { descr, .. } if source.member.is_some() => {
+            add_pickle_globals(source, data, start, false, sink)?;
+            sink.add_left_out(
+                1,
+                vec![format!("{name} ({descr}, shape {:?})", header.shape)],
+            );
+            return Ok(());
+        }
+        Descr::NoTensor { why, .. } | Descr::Unsupported(why) => {
             // Never pickled by numpy; should the data be a pickle anyway, its globals are named.
             add_pickle_globals(source, data, start, false, sink)?;
             return Err(source.err(
