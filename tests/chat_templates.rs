@@ -107,7 +107,12 @@ fn every_template_the_pinned_transformers_carries_passes_the_gate() {
         .as_array()
         .expect("templates")
         .iter()
-        .filter(|t| t["name"].as_str().expect("name").starts_with("transformers/"))
+        .filter(|t| {
+            t["name"]
+                .as_str()
+                .expect("name")
+                .starts_with("transformers/")
+        })
         .collect();
     // Its tests' templates and its processors' defaults, `{% generation %}` among them.
     assert_eq!(shipped.len(), 13);
