@@ -149,3 +149,42 @@ def test_every_template_the_pinned_transformers_carries_renders_and_passes(gate)
         assert render(text_at(t["in"][0]), t["messages"]) == "ok", t["name"]
         for place in t["in"]:
             assert not gate.get((place["file"], place["location"])), (t["name"], place)
+
+
+def test_template_baseline_is_the_commands_flag(tmp_path):
+    """`audit_file(..., template_baseline=FILE)` is `--template-baseline FILE`: a template
+    pinned in FILE passes, one not pinned fails with TP706 naming its hash, as the command
+    reports it; a baseline that is none is refused before anything is read (the command's exit 2,
+a ReadError); live tensors carry
+    no template, so `audit` does not take the option."""
+    import tensorplay
+
+    sha = {t["name"]: t["sha256"] for t in TEMPLATES}
+    baseline = tmp_path / "templates.sha256"
+    baseline.write_text(f"# served\n{sha['real/phi3']}  phi3\n")
+    phi3 = DIR / "real/phi3/model.gguf"
+    assert tensorplay.audit_file(phi3, template_baseline=baseline).passed
+    assert tensorplay.audit_file(phi3).passed
+    gemma = DIR / "real/gemma2/model.gguf"
+    assert tensorplay.audit_file(gemma).passed  # no baseline: the real template passes
+    report = tensorplay.audit_file(gemma, template_baseline=str(baseline))
+    assert not report.passed
+    assert report.codes == ["TP706"]
+    assert sha["real/gemma2"] in report.findings[0].message
+    # The same run through the command gives the same findings.
+    out = tmp_path / "command.json"
+    done = command("audit", "--template-baseline", baseline, "--json", out, gemma)
+    assert done.returncode == 1, done.stderr
+    file = json.loads(out.read_text())["files"][0]
+    assert [f["code"] for f in file["findings"]] == report.codes
+    assert [f["message"] for f in file["findings"]] == [f.message for f in report.findings]
+
+    bad = tmp_path / "bad"
+    bad.write_text("not-a-hash phi3\n")
+    # The command exits 2 naming the line, before reading anything: a ReadError here.
+    with pytest.raises(tensorplay.ReadError, match=r"bad:1: template baseline: 'not-a-hash'"):
+        tensorplay.audit_file(phi3, template_baseline=bad)
+    with pytest.raises(TypeError, match="template_baseline=3: expected a path"):
+        tensorplay.audit_file(phi3, template_baseline=3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'template_baseline'"):
+        tensorplay.audit({}, template_baseline=baseline)
