@@ -70,7 +70,7 @@ fn every_fixture_template_in_every_container_is_judged_as_its_truth_says() {
             }
         }
     }
-    assert_eq!(containers, 65);
+    assert_eq!(containers, 104);
     // Every finding is about a template the truth lists: nothing else is reported.
     let listed: BTreeSet<(String, Option<String>)> = truth["templates"]
         .as_array()
@@ -97,6 +97,38 @@ fn real_templates_pass_the_gate_and_a_payload_fails_it_in_each_container() {
         let path = format!("{DIR}/hostile/lipsum_globals_os/{file}");
         let out = tensorplay(&["audit", &path]);
         assert_eq!(out.status.code(), Some(1), "{path}");
+    }
+}
+
+#[test]
+fn every_template_the_pinned_transformers_carries_passes_the_gate() {
+    let truth = read_json(&format!("{DIR}/truth.json"));
+    let shipped: Vec<&serde_json::Value> = truth["templates"]
+        .as_array()
+        .expect("templates")
+        .iter()
+        .filter(|t| {
+            t["name"]
+                .as_str()
+                .expect("name")
+                .starts_with("transformers/")
+        })
+        .collect();
+    // Its tests' templates and its processors' defaults, `{% generation %}` among them.
+    assert_eq!(shipped.len(), 13);
+    assert_eq!(truth["transformers"], "4.57.6");
+    for t in &shipped {
+        // The sandbox renders each; the gate must pass each.
+        assert_eq!(t["sandbox"], "ok", "{}", t["name"]);
+        assert_eq!(t["expect"], "pass", "{}", t["name"]);
+    }
+    let out = tensorplay(&["audit", &format!("{DIR}/transformers")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (_, report) = audit_report(&[&format!("{DIR}/transformers")]);
+    let files = report["files"].as_array().expect("files");
+    assert_eq!(files.len(), 39);
+    for file in files {
+        assert_eq!(file["findings"], serde_json::json!([]), "{}", file["path"]);
     }
 }
 

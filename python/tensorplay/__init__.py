@@ -95,7 +95,7 @@ def audit_file(path, **options):
     (or a list of them), nothing printed. Options are the command's flags:
     ``select``, ``ignore``, ``fail_on``, ``config``, ``baseline``, ``metadata_only``,
     ``gpu_budget``, ``max_memory``, ``expect``, ``load_to``, ``allow_empty``,
-    ``timeout_per_file``. Raises ``ReadError`` where the command exits 2, ``UsageError`` for
+    ``timeout_per_file``, ``template_baseline``. Raises ``ReadError`` where the command exits 2, ``UsageError`` for
     a value it refuses, ``TypeError`` for an argument of the wrong kind."""
     from . import _tensorplay
 

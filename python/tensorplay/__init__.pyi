@@ -45,6 +45,7 @@ class _FileOptions(_Options, total=False):
     load_to: Optional[str]
     allow_empty: bool
     timeout_per_file: Optional[int]
+    template_baseline: Optional[_Path]
 
 class _BatchOptions(TypedDict, total=False):
     config: Optional[_Path]

@@ -22,6 +22,9 @@ _FILES = {
     "load_to": ("--load-to", "str"),
     "allow_empty": ("--allow-empty", "bool"),
     "timeout_per_file": ("--timeout-per-file", "int"),
+    # Chat templates are read from files (GGUF metadata, tokenizer_config.json…), never from
+    # live tensors.
+    "template_baseline": ("--template-baseline", "path"),
 }
 
 FILE_OPTIONS = {**_COMMON, **_FILES}

@@ -2,16 +2,18 @@
 transformers' `apply_chat_template` configures it, renders every fixture template
 (`fixtures/chat_templates/`) with ordinary messages. Every template it refuses with
 `SecurityError` must fail the gate in every container it is in, every real model family's
-template must render and pass, and the sandbox must still do what `truth.json` recorded
-when the fixtures were made.
+template and every template the pinned transformers carries must render and pass, and the
+sandbox must still do what `truth.json` recorded when the fixtures were made.
 """
 
 import hashlib
 import json
 import re
+from datetime import datetime
 
 import jinja2
 import jinja2.ext
+import jinja2.nodes
 import pytest
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -23,27 +25,52 @@ TRUTH = json.loads((DIR / "truth.json").read_text())
 TEMPLATES = TRUTH["templates"]
 
 
+class Generation(jinja2.ext.Extension):
+    """transformers' `AssistantTracker`: `{% generation %}…{% endgeneration %}` renders its
+    body (transformers also notes where, for the assistant mask)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
 def sandbox():
-    """transformers' `_compile_jinja_template`: the immutable sandbox, trim_blocks and
-    lstrip_blocks, loop controls, `raise_exception` and `tojson` (its `{% generation %}`
-    extension is left out: no fixture uses it)."""
+    """transformers' `_compile_jinja_template` (4.57.6): the immutable sandbox, trim_blocks
+    and lstrip_blocks, its `generation` tag and loop controls, `raise_exception`,
+    `strftime_now` and `tojson`."""
 
     def raise_exception(message):
         raise TemplateError(message)
 
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
+
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
     )
-    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent, ensure_ascii=False)
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env
 
 
-def render(text):
-    """What the sandbox does with the template: "ok", or the type of what it raised."""
+def render(text, messages="text"):
+    """What the sandbox does with the template: "ok", or the type of what it raised.
+    `messages` "parts": each content a list of typed parts, as processors take it."""
     try:
         sandbox().from_string(text).render(
-            messages=TRUTH["messages"], add_generation_prompt=True, bos_token="<s>", eos_token="</s>"
+            messages=TRUTH["messages"] if messages == "text" else TRUTH["part_messages"],
+            add_generation_prompt=True,
+            bos_token="<s>",
+            eos_token="</s>",
         )
         return "ok"
     except Exception as e:  # noqa: BLE001: the type is the verdict
@@ -86,7 +113,7 @@ def test_the_sandbox_and_the_gate_agree(template, gate):
     assert len(texts) == 1, template["name"]
     text = texts.pop()
     assert hashlib.sha256(text.encode()).hexdigest() == template["sha256"]
-    verdict = render(text)
+    verdict = render(text, template.get("messages", "text"))
     # The pinned jinja2 still behaves as it did when the fixtures were written.
     assert verdict == template["sandbox"], template["name"]
     for place in places:
@@ -107,4 +134,57 @@ def test_the_oracle_refuses_what_it_should():
         sandbox().from_string("{{ lipsum.__globals__['os'] }}").render()
     assert render("{% for m in messages %}{{ m.content }}{% endfor %}") == "ok"
     assert sum(t["sandbox"] == "SecurityError" for t in TEMPLATES) == 9
-    assert sum(t["expect"] == "pass" for t in TEMPLATES) == 7
+    assert sum(t["expect"] == "pass" for t in TEMPLATES) == 20
+
+
+def test_every_template_the_pinned_transformers_carries_renders_and_passes(gate):
+    """The templates of transformers' tests and its processors' defaults (truth.json names
+    the file and line of each): the sandbox renders every one, the gate passes every one."""
+    shipped = [t for t in TEMPLATES if t["name"].startswith("transformers/")]
+    assert len(shipped) == 13
+    assert TRUTH["transformers"] == "4.57.6"
+    # `{% generation %}` is transformers' own tag: the oracle knows it, and so must the gate.
+    assert any("{% generation %}" in text_at(t["in"][0]) for t in shipped)
+    for t in shipped:
+        assert render(text_at(t["in"][0]), t["messages"]) == "ok", t["name"]
+        for place in t["in"]:
+            assert not gate.get((place["file"], place["location"])), (t["name"], place)
+
+
+def test_template_baseline_is_the_commands_flag(tmp_path):
+    """`audit_file(..., template_baseline=FILE)` is `--template-baseline FILE`: a template
+    pinned in FILE passes, one not pinned fails with TP706 naming its hash, as the command
+    reports it; a baseline that is none is refused before anything is read (the command's exit 2,
+a ReadError); live tensors carry
+    no template, so `audit` does not take the option."""
+    import tensorplay
+
+    sha = {t["name"]: t["sha256"] for t in TEMPLATES}
+    baseline = tmp_path / "templates.sha256"
+    baseline.write_text(f"# served\n{sha['real/phi3']}  phi3\n")
+    phi3 = DIR / "real/phi3/model.gguf"
+    assert tensorplay.audit_file(phi3, template_baseline=baseline).passed
+    assert tensorplay.audit_file(phi3).passed
+    gemma = DIR / "real/gemma2/model.gguf"
+    assert tensorplay.audit_file(gemma).passed  # no baseline: the real template passes
+    report = tensorplay.audit_file(gemma, template_baseline=str(baseline))
+    assert not report.passed
+    assert report.codes == ["TP706"]
+    assert sha["real/gemma2"] in report.findings[0].message
+    # The same run through the command gives the same findings.
+    out = tmp_path / "command.json"
+    done = command("audit", "--template-baseline", baseline, "--json", out, gemma)
+    assert done.returncode == 1, done.stderr
+    file = json.loads(out.read_text())["files"][0]
+    assert [f["code"] for f in file["findings"]] == report.codes
+    assert [f["message"] for f in file["findings"]] == [f.message for f in report.findings]
+
+    bad = tmp_path / "bad"
+    bad.write_text("not-a-hash phi3\n")
+    # The command exits 2 naming the line, before reading anything: a ReadError here.
+    with pytest.raises(tensorplay.ReadError, match=r"bad:1: template baseline: 'not-a-hash'"):
+        tensorplay.audit_file(phi3, template_baseline=bad)
+    with pytest.raises(TypeError, match="template_baseline=3: expected a path"):
+        tensorplay.audit_file(phi3, template_baseline=3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'template_baseline'"):
+        tensorplay.audit({}, template_baseline=baseline)

@@ -22,6 +22,10 @@ def gate(path: Path) -> bool:
     return report.passed
 
 
+def pinned(path: Path) -> bool:
+    return tensorplay.audit_file(path, template_baseline=path.with_name("templates.sha256")).passed
+
+
 def several(paths: List[str]) -> int:
     return tensorplay.audit_file(paths, ignore=["TP501", "view-overlap"], max_memory="4GiB").exit_code
 
@@ -59,3 +63,6 @@ def misuse(path: str) -> None:
     # A wrong option name or value kind is a type error, not only a run-time one.
     tensorplay.audit_file(path, fail_on="sometimes")  # type: ignore[arg-type]
     tensorplay.audit_file(path, selcet="TP1")  # type: ignore[call-arg]
+    tensorplay.audit_file(path, template_baseline=3)  # type: ignore[arg-type]
+    # Live tensors carry no chat template: the option is the file API's only.
+    tensorplay.audit(object(), template_baseline=path)  # type: ignore[call-arg]

@@ -4,6 +4,7 @@
 //! from this judgement.
 
 mod baseline;
+mod generation;
 mod walk;
 
 pub use baseline::TemplateBaseline;
@@ -97,7 +98,9 @@ fn concerns(source: &[u8]) -> Result<Vec<Concern>, String> {
     };
     // Jinja's own delimiters (a unit struct unless minijinja's `custom_syntax` is on).
     let syntax: SyntaxConfig = Default::default();
-    let tree = parse(text, "chat_template", syntax, whitespace).map_err(|e| {
+    // transformers' own block tag, which minijinja does not know, as an `if` it can parse.
+    let text = generation::respell(text, syntax.clone(), whitespace);
+    let tree = parse(&text, "chat_template", syntax, whitespace).map_err(|e| {
         let detail = e.detail().unwrap_or("syntax error");
         match e.line() {
             Some(line) => format!("line {line}: {detail}"),
@@ -150,5 +153,23 @@ mod tests {
             },
         );
         assert!(raw.outcome.unwrap_err().contains("not UTF-8 (byte 3"));
+    }
+
+    #[test]
+    fn a_generation_block_is_parsed_and_its_body_walked() {
+        let plain =
+            "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}";
+        assert_eq!(judged(plain).outcome, Ok(Vec::new()));
+        let hostile = "{% for m in messages %}\n{% generation %}\n{{ lipsum.__globals__ }}{% endgeneration %}{% endfor %}";
+        let found = judged(hostile).outcome.unwrap();
+        let escape: Vec<_> = found.iter().filter(|c| c.kind == Kind::Escape).collect();
+        assert!(!escape.is_empty(), "{found:?}");
+        assert!(escape.iter().all(|c| c.line == 3), "{found:?}");
+        // Any other unknown tag is still not parsed.
+        assert!(judged("{% tracking %}{% endtracking %}").outcome.is_err());
+        // jinja2's tag takes no argument: one with an argument is not parsed either.
+        assert!(judged("{% generation x %}{% endgeneration %}")
+            .outcome
+            .is_err());
     }
 }

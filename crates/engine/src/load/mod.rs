@@ -47,7 +47,7 @@ pub use index::ShardIndex;
 pub use limits::{ReadLimits, DEFAULT_MAX_MEMORY};
 pub use probe::{probe, probe_directory, Probe};
 pub use sniff::{sniff, Sniffed};
-pub use table::{checkpoint_extensions, named_as_checkpoint};
+pub use table::{checkpoint_extensions, checkpoint_file_names, named_as_checkpoint};
 pub(crate) use table::{reader, Reader};
 
 use crate::error::{Error, Result};

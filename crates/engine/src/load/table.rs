@@ -256,6 +256,24 @@ pub fn checkpoint_extensions() -> Vec<&'static str> {
     all
 }
 
+/// Every exact file name a row's loader is handed whatever its extension (transformers'
+/// `tokenizer_config.json`), sorted, each once: generated into the pre-commit manifests beside
+/// the extensions (`tests/extensions.rs`).
+pub fn checkpoint_file_names() -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = FORMATS
+        .iter()
+        .filter_map(|row| match &row.accepts {
+            Accepts::Name(rule) => Some(rule.names),
+            _ => None,
+        })
+        .flatten()
+        .copied()
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +285,22 @@ mod tests {
             assert!(!kinds[..i].contains(kind), "{kind:?} twice");
         }
         assert!(!kinds.contains(&Sniffed::Unknown));
+    }
+
+    #[test]
+    fn the_exact_names_are_those_a_name_rule_reads() {
+        let names = checkpoint_file_names();
+        assert_eq!(
+            names,
+            [
+                "chat_template.jinja",
+                "chat_template.json",
+                "tokenizer_config.json"
+            ]
+        );
+        for name in names {
+            assert!(named_reader(Path::new(name), Sniffed::Unknown).is_some());
+        }
     }
 
     #[test]
