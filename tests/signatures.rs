@@ -5,25 +5,12 @@
 //! wrong key or CA, a tampered bundle), each failing with its own code where model_signing
 //! refuses it too.
 
-use crate::common::{read_json, root, stderr, tensorplay, TempDir};
+use crate::common::{copy_dir, read_json, root, stderr, tensorplay, TempDir};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
 const DIR: &str = "fixtures/signatures";
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
-}
 
 /// The bundle with its statement's first digest changed and its signature kept, as
 /// make_signatures.py's `tampered_bundle` does.

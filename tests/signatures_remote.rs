@@ -6,9 +6,8 @@
 //! their own codes.
 
 use crate::common::range_server::{RangeServer, SHA};
-use crate::common::{root, stderr, stdout, TempDir};
+use crate::common::{copy_dir, root, stderr, stdout, TempDir};
 use sha2::{Digest, Sha256};
-use std::path::Path;
 use std::process::Output;
 
 const MODEL: &str = "fixtures/signatures/key";
@@ -21,19 +20,6 @@ const FILES: [&str; 4] = [
     "model.sig",
     "tokenizer/vocab.txt",
 ];
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
-}
 
 fn size(rel: &str) -> u64 {
     std::fs::metadata(root().join(MODEL).join(rel))
