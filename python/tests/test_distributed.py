@@ -37,6 +37,19 @@ def test_options_are_checked_as_audit_files_are():
         tensorplay.distributed.audit_many([FIXTURES / "pytorch"], parts=0)
 
 
+def test_ray_is_an_extra_never_a_dependency_of_the_wheel():
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    meta = metadata.metadata("tensorplay-audit")
+    assert "ray" in (meta.get_all("Provides-Extra") or [])
+    requirements = [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+    # Nothing installed without an extra asked for.
+    assert all(r.marker is not None and not r.marker.evaluate({"extra": ""}) for r in requirements)
+    assert "ray" in {r.name for r in requirements if r.marker.evaluate({"extra": "ray"})}
+
+
 ray = pytest.importorskip("ray")
 
 
