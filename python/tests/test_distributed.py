@@ -129,3 +129,9 @@ def test_a_missing_part_is_refused(cluster, monkeypatch):
     monkeypatch.setattr(ray, "get", lambda refs, *a, **k: real_get(refs, *a, **k)[:-1])
     with pytest.raises(tensorplay.ReadError, match="merge: "):
         tensorplay.distributed.audit_many([FIXTURES], parts=3)
+
+
+def test_a_part_that_cannot_read_its_input_is_a_read_error(cluster, tmp_path):
+    missing = tmp_path / "missing.safetensors"
+    with pytest.raises(tensorplay.ReadError, match="missing.safetensors"):
+        tensorplay.distributed.audit_many([missing], parts=2)
