@@ -58,8 +58,9 @@ def _run(argv, directory):
 
 
 def _error(what, stderr):
+    # The command's message lines, without their `error: ` prefix (as ReadError's are).
     lines = [line[len("error: "):] if line.startswith("error: ") else line
-             for line in stderr.strip().splitlines()]
+             for line in stderr.strip().splitlines() if line.strip()]
     return ReadError(f"{what}: " + ("; ".join(lines) or "exit code 2, no message"))
 
 

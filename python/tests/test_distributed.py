@@ -37,6 +37,13 @@ def test_options_are_checked_as_audit_files_are():
         tensorplay.distributed.audit_many([FIXTURES / "pytorch"], parts=0)
 
 
+def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
+    # None in sys.modules: `import ray` raises ImportError, as where Ray is not installed.
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ImportError, match=r"pip install tensorplay-audit\[ray\]"):
+        tensorplay.distributed.audit_many([FIXTURES / "pytorch"])
+
+
 def test_ray_is_an_extra_never_a_dependency_of_the_wheel():
     from importlib import metadata
 
