@@ -6,7 +6,8 @@
 #
 # Usage: scripts/check-python.sh [WHEEL_DIR]   (default target/wheels). Needs python3 (3.9+)
 # with venv, and PyPI once for pytest (pinned in python/tests/requirements.txt, kept as wheels
-# under target/ci-tools), torch (scripts/torch-venv.sh) and Keras (fixtures/requirements-keras.txt).
+# under target/ci-tools), torch (scripts/torch-venv.sh), Keras (fixtures/requirements-keras.txt) and Ray
+# (python/tests/requirements-ray.txt).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -103,9 +104,24 @@ fi
 "$py" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
     --find-links "$keras_wheels" -r fixtures/requirements-keras.txt
 KERAS_BACKEND=torch "$py" -c "import keras; assert keras.__version__ == '3.15.1', keras.__version__"
-echo "check-python: with torch $("$py" -c 'import torch; print(torch.__version__)') and keras"
+# Ray (python/tests/requirements-ray.txt, every package pinned), for
+# python/tests/test_distributed.py's local cluster: wheels fetched once, installed offline;
+# the distributed tests run here, never skipped.
+ray_wheels=target/ci-tools/ray-$(sha256sum python/tests/requirements-ray.txt | cut -c1-12)
+if [ ! -f "$ray_wheels/ok" ]; then
+    rm -rf "$ray_wheels"
+    python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+        --dest "$ray_wheels" -r python/tests/requirements-ray.txt
+    touch "$ray_wheels/ok"
+fi
+"$py" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+    --find-links "$ray_wheels" -r python/tests/requirements-ray.txt
+"$py" -c "import ray; assert ray.__version__ == '2.60.0', ray.__version__"
+echo "check-python: with torch $("$py" -c 'import torch; print(torch.__version__)'), keras and ray"
 suite >"$scratch/torch.txt" 2>&1 || { cat "$scratch/torch.txt" >&2; fail "the suite failed with torch"; }
 tail -n 3 "$scratch/torch.txt"
 # The Keras oracle ran: with torch and Keras installed, nothing of it may skip.
 grep -q "SKIPPED.*test_keras.py" "$scratch/torch.txt" && fail "the Keras tests skipped with torch installed"
+# The Ray fan-out ran on its local cluster: with Ray installed, nothing of it may skip.
+grep -q "SKIPPED.*test_distributed.py" "$scratch/torch.txt" && fail "the Ray tests skipped with Ray installed"
 echo "check-python: ok"

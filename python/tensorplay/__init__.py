@@ -14,7 +14,9 @@ Sampled batches (torch imported when called): ``fragmentation(loader_or_batches,
 batches=100)`` → ``FragmentationReport``, TP301's score per batch and its HTML time series.
 
 Loading without executing: ``safe_load(path)``, ``safe_load_state_dict(model, path)``.
-Assertions for tests: ``tensorplay.testing.assert_passes``. See docs/python.md.
+Assertions for tests: ``tensorplay.testing.assert_passes``. One audit over a Ray cluster:
+``tensorplay.distributed.audit_many(paths, engine="ray")`` (imported on first use). See
+docs/python.md.
 """
 
 # Private names: `dir(tensorplay)` shows what is documented (`__all__`), no helper module.
@@ -76,6 +78,15 @@ __all__ = [
     "verify_data_ptr_consistency",
     "watch",
 ]
+
+
+def __getattr__(name):
+    # `tensorplay.distributed` (Ray fan-out) on first use: `import tensorplay` stays free of it.
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module(".distributed", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _paths(function, path):

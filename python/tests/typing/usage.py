@@ -66,3 +66,12 @@ def misuse(path: str) -> None:
     tensorplay.audit_file(path, template_baseline=3)  # type: ignore[arg-type]
     # Live tensors carry no chat template: the option is the file API's only.
     tensorplay.audit(object(), template_baseline=path)  # type: ignore[call-arg]
+
+
+def fanned_out(paths: List[str]) -> int:
+    import tensorplay.distributed
+
+    report: Report = tensorplay.distributed.audit_many(paths, parts=4, select="TP1", fail_on="warning")
+    tensorplay.distributed.audit_many(paths, colour=True)  # type: ignore[call-arg]
+    tensorplay.distributed.audit_many(paths, engine="dask")  # type: ignore[arg-type]
+    return report.exit_code
