@@ -877,32 +877,10 @@ mod tests {
     }
 
     #[test]
-    fn the_crate_reads_every_code_tensorplay_knows_as_the_same_dtype() {
+    fn the_crate_reads_a_code_as_tensorplay_does_or_the_code_is_refused() {
+        // Every code's mapping is dtype.rs's test; here, that the check runs through it.
         let path = Path::new("t.safetensors");
-        let codes = [
-            "BOOL",
-            "U8",
-            "I8",
-            "I16",
-            "U16",
-            "I32",
-            "U32",
-            "I64",
-            "U64",
-            "F16",
-            "BF16",
-            "F32",
-            "F64",
-            "C64",
-            "F8_E4M3",
-            "F8_E5M2",
-            "F8_E4M3FNUZ",
-            "F8_E5M2FNUZ",
-            "F8_E8M0",
-            "F4",
-            "F6_E2M3",
-            "F6_E3M2",
-        ];
+        let codes = ["BOOL", "BF16", "F8_E4M3FNUZ", "F4", "F6_E3M2"];
         for code in codes {
             let (ours, _) = dtypes(path, "x", code).unwrap();
             assert_eq!(Some(ours), DType::from_safetensors_code(code), "{code}");
