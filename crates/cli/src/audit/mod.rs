@@ -541,24 +541,20 @@ fn audit_one(
     shared_sets: &Mutex<Vec<SharedSet>>,
 ) -> Result<Audited, String> {
     let path = target.path().to_owned();
-    // For a bill of materials: the files' digests, hashed beside the audit (`inventory`).
-    let parts = options.inventory.then(|| target.files());
-    if !files::is_remote(&path) {
-        let Some(parts) = parts else {
-            return audit_read(
-                target,
-                shown,
-                config,
-                options,
-                deferrable,
-                gpu,
-                gpu_lock,
-                shared_sets,
-            );
-        };
-        let why_not = crate::inventory::why_not_hashed(&path, options.metadata_only);
+    let remote = files::is_remote(&path);
+    // The files the checkpoint is made of: for a bill of materials, and a remote one's facts.
+    let parts = if options.inventory || remote {
+        target.files()
+    } else {
+        Vec::new()
+    };
+    let why_not = crate::inventory::why_not_hashed(&path, options.metadata_only);
+    if !remote {
         let (audited, gathered) = std::thread::scope(|scope| {
-            let hashing = scope.spawn(|| crate::inventory::gather(&path, &parts, why_not));
+            // For a bill of materials: the files' digests, hashed beside the audit.
+            let hashing = options
+                .inventory
+                .then(|| scope.spawn(|| crate::inventory::gather(&path, &parts, why_not)));
             let audited = audit_read(
                 target,
                 shown,
@@ -569,18 +565,19 @@ fn audit_one(
                 gpu_lock,
                 shared_sets,
             );
-            (audited, hashing.join())
+            (audited, hashing.map(|h| h.join()))
         });
         let mut audited = audited?;
-        let (digests, arch) = gathered.map_err(|panic| panic_message(panic.as_ref()))?;
-        if let Audited::Judged(file) = &mut audited {
-            crate::inventory::attach(file, digests, arch);
+        if let Some(gathered) = gathered {
+            let (digests, arch) = gathered.map_err(|panic| panic_message(panic.as_ref()))?;
+            if let Audited::Judged(file) = &mut audited {
+                crate::inventory::attach(file, digests, arch);
+            }
         }
         return Ok(audited);
     }
     // Remote: audited again until the audit used only bytes that were fetched (the reading
     // itself settles on its own).
-    let remote_parts = target.files();
     let mut target = Some(target);
     let settled = files::settle(&path, || {
         let target = target.take().unwrap_or_else(|| Target::again(path.clone()));
@@ -602,10 +599,9 @@ fn audit_one(
             .ok_or_else(|| e.to_string()),
     };
     if let Ok(Audited::Judged(file)) = &mut audited {
-        file.remote = crate::remote::facts(&remote_parts, !options.metadata_only);
-        if let Some(parts) = &parts {
-            let why_not = crate::inventory::why_not_hashed(&path, options.metadata_only);
-            let (digests, arch) = crate::inventory::gather(&path, parts, why_not);
+        file.remote = crate::remote::facts(&parts, !options.metadata_only);
+        if options.inventory {
+            let (digests, arch) = crate::inventory::gather(&path, &parts, why_not);
             crate::inventory::attach(file, digests, arch);
         }
     }
