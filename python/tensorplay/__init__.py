@@ -22,7 +22,7 @@ docs/python.md.
 # Private names: `dir(tensorplay)` shows what is documented (`__all__`), no helper module.
 import os as _os
 
-from . import _options, testing
+from . import testing
 from ._devices import audit_device_consistency, watch
 from ._fragmentation import FragmentationReport, fragmentation
 from ._live import (
@@ -106,13 +106,13 @@ def audit_file(path, **options):
     (or a list of them), nothing printed. Options are the command's flags:
     ``select``, ``ignore``, ``fail_on``, ``config``, ``baseline``, ``metadata_only``,
     ``gpu_budget``, ``max_memory``, ``expect``, ``load_to``, ``allow_empty``,
-    ``timeout_per_file``, ``template_baseline``. Raises ``ReadError`` where the command exits 2, ``UsageError`` for
-    a value it refuses, ``TypeError`` for an argument of the wrong kind."""
+    ``timeout_per_file``, ``template_baseline`` (``None`` leaves one at its default). Raises
+    ``ReadError`` where the command exits 2, ``UsageError`` for a value it refuses,
+    ``TypeError`` for an argument of the wrong kind."""
     from . import _tensorplay
 
     paths = _paths("audit_file", path)
-    args = ["audit", *_options.flags("audit_file", _options.FILE_OPTIONS, options), "--", *paths]
-    return Report(_tensorplay.audit(args))
+    return Report(_tensorplay.audit(paths, _tensorplay.options("audit_file", "files", options)))
 
 
 def inspect_file(path, tensor=None):
@@ -122,10 +122,7 @@ def inspect_file(path, tensor=None):
 
     if not isinstance(path, (str, _os.PathLike)):
         raise TypeError(f"inspect_file() takes a path (str or os.PathLike), not {type(path).__name__}")
-    args = ["inspect"]
-    if tensor is not None:
-        if not isinstance(tensor, str):
-            raise TypeError(f"inspect_file(): tensor={tensor!r}: expected a tensor name (str)")
-        args.extend(["--tensor", tensor])
-    text, document = _tensorplay.inspect([*args, "--", _os.fspath(path)])
+    if tensor is not None and not isinstance(tensor, str):
+        raise TypeError(f"inspect_file(): tensor={tensor!r}: expected a tensor name (str)")
+    text, document = _tensorplay.inspect(_os.fspath(path), tensor)
     return Inspection(text, document)

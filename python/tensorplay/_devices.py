@@ -3,10 +3,8 @@ pass. Both run the command's device rules (TP2xx) through the same live audit as
 torch is imported only when they are called."""
 
 import weakref
-from collections.abc import Mapping
 
-from . import _options
-from ._live import _torch, audit_named, named_tensors
+from ._live import _torch, audit_named, named_tensors, tensors_in
 from ._report import Report
 from ._errors import UsageError
 
@@ -34,7 +32,7 @@ def _device_select(function, options):
         options["select"] = list(devices)
         return options
     # The option's own type check first, so a wrong kind is a TypeError as for audit().
-    _options.flags(function, _options.LIVE_OPTIONS, {"select": select})
+    _tensorplay.options(function, "live", {"select": select})
     items = [select] if isinstance(select, str) else list(select)
     # Commas separate rules, as in the command's `--select TP201,TP204`.
     items = [part for item in items for part in item.split(",")]
@@ -52,8 +50,9 @@ def _device_select(function, options):
 
 def _audit_named(function, named, label, options):
     """The live audit of ``(name, tensor)`` pairs, its option errors naming ``function``."""
-    flags = _options.flags(function, _options.LIVE_OPTIONS, options)
-    return Report(audit_named(named, label, flags))
+    from . import _tensorplay
+
+    return Report(audit_named(named, label, _tensorplay.options(function, "live", options)))
 
 
 def _label(obj, label):
@@ -74,22 +73,6 @@ def audit_device_consistency(obj, label=None, **options):
     named = named_tensors(obj, "audit_device_consistency")
     options = _device_select("audit_device_consistency", options)
     return _audit_named("audit_device_consistency", named, _label(obj, label), options)
-
-
-def _output_tensors(torch, value, name, out, seen):
-    """``(name, tensor)`` for every tensor in a module's output: tuples and lists by index,
-    mappings by key, other objects (dataclasses included) left out."""
-    if isinstance(value, torch.Tensor):
-        out.append((name, value))
-        return
-    if isinstance(value, (tuple, list, Mapping)):
-        # A container that holds itself would recurse forever.
-        if id(value) in seen:
-            return
-        seen.add(id(value))
-        items = value.items() if isinstance(value, Mapping) else enumerate(value)
-        for key, item in items:
-            _output_tensors(torch, item, f"{name}.{key}", out, seen)
 
 
 def _unique(name, taken):
@@ -143,7 +126,9 @@ class watch:
         self.strict = strict
         self._options = _device_select("watch", options)
         # Checked now, so a bad option fails before the forward, not after it.
-        _options.flags("watch", _options.LIVE_OPTIONS, self._options)
+        from . import _tensorplay
+
+        _tensorplay.options("watch", "live", self._options)
         self._handles = []
         self._reset()
 
@@ -229,7 +214,8 @@ class watch:
             prefix = f"{module}.output"
             if self._calls[module] > 1:
                 prefix = f"{prefix}@{call}"
-            _output_tensors(torch, output, prefix, recorded, set())
+            # Other objects in an output (dataclasses included) are left out.
+            tensors_in(torch, output, prefix, recorded)
         taken = set(names)
         outputs = []
         for name, tensor in recorded:

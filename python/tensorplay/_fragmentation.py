@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
-from . import _options
-from ._live import _strided, _torch, audit_named
+from ._live import _strided, _torch, audit_named, tensors_in
 from ._errors import ReadError
 
 BATCH = "a torch.Tensor, a mapping of tensors, or a list/tuple of tensors or mappings"
@@ -29,7 +28,7 @@ ACCEPTED = (
 # What a caller may pass through to the audit of each batch. The rest of `audit`'s options
 # judge findings (select, ignore, fail_on, baseline, expect) or read values (metadata_only),
 # and this report has neither: the score and the allocator's load are computed regardless.
-OPTIONS = {name: _options.LIVE_OPTIONS[name] for name in ("config", "gpu_budget")}
+OPTIONS = ("config", "gpu_budget")
 
 # How many batches above the threshold the summary names before it counts the rest.
 _NAMED = 10
@@ -211,12 +210,19 @@ def fragmentation(loader_or_batches, batches=100, **options):
     if batches <= 0:
         raise ValueError(f"fragmentation(): batches={batches!r}: expected a positive int")
     # Checked before the loader is touched: a bad option costs no worker start, no loading.
-    flags = [
-        "--select",
-        "TP301,TP302",
-        "--metadata-only",
-        *_options.flags("fragmentation", OPTIONS, options),
-    ]
+    from . import _tensorplay
+
+    unexpected = sorted(set(options) - set(OPTIONS))
+    if unexpected:
+        raise TypeError(
+            f"fragmentation() got an unexpected keyword argument {unexpected[0]!r}; "
+            f"it accepts {', '.join(OPTIONS)}"
+        )
+    checked = _tensorplay.options(
+        "fragmentation",
+        "live",
+        {**options, "select": ["TP301", "TP302"], "metadata_only": True},
+    )
     torch = _torch()
     kind = type(loader_or_batches).__name__
     if (torch is not None and isinstance(loader_or_batches, torch.Tensor)) or isinstance(
@@ -237,7 +243,7 @@ def fragmentation(loader_or_batches, batches=100, **options):
     for index, batch in enumerate(iterator):
         named = _batch_tensors(torch, batch, index)
         label = f"batch {index}"
-        report = audit_named(named, label, flags)
+        report = audit_named(named, label, checked)
         sample, threshold = _sample(index, report, len(_strided(named)))
         samples.append(sample)
         del batch, named, report
@@ -259,33 +265,13 @@ def _batch_tensors(torch, batch, index):
             f"{BATCH}{missing}"
         )
     named = []
-    _collect(torch, batch, "", named, set())
+    tensors_in(torch, batch, "", named)
     if not named:
         raise TypeError(
             f"fragmentation(): batch {index} ({type(batch).__name__}) holds no tensor; "
             f"a batch is {BATCH}"
         )
     return named
-
-
-def _collect(torch, value, name, out, open_containers):
-    if isinstance(value, torch.Tensor):
-        out.append((name or "tensor", value))
-        return
-    if isinstance(value, Mapping):
-        items = ((str(key), item) for key, item in value.items())
-    elif isinstance(value, (list, tuple)):
-        items = ((str(i), item) for i, item in enumerate(value))
-    else:
-        # Values holding no tensor (ids as text, a length) have no storage to place.
-        return
-    if id(value) in open_containers:
-        # A container inside itself: its tensors are already named on the way in.
-        return
-    open_containers.add(id(value))
-    for key, item in items:
-        _collect(torch, item, f"{name}.{key}" if name else key, out, open_containers)
-    open_containers.discard(id(value))
 
 
 # The caching allocator's small-pool segment (`kSmallBuffer`), which serves every request of

@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from . import _options
 from ._report import Report
 from ._errors import Error
 
@@ -30,7 +29,7 @@ def _is_tensor(torch, obj):
 
 def named_tensors(obj, function):
     """``(name, tensor)`` for every tensor of ``obj``: a tensor alone (named ``tensor``); a
-    mapping's tensors by key, nested mappings joined with ``.``; a module's parameters and
+    mapping's tensors as ``tensors_in`` names them; a module's parameters and
     buffers by qualified name, in ``state_dict`` order, tied ones under each of their names,
     then its non-persistent buffers. Raises TypeError for anything else."""
     torch = _torch()
@@ -52,21 +51,41 @@ def named_tensors(obj, function):
         return named
     if isinstance(obj, Mapping):
         named = []
-        _flatten(torch, obj, "", named)
+        tensors_in(torch, obj, "", named)
         return named
     raise TypeError(f"{function}() takes {ACCEPTED}, not {type(obj).__name__}")
 
 
-def _flatten(torch, mapping, prefix, out):
+def tensors_in(torch, value, name, out, _open=None):
+    """Appends ``(name, tensor)`` for every tensor in ``value`` to ``out``: a tensor itself
+    (``name``, or ``tensor`` when that is empty), a mapping's values by key, a list's or
+    tuple's items by index, each level joined to ``name`` with ``.``, as the command names
+    what ``torch.save`` wrote of them. Other values (an epoch, a config) hold no storage to
+    judge. The walker of ``audit``, ``watch`` and ``fragmentation``, with one rule for cycles:
+    a container inside itself is not entered again (its tensors are named on the way in); one
+    reached by two paths is named under both."""
     tensor = () if torch is None else torch.Tensor
-    for key, value in mapping.items():
+    if isinstance(value, tensor):
+        out.append((name or "tensor", value))
+        return
+    if isinstance(value, Mapping):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return
+    _open = set() if _open is None else _open
+    if id(value) in _open:
+        return
+    _open.add(id(value))
+    for key, item in items:
         # A state dict's keys are already the names: no string built for each.
-        name = key if not prefix and type(key) is str else f"{prefix}{key}"
-        if isinstance(value, tensor):
-            out.append((name, value))
-        elif isinstance(value, Mapping):
-            _flatten(torch, value, f"{name}.", out)
-        # Values holding no tensor (an epoch, a config) have no storage to judge.
+        child = key if not name and type(key) is str else f"{name}.{key}" if name else str(key)
+        if isinstance(item, tensor):
+            out.append((child, item))
+        else:
+            tensors_in(torch, item, child, out, _open)
+    _open.discard(id(value))
 
 
 def _tensor(obj, function):
@@ -472,14 +491,14 @@ def _bulk():
             gc.enable()
 
 
-def audit_named(named, label, flags):
-    """The extension's report of the live audit of ``(name, tensor)`` pairs under ``flags``
-    (the command's audit flags, checked by the caller), shown as ``label``."""
+def audit_named(named, label, options):
+    """The extension's report of the live audit of ``(name, tensor)`` pairs with ``options``
+    (the extension's checked options), shown as ``label``."""
     from . import _tensorplay
 
     with _bulk():
         storages, tensors = _rows(_strided(named))
-        return _tensorplay.audit_live(["audit", *flags, "--", label], label, storages, tensors)
+        return _tensorplay.audit_live(options, label, storages, tensors)
 
 
 def audit(obj, label=None, **options):
@@ -487,7 +506,9 @@ def audit(obj, label=None, **options):
     ``tensorplay audit`` reports on a file holding them (``torch.save(obj.state_dict())``),
     with CPU tensors' values read in place. ``label`` names it in the report (default
     ``<live ClassName>``); options are ``audit_file``'s that read no file."""
-    flags = _options.flags("audit", _options.LIVE_OPTIONS, options)
+    from . import _tensorplay
+
+    checked = _tensorplay.options("audit", "live", options)
     with _bulk():
         named = named_tensors(obj, "audit")
-        return Report(audit_named(named, label or f"<live {type(obj).__name__}>", flags))
+        return Report(audit_named(named, label or f"<live {type(obj).__name__}>", checked))

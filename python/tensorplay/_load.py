@@ -4,7 +4,6 @@ from the bytes they audited, and torch only allocates and views them. ``pickle``
 
 import os
 
-from . import _options
 from ._report import Report
 from ._validate import _under
 from ._errors import Error, ReadError
@@ -19,8 +18,8 @@ class UnsafeCheckpointError(Error):
         self.report = report
 
 
-# The audit options that make sense for a load; `metadata_only` would read no bytes to build.
-_LOAD_OPTIONS = {k: v for k, v in _options.FILE_OPTIONS.items() if k != "metadata_only"}
+# The one audit option a load refuses: it would read no bytes to build tensors from.
+_NOT_FOR_LOAD = "metadata_only"
 
 
 def _device(torch, path, location, map_location):
@@ -94,35 +93,42 @@ def _load(path, map_location, options, function):
             f"or a dict from saved location to device, not {type(map_location).__name__}"
         )
     path = os.fspath(path)
-    args = ["audit", *_options.flags(function, _LOAD_OPTIONS, options), "--", path]
-    raw, storage_rows, tensor_rows = _tensorplay.load(args)
+    if _NOT_FOR_LOAD in options:
+        raise TypeError(
+            f"{function}() got an unexpected keyword argument {_NOT_FOR_LOAD!r}: a load reads "
+            "the tensors' bytes"
+        )
+    checked = _tensorplay.options(function, "files", options)
+    raw, loaded_storages, loaded_tensors = _tensorplay.load(path, checked)
     report = Report(raw)
     if not report.passed:
         raise UnsafeCheckpointError(report)
     storages = [
-        _storage(torch, path, key, nbytes, location, data, _device(torch, path, location, map_location))
-        for key, nbytes, location, data in storage_rows
+        _storage(
+            torch, path, s.key, s.nbytes, s.location, s.data,
+            _device(torch, path, s.location, map_location),
+        )
+        for s in loaded_storages
     ]
     parameter = torch.nn.Parameter
     tensors = {}
-    for row in tensor_rows:
-        name, index, sizes, strides, offset, dtype, _, grad, is_param, conj, neg = row
-        bytes_ = storages[index]
-        tensor = torch.empty(0, dtype=_dtype(torch, path, name, dtype), device=bytes_.device)
+    for t in loaded_tensors:
+        bytes_ = storages[t.storage]
+        tensor = torch.empty(0, dtype=_dtype(torch, path, t.name, t.dtype), device=bytes_.device)
         try:
-            tensor.set_(bytes_.untyped_storage(), offset, sizes, strides)
+            tensor.set_(bytes_.untyped_storage(), t.storage_offset, t.sizes, t.strides)
         except RuntimeError as err:
             # A view past its storage (TP107) when the audit was told not to fail on it.
-            raise ReadError(f"{path}: '{name}': {err}") from None
-        if conj:
+            raise ReadError(f"{path}: '{t.name}': {err}") from None
+        if t.is_conj:
             tensor = tensor.conj()
-        if neg:
+        if t.is_neg:
             tensor = torch._neg_view(tensor)
-        if is_param:
-            tensor = parameter(tensor, requires_grad=grad)
-        elif grad:
+        if t.is_parameter:
+            tensor = parameter(tensor, requires_grad=t.requires_grad)
+        elif t.requires_grad:
             tensor.requires_grad_(True)
-        tensors[name] = tensor
+        tensors[t.name] = tensor
     return tensors, report
 
 

@@ -1,7 +1,7 @@
 # The extension module (crates/python): the command, the audit and the report renderers.
 # Private: the package's modules call it; `tensorplay`'s own names are the API.
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 _Arg = Union[str, "os.PathLike[str]"]
 
@@ -14,18 +14,41 @@ class Report:
     @property
     def layouts(self) -> List[Optional[Dict[str, Any]]]: ...
 
+class Options:
+    """An audit's options, checked (`options()` builds them)."""
+
+class LoadedStorage:
+    key: str
+    nbytes: int
+    location: str
+    data: Optional[bytearray]
+
+class LoadedTensor:
+    name: str
+    storage: int
+    sizes: List[int]
+    strides: List[int]
+    storage_offset: int
+    dtype: str
+    device: str
+    requires_grad: bool
+    is_parameter: bool
+    is_conj: bool
+    is_neg: bool
+
 def run(argv: Sequence[_Arg]) -> int: ...
-def audit(args: Sequence[_Arg]) -> Report: ...
-def inspect(args: Sequence[_Arg]) -> Tuple[str, str]: ...
+def options(function: str, scope: Literal["files", "live"], options: Mapping[str, Any]) -> Options: ...
+def audit(paths: Sequence[_Arg], options: Options, partition: Optional[str] = ...) -> Report: ...
+def inspect(path: _Arg, tensor: Optional[str] = ...) -> Tuple[str, str]: ...
 def audit_live(
-    args: Sequence[_Arg],
+    options: Options,
     label: str,
     storages: Sequence[Tuple[str, str, Any]],
     tensors: Sequence[Tuple[Any, ...]],
 ) -> Report: ...
 def load(
-    args: Sequence[_Arg],
-) -> Tuple[Report, List[Tuple[str, int, str, Optional[bytearray]]], List[Tuple[Any, ...]]]: ...
+    path: _Arg, options: Options
+) -> Tuple[Report, List[LoadedStorage], List[LoadedTensor]]: ...
 def write_text(path: _Arg, text: str) -> None: ...
 def combine(reports: Sequence[Report]) -> Report: ...
 def select_rules(selectors: Sequence[str]) -> List[str]: ...

@@ -6,7 +6,6 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from . import _options
 from ._live import _dtype, _torch, audit
 
 
@@ -205,8 +204,9 @@ def validate_state_dict_load(model, state_dict_or_path, strict=True, prefix="", 
             f"checkpoint's path (str or os.PathLike), not {type(source).__name__}"
         )
     # The options' errors name this function, before anything is read.
-    accepted = _options.FILE_OPTIONS if is_path else _options.LIVE_OPTIONS
-    _options.flags("validate_state_dict_load", accepted, options)
+    from . import _tensorplay
+
+    _tensorplay.options("validate_state_dict_load", "files" if is_path else "live", options)
 
     expected = _model_entries(torch, model)
     if is_path:

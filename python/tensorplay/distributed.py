@@ -10,7 +10,6 @@ import os
 import sys
 import tempfile
 
-from . import _options
 from ._errors import ReadError
 from ._report import Report
 
@@ -64,18 +63,16 @@ def _error(what, stderr):
     return ReadError(f"{what}: " + ("; ".join(lines) or "exit code 2, no message"))
 
 
-def _audit_part(flags, paths, k, n):
+def _audit_part(options, paths, k, n):
     """A Ray task's work: ``tensorplay audit --partition K/N`` in the worker's process; its
     partial JSON report as text (what the driver merges)."""
-    with tempfile.TemporaryDirectory(prefix="tensorplay-part-") as directory:
-        out = os.path.join(directory, f"part-{k}.json")
-        argv = ["audit", "--partition", f"{k}/{n}", "--format", "json", "--color", "never",
-                "--json", out, *flags, "--", *paths]
-        code, _, stderr = _run(argv, directory)
-        if code not in (0, 1):
-            raise _error(f"part {k}/{n}", stderr)
-        with open(out, encoding="utf-8") as file:
-            return file.read()
+    from . import _tensorplay
+
+    checked = _tensorplay.options("audit_many", "files", options)
+    try:
+        return _tensorplay.audit(paths, checked, f"{k}/{n}").render("json")
+    except ReadError as error:
+        raise ReadError(f"part {k}/{n}: {error}") from None
 
 
 def _merge(parts, directory, extra=()):
@@ -148,7 +145,10 @@ def audit_many(paths, engine="ray", parts=None, **options):
     from . import _paths
 
     paths = _paths("audit_many", paths)
-    flags = _options.flags("audit_many", _options.FILE_OPTIONS, options)
+    from . import _tensorplay
+
+    # Checked here, so a bad option fails before Ray starts.
+    _tensorplay.options("audit_many", "files", options)
     if parts is not None and (isinstance(parts, bool) or not isinstance(parts, int) or parts < 1):
         raise TypeError(f"audit_many(): parts={parts!r}: expected an int of at least 1")
     try:
@@ -163,7 +163,7 @@ def audit_many(paths, engine="ray", parts=None, **options):
         ray.init()
     n = parts if parts is not None else max(1, int(ray.cluster_resources().get("CPU", 1)))
     task = ray.remote(_audit_part)
-    texts = ray.get([task.remote(flags, paths, k, n) for k in range(1, n + 1)])
+    texts = ray.get([task.remote(options, paths, k, n) for k in range(1, n + 1)])
     with tempfile.TemporaryDirectory(prefix="tensorplay-merge-") as directory:
         _, merged = _merge(texts, directory, ["--format", "json"])
     return MergedReport(texts, merged)

@@ -184,7 +184,7 @@ a ReadError); live tensors carry
     # The command exits 2 naming the line, before reading anything: a ReadError here.
     with pytest.raises(tensorplay.ReadError, match=r"bad:1: template baseline: 'not-a-hash'"):
         tensorplay.audit_file(phi3, template_baseline=bad)
-    with pytest.raises(TypeError, match="template_baseline=3: expected a path"):
+    with pytest.raises(TypeError, match="template_baseline=3: .*expected a path"):
         tensorplay.audit_file(phi3, template_baseline=3)
     with pytest.raises(TypeError, match="unexpected keyword argument 'template_baseline'"):
         tensorplay.audit({}, template_baseline=baseline)

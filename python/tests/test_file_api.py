@@ -109,7 +109,7 @@ def test_errors_carry_the_commands_message():
     with pytest.raises(tensorplay.ReadError) as raised:
         tensorplay.audit_file(missing)
     assert f"error: {raised.value}\n" == stderr
-    with pytest.raises(tensorplay.UsageError, match="invalid value 'sometimes'"):
+    with pytest.raises(tensorplay.UsageError, match="fail_on='sometimes': invalid value"):
         tensorplay.audit_file(OVERLAPPING, fail_on="sometimes")
     with pytest.raises(tensorplay.UsageError, match="TP999"):
         tensorplay.audit_file(OVERLAPPING, select="TP999")
@@ -130,10 +130,32 @@ def test_bad_arguments_are_type_errors_naming_what_is_accepted():
         tensorplay.audit_file(42)
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'.*select"):
         tensorplay.audit_file(OVERLAPPING, colour="never")
-    with pytest.raises(TypeError, match="fail_on=3: expected 'error', 'warning' or 'never'"):
+    with pytest.raises(TypeError, match="fail_on=3: invalid type: .*expected 'error', 'warning' or 'never'"):
         tensorplay.audit_file(OVERLAPPING, fail_on=3)
-    with pytest.raises(TypeError, match="metadata_only='yes': expected True or False"):
+    with pytest.raises(TypeError, match="metadata_only='yes': invalid type: .*expected True or False"):
         tensorplay.audit_file(OVERLAPPING, metadata_only="yes")
+
+
+def test_the_keywords_are_the_commands_audit_options_and_none_is_the_default(tmp_path):
+    with pytest.raises(TypeError, match="it accepts (.*)") as raised:
+        tensorplay.audit_file(OVERLAPPING, colour="never")
+    accepted = raised.value.args[0].split("it accepts ", 1)[1].split(", ")
+    assert {"select", "fail_on", "load_to", "timeout_per_file"} <= set(accepted)
+    help_text = command("audit", "--help").stdout
+    for name in accepted:
+        assert f"--{name.replace('_', '-')}" in help_text, name
+    # None leaves an option at its default; a path may be any os.PathLike.
+    default = tensorplay.audit_file(OVERLAPPING, fail_on=None, select=None, config=None)
+    assert default.codes == ["TP101", "TP102", "TP106"] and not default.passed
+    budget = tensorplay.audit_file(OVERLAPPING, gpu_budget="1KiB", max_memory=1 << 30)
+    assert "TP303" in budget.codes
+    assert budget.data == command_report(tmp_path, OVERLAPPING, flags=["--gpu-budget", "1KiB"])[0]
+    with pytest.raises(TypeError, match=r"timeout_per_file=True: invalid type: boolean"):
+        tensorplay.audit_file(OVERLAPPING, timeout_per_file=True)
+    with pytest.raises(tensorplay.UsageError, match=r"timeout_per_file=0: invalid value"):
+        tensorplay.audit_file(OVERLAPPING, timeout_per_file=0)
+    with pytest.raises(tensorplay.UsageError, match=r"gpu_budget='lots': .*unknown unit"):
+        tensorplay.audit_file(OVERLAPPING, gpu_budget="lots")
 
 
 def test_several_paths_make_one_report():

@@ -164,7 +164,7 @@ def test_bad_arguments_name_what_is_accepted():
     # A bad option is refused before the loader starts (workers, files).
     with pytest.raises(TypeError, match="gpu_budget=1.5"):
         tensorplay.fragmentation(Untouched(), gpu_budget=1.5)
-    with pytest.raises(TypeError, match=r"config=3: expected a path"):
+    with pytest.raises(TypeError, match=r"config=3: .*expected a path"):
         tensorplay.fragmentation([floats(1)], config=3)
     with pytest.raises(ValueError, match="gave no batch"):
         tensorplay.fragmentation(iter([]))

@@ -236,6 +236,29 @@ def test_audit_takes_a_tensor_or_nested_state():
     assert report.summary["tensors"] == 1 and report.passed
 
 
+def test_lists_and_tuples_are_named_by_index_as_the_command_names_them_saved(tmp_path):
+    shared = torch.zeros(4)
+    state = {"layers": [shared[:2], {"w": torch.ones(2)}], "pair": (shared[2:], 3), "epoch": 1}
+    names = [t.name for t in tensorplay.inspect(state)]
+    assert names == ["layers.0", "layers.1.w", "pair.0"]
+    torch.save(state, tmp_path / "state.pt")
+    saved = tensorplay.inspect_file(tmp_path / "state.pt").data
+    assert sorted(t["name"] for t in saved["tensors"]) == sorted(names)
+    assert _findings(tensorplay.audit(state).data) == _findings(
+        command_report(tmp_path, tmp_path / "state.pt")[0]
+    )
+
+
+def test_a_container_inside_itself_is_walked_once_and_a_shared_one_under_each_name():
+    looped = {"w": torch.zeros(2)}
+    looped["self"] = looped
+    assert [t.name for t in tensorplay.inspect(looped)] == ["w"]
+    assert tensorplay.audit(looped).summary["tensors"] == 1
+    inner = [torch.ones(2)]
+    both = {"a": inner, "b": inner}
+    assert [t.name for t in tensorplay.inspect(both)] == ["a.0", "b.0"]
+
+
 def test_bad_arguments_name_what_is_accepted():
     for probe in (tensorplay.audit, tensorplay.inspect, tensorplay.list_shared_storages):
         with pytest.raises(TypeError, match="a torch.Tensor, a dict of tensors .* or a torch.nn.Module, not int"):
@@ -272,7 +295,7 @@ def test_the_extension_reads_only_memory_a_storage_object_reports():
     from tensorplay import _tensorplay
 
     x = torch.arange(4.0)
-    args = ["audit", "--", "<live>"]
+    args = _tensorplay.options("test", "live", {})
     # Not a storage: refused before anything is read, whatever address it claims.
     with pytest.raises(TypeError, match="expected a torch.UntypedStorage, not _Storage"):
         _tensorplay.audit_live(

@@ -1,14 +1,16 @@
-//! The command without its output, for the Python extension (crates/python): `audit` and
-//! `inspect` parsed from the same flags, their reports rendered by the same renderers,
-//! nothing printed. The extension turns a [`Failure`] into a Python exception.
+//! The command without its output, for the Python extension (crates/python): `audit` with
+//! the typed options its flags fill ([`AuditOptions`]) and `inspect`, their reports rendered
+//! by the same renderers, nothing printed. The extension turns a [`Failure`] into a Python
+//! exception.
 
-use crate::audit::{audit_paths, Settings};
+use crate::audit::{audit_paths, AuditArgs, Settings};
 use crate::{render, Cli, Command};
 use clap::Parser as _;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use tensorplay_engine::Checkpoint;
 
+pub use crate::audit::{AuditOptions, OptionError, Scope};
 pub use tensorplay_audit::report::Report;
 
 /// Why an embedded run has no result.
@@ -35,9 +37,10 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
-/// The subcommand `args` (after the program name) parse to, as the command parses them.
-fn parse(args: &[OsString]) -> Result<Command, Failure> {
-    let argv = std::iter::once(OsString::from("tensorplay")).chain(args.iter().cloned());
+/// The subcommand `args` (after the program name) parse to, as the command parses them: the
+/// flags the caller does not set take the command's defaults.
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, Failure> {
+    let argv = std::iter::once(OsString::from("tensorplay")).chain(args);
     match Cli::try_parse_from(argv) {
         Ok(cli) => Ok(cli.command),
         Err(err) => {
@@ -51,26 +54,44 @@ fn parse(args: &[OsString]) -> Result<Command, Failure> {
     }
 }
 
-fn audit_args(args: &[OsString]) -> Result<Box<crate::audit::AuditArgs>, Failure> {
-    match parse(args)? {
-        Command::Audit(audit) => Ok(audit),
-        _ => Err(Failure::Usage("expected the arguments of `audit`".into())),
+/// `audit`'s arguments for `paths` with `options`, the other flags at their defaults; part
+/// `partition` (`K/N`) of them when given.
+fn audit_args(
+    paths: &[PathBuf],
+    options: &AuditOptions,
+    partition: Option<&str>,
+) -> Result<Box<AuditArgs>, Failure> {
+    let mut argv = vec![OsString::from("audit")];
+    if let Some(part) = partition {
+        argv.extend([OsString::from("--partition"), OsString::from(part)]);
     }
+    argv.push("--".into());
+    argv.extend(paths.iter().map(|p| p.clone().into_os_string()));
+    let Command::Audit(mut args) = parse(argv)? else {
+        return Err(Failure::Usage("expected the arguments of `audit`".into()));
+    };
+    args.rules = options.rules.clone();
+    args.file = options.file.clone();
+    Ok(args)
 }
 
 /// The settings of `audit` flags, with the layout facts the HTML report draws always made:
 /// an embedded report may be written as HTML after the audit.
-fn settings(args: &crate::audit::AuditArgs) -> Result<Settings, Failure> {
+fn settings(args: &AuditArgs) -> Result<Settings, Failure> {
     let mut settings = Settings::from_args(args)?;
     settings.options.layout_facts = true;
     Ok(settings)
 }
 
-/// `tensorplay audit ARGS` (`args` from `audit` on): its report, judged by the baseline it
-/// names, or why there is none. A file no rule can judge is an error, as it makes the
-/// command exit 2.
-pub fn audit(args: &[OsString]) -> Result<Report, Failure> {
-    let args = audit_args(args)?;
+/// `tensorplay audit PATHS` with `options` (part `partition`, `K/N`, of them when given): its
+/// report, judged by the baseline it names, or why there is none. A file no rule can judge
+/// is an error, as it makes the command exit 2.
+pub fn audit(
+    paths: &[PathBuf],
+    options: &AuditOptions,
+    partition: Option<&str>,
+) -> Result<Report, Failure> {
+    let args = audit_args(paths, options, partition)?;
     let settings = settings(&args)?;
     let (mut report, unreadable) = audit_paths(&args, &settings, false)?;
     if !unreadable.is_empty() {
@@ -79,17 +100,18 @@ pub fn audit(args: &[OsString]) -> Result<Report, Failure> {
     if let Some(baseline) = &settings.baseline {
         baseline.suppress(&mut report);
     }
+    crate::partition::seal(&mut report)?;
     Ok(report)
 }
 
 /// The audit of a checkpoint built in this process (a live model's tensors), shown as
-/// `shown`, with the options of `audit ARGS`; the paths `args` name are not read.
+/// `shown`, with the rule options of `options`.
 pub fn audit_checkpoint(
-    args: &[OsString],
+    options: &AuditOptions,
     ckpt: &Checkpoint,
     shown: &str,
 ) -> Result<Report, Failure> {
-    let args = audit_args(args)?;
+    let args = audit_args(&[PathBuf::from(shown)], options, None)?;
     Ok(judged(&settings(&args)?, ckpt, shown))
 }
 
@@ -111,16 +133,13 @@ pub struct Loaded {
     pub checkpoint: Checkpoint,
 }
 
-/// `tensorplay audit ARGS` of one local file, whose checkpoint is kept for building its
-/// tensors: deflated records are inflated whole (charged to `--max-memory`), as torch.load
-/// holds them. The audit judges the very bytes the tensors are built from, so a file changed
-/// after the audit changes nothing that was judged.
-pub fn load(args: &[OsString]) -> Result<Loaded, Failure> {
-    let args = audit_args(args)?;
+/// `tensorplay audit PATH` of one local file with `options`, whose checkpoint is kept for
+/// building its tensors: deflated records are inflated whole (charged to `--max-memory`), as
+/// torch.load holds them. The audit judges the very bytes the tensors are built from, so a
+/// file changed after the audit changes nothing that was judged.
+pub fn load(path: &Path, options: &AuditOptions) -> Result<Loaded, Failure> {
+    let args = audit_args(&[path.to_owned()], options, None)?;
     let settings = settings(&args)?;
-    let [path] = args.paths.as_slice() else {
-        return Err(Failure::Usage("expected one checkpoint path".into()));
-    };
     let shown = path.display().to_string();
     let limits = tensorplay_engine::load::ReadLimits {
         storage_bytes: true,
@@ -135,10 +154,15 @@ pub fn load(args: &[OsString]) -> Result<Loaded, Failure> {
     Ok(Loaded { report, checkpoint })
 }
 
-/// `tensorplay inspect ARGS` (`args` from `inspect` on): the text the command prints and the
+/// `tensorplay inspect PATH` (only `tensor` when given): the text the command prints and the
 /// JSON document of `--format json`, from one read.
-pub fn inspect(args: &[OsString]) -> Result<(String, String), Failure> {
-    let Command::Inspect(args) = parse(args)? else {
+pub fn inspect(path: &Path, tensor: Option<&str>) -> Result<(String, String), Failure> {
+    let mut argv = vec![OsString::from("inspect")];
+    if let Some(name) = tensor {
+        argv.extend([OsString::from("--tensor"), OsString::from(name)]);
+    }
+    argv.extend([OsString::from("--"), path.as_os_str().to_owned()]);
+    let Command::Inspect(args) = parse(argv)? else {
         return Err(Failure::Usage("expected the arguments of `inspect`".into()));
     };
     let checkpoint = crate::inspect::read(&args)?;
@@ -224,10 +248,6 @@ pub fn combine(reports: &[&Report]) -> Report {
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
-
     const OVERLAPPING: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../fixtures/pytorch/overlapping_params.pt"
@@ -244,13 +264,20 @@ mod tests {
         codes
     }
 
-    /// The embedded audit is the command's: its flags, its findings, its renderers.
+    fn options(entries: serde_json::Value) -> AuditOptions {
+        let entries = entries.as_object().expect("a map").clone().into_iter();
+        AuditOptions::from_entries(Scope::Files, entries.collect()).expect("valid options")
+    }
+
+    /// The embedded audit is the command's: its options, its findings, its renderers.
     #[test]
     fn audit_reports_what_the_command_does() {
-        let report = audit(&args(&["audit", OVERLAPPING])).expect("a report");
+        let paths = [PathBuf::from(OVERLAPPING)];
+        let report = audit(&paths, &AuditOptions::default(), None).expect("a report");
         assert!(!report.summary.passed);
         assert_eq!(codes(&report), ["TP101", "TP102", "TP106"]);
-        let only = audit(&args(&["audit", "--select", "TP106", OVERLAPPING])).expect("a report");
+        let only = options(serde_json::json!({"select": "TP106"}));
+        let only = audit(&paths, &only, None).expect("a report");
         assert_eq!(codes(&only), ["TP106"]);
         let human = render(
             &report,
@@ -261,6 +288,14 @@ mod tests {
         )
         .expect("rendered");
         assert!(human.contains("error[TP101] view-overlap"), "{human}");
+        // A part is sealed as the command seals the part it writes, for merge to check.
+        let part = audit(&paths, &AuditOptions::default(), Some("1/1")).expect("a report");
+        let digest = &part.partition.as_ref().expect("a part").report_digest;
+        assert_eq!(
+            *digest,
+            crate::partition::report_digest(&part, None).expect("digest")
+        );
+        assert!(digest.starts_with("sha256:"), "{digest}");
         let both = combine(&[&report, &only]);
         assert_eq!(both.summary.files, 2);
         assert!(!both.summary.passed);
@@ -268,17 +303,17 @@ mod tests {
 
     #[test]
     fn failures_say_what_the_command_says() {
-        let bad = audit(&args(&["audit", "--fail-on", "sometimes", OVERLAPPING]));
-        assert!(
-            matches!(&bad, Err(Failure::Usage(m)) if m.starts_with("invalid value 'sometimes'")),
-            "{bad:?}"
-        );
-        let unknown = audit(&args(&["audit", "--select", "TP999", OVERLAPPING]));
+        let paths = [PathBuf::from(OVERLAPPING)];
+        let unknown = options(serde_json::json!({"select": "TP999"}));
+        let unknown = audit(&paths, &unknown, None);
         assert!(matches!(unknown, Err(Failure::Usage(m)) if m.contains("TP999")));
-        let missing = audit(&args(&["audit", "/nonexistent/model.pt"]));
+        let missing = [PathBuf::from("/nonexistent/model.pt")];
+        let missing = audit(&missing, &AuditOptions::default(), None);
         assert!(matches!(missing, Err(Failure::Error(lines)) if lines.len() == 1));
-        let wrong = inspect(&args(&["audit", OVERLAPPING]));
-        assert!(matches!(wrong, Err(Failure::Usage(_))));
+        let part = audit(&paths, &AuditOptions::default(), Some("3/2"));
+        assert!(matches!(part, Err(Failure::Usage(_))), "{part:?}");
+        let tensor = inspect(Path::new(OVERLAPPING), Some("no.such.tensor"));
+        assert!(matches!(tensor, Err(Failure::Error(_))), "{tensor:?}");
     }
 
     #[test]

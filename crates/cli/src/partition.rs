@@ -265,6 +265,18 @@ pub fn report_digest(report: &Report, key: Option<&[u8]>) -> anyhow::Result<Stri
     })
 }
 
+/// Seals a partial report (one with a partition) with its `report_digest`, under the key
+/// `TENSORPLAY_MERGE_KEY` gives: the last change made to it before it is written.
+pub fn seal(report: &mut Report) -> anyhow::Result<()> {
+    if report.partition.is_some() {
+        let digest = report_digest(report, merge_key().as_deref())?;
+        if let Some(partition) = report.partition.as_mut() {
+            partition.report_digest = digest;
+        }
+    }
+    Ok(())
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -1,14 +1,16 @@
 //! `tensorplay._tensorplay`: the command and its audit inside Python. The pure-Python package
-//! (python/tensorplay/) is the API; this module only crosses the boundary: argument lists in,
-//! reports and rendered text out, failures as the package's exceptions, never a panic.
+//! (python/tensorplay/) is the API; this module only crosses the boundary: typed options in,
+//! reports, records and rendered text out, failures as the package's exceptions, never a
+//! panic.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyByteArray;
-use std::ffi::OsString;
+use pyo3::types::{
+    PyBool, PyByteArray, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple,
+};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use tensorplay::embed::{self, Failure, Rendering};
+use tensorplay::embed::{self, AuditOptions, Failure, OptionError, Rendering, Scope};
 use tensorplay_engine::load::live::{self, LiveStorage, LiveTensor};
 use tensorplay_engine::{DType, DTypeKind, HostBuffer, Owner};
 
@@ -147,25 +149,139 @@ struct Layout {
 /// A segment's block: offset, size, and the storage it holds (`None` when free).
 type Block = (u64, u64, Option<usize>);
 
-/// `tensorplay audit ARGS`: the report (nothing printed), or the command's error.
+/// An audit's options, checked: built by [`options`] from a function's keyword arguments.
+#[pyclass(frozen, module = "tensorplay._tensorplay")]
+struct Options(AuditOptions);
+
+/// The options `options` (keyword arguments of the API function `function`; `None` values
+/// left at their defaults) give in `scope` (`"files"`, or `"live"` for live tensors, which
+/// take no file options). `TypeError` names an argument the function does not take or a
+/// value of the wrong kind, `UsageError` a value the option refuses: both name `function`.
 #[pyfunction]
-fn audit(py: Python<'_>, args: Vec<PathBuf>) -> PyResult<Report> {
+fn options(function: &str, scope: &str, options: &Bound<'_, PyDict>) -> PyResult<Options> {
+    let scope = match scope {
+        "files" => Scope::Files,
+        "live" => Scope::Live,
+        other => return Err(PyTypeError::new_err(format!("unknown scope {other:?}"))),
+    };
+    let mut entries = Vec::with_capacity(options.len());
+    let mut shown = std::collections::HashMap::new();
+    for (name, value) in options.iter() {
+        let name: String = name.extract()?;
+        if value.is_none() {
+            continue;
+        }
+        shown.insert(name.clone(), value.repr()?.to_string());
+        let json = json(&value).map_err(|what| {
+            PyTypeError::new_err(format!("{function}(): {name}={}: {what}", shown[&name]))
+        })?;
+        entries.push((name, json));
+    }
+    AuditOptions::from_entries(scope, entries)
+        .map(Options)
+        .map_err(|e| match e {
+            OptionError::Unexpected { name, accepted } => PyTypeError::new_err(format!(
+                "{function}() got an unexpected keyword argument '{name}'; it accepts {}",
+                accepted.join(", ")
+            )),
+            OptionError::Kind { name, detail } => PyTypeError::new_err(format!(
+                "{function}(): {name}={}: {detail}",
+                shown.get(&name).map_or("", String::as_str)
+            )),
+            OptionError::Value { name, detail } => UsageError::new_err(format!(
+                "{function}(): {name}={}: {detail}",
+                shown.get(&name).map_or("", String::as_str)
+            )),
+        })
+}
+
+/// A keyword argument's value as the options read it: `None`, a bool, an int, a float, a
+/// str, a path (`os.PathLike`, as its str), or a list, tuple or set of these.
+fn json(value: &Bound<'_, PyAny>) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(flag) = value.cast::<PyBool>() {
+        return Ok(Value::Bool(flag.is_true()));
+    }
+    if value.is_instance_of::<PyInt>() {
+        if let Ok(n) = value.extract::<u64>() {
+            return Ok(n.into());
+        }
+        return value
+            .extract::<i64>()
+            .map(Value::from)
+            .map_err(|_| "an int out of range".to_owned());
+    }
+    if let Ok(x) = value.cast::<PyFloat>() {
+        return serde_json::Number::from_f64(x.value())
+            .map(Value::Number)
+            .ok_or_else(|| "not a finite number".to_owned());
+    }
+    if let Ok(text) = value.cast::<PyString>() {
+        return text
+            .to_cow()
+            .map(|t| Value::from(t.into_owned()))
+            .map_err(|e| e.to_string());
+    }
+    if value.hasattr("__fspath__").unwrap_or(false) {
+        let path = value
+            .call_method0("__fspath__")
+            .map_err(|e| e.to_string())?;
+        return match path.cast::<PyString>() {
+            Ok(text) => text
+                .to_cow()
+                .map(|t| Value::from(t.into_owned()))
+                .map_err(|e| e.to_string()),
+            Err(_) => Err("expected a str path (this os.PathLike gives bytes)".to_owned()),
+        };
+    }
+    let is_collection = value.is_instance_of::<PyList>()
+        || value.is_instance_of::<PyTuple>()
+        || value.is_instance_of::<PySet>()
+        || value.is_instance_of::<PyFrozenSet>();
+    if is_collection {
+        let mut items = Vec::new();
+        for item in value.try_iter().map_err(|e| e.to_string())? {
+            items.push(json(&item.map_err(|e| e.to_string())?)?);
+        }
+        return Ok(Value::Array(items));
+    }
+    let kind = value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    Err(format!("a {kind} is not a value any option takes"))
+}
+
+/// `tensorplay audit PATHS` with `options` (only part `partition`, `K/N`, of them when
+/// given): the report (nothing printed), or the command's error.
+#[pyfunction]
+#[pyo3(signature = (paths, options, partition = None))]
+fn audit(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    options: &Options,
+    partition: Option<String>,
+) -> PyResult<Report> {
     guarded(|| {
-        py.detach(|| embed::audit(&os_args(args)))
+        py.detach(|| embed::audit(&paths, &options.0, partition.as_deref()))
             .map(Report)
             .map_err(raise)
     })
 }
 
-/// Arguments as the command gets them: taken as paths, so what is not UTF-8 stays as it was.
-fn os_args(args: Vec<PathBuf>) -> Vec<OsString> {
-    args.into_iter().map(PathBuf::into_os_string).collect()
-}
-
-/// `tensorplay inspect ARGS`: the text it prints and its JSON document.
+/// `tensorplay inspect PATH` (only `tensor` when given): the text it prints and its JSON
+/// document.
 #[pyfunction]
-fn inspect(py: Python<'_>, args: Vec<PathBuf>) -> PyResult<(String, String)> {
-    guarded(|| py.detach(|| embed::inspect(&os_args(args))).map_err(raise))
+#[pyo3(signature = (path, tensor = None))]
+fn inspect(py: Python<'_>, path: PathBuf, tensor: Option<String>) -> PyResult<(String, String)> {
+    guarded(|| {
+        py.detach(|| embed::inspect(&path, tensor.as_deref()))
+            .map_err(raise)
+    })
 }
 
 /// One tensor: name, storage index, sizes, strides, storage offset, dtype name, device,
@@ -188,12 +304,12 @@ fn dtype(name: &str) -> PyResult<DType> {
     DType::from_name(name).ok_or_else(|| PyTypeError::new_err(format!("unknown dtype {name:?}")))
 }
 
-/// The audit of tensors living in this process, as `audit ARGS` would judge a file holding
-/// them; shown as `label`. CPU storages are read in place (NaN/Inf).
+/// The audit of tensors living in this process with `options`, as `audit` would judge a
+/// file holding them; shown as `label`. CPU storages are read in place (NaN/Inf).
 #[pyfunction]
 fn audit_live<'py>(
     py: Python<'py>,
-    args: Vec<PathBuf>,
+    options: &Options,
     label: String,
     storages: Vec<(String, String, Bound<'py, PyAny>)>,
     tensors: Vec<TensorRow>,
@@ -242,34 +358,41 @@ fn audit_live<'py>(
     guarded(|| {
         let ckpt = live::checkpoint(Path::new(&label), live_storages, live_tensors)
             .map_err(|e| ReadError::new_err(e.to_string()))?;
-        embed::audit_checkpoint(&os_args(args), &ckpt, &label)
+        embed::audit_checkpoint(&options.0, &ckpt, &label)
             .map(Report)
             .map_err(raise)
     })
 }
 
-/// One storage of a loaded checkpoint: key, nbytes, location (as saved), and its bytes copied
-/// into a `bytearray` torch can take without another copy (`None` for a storage without
-/// bytes: meta).
-type LoadedStorage = (String, u64, String, Option<Py<PyByteArray>>);
+/// One storage of a loaded checkpoint: its bytes copied into a `bytearray` torch can take
+/// without another copy (`None` for a storage without bytes: meta).
+#[pyclass(frozen, get_all, module = "tensorplay._tensorplay")]
+struct LoadedStorage {
+    key: String,
+    nbytes: u64,
+    /// The location as saved (`cuda:1`, `cpu`, `meta`).
+    location: String,
+    data: Option<Py<PyByteArray>>,
+}
 
-/// One tensor of a loaded checkpoint: [`TensorRow`]'s fields up to is a parameter, then is_conj
-/// and is_neg.
-type LoadedTensor = (
-    String,
-    usize,
-    Vec<u64>,
-    Vec<u64>,
-    u64,
-    String,
-    String,
-    bool,
-    bool,
-    bool,
-    bool,
-);
+/// One dense tensor of a loaded checkpoint, its storage by index into the storages.
+#[pyclass(frozen, get_all, module = "tensorplay._tensorplay")]
+struct LoadedTensor {
+    name: String,
+    storage: usize,
+    sizes: Vec<u64>,
+    strides: Vec<u64>,
+    storage_offset: u64,
+    dtype: String,
+    device: String,
+    requires_grad: bool,
+    is_parameter: bool,
+    is_conj: bool,
+    is_neg: bool,
+}
 
-/// What `tensorplay.safe_load` builds tensors from: `audit ARGS` of one file (its report) and,
+/// What `tensorplay.safe_load` builds tensors from: the audit of the file `path` with
+/// `options` (its report) and,
 /// from the same reading, its storages and dense tensors. A checkpoint holding what a dense
 /// tensor cannot carry (sparse, nested, subclass and quantized tensors, a distributed
 /// checkpoint's chunks) is refused with `ReadError` naming the first such tensor: building
@@ -277,9 +400,10 @@ type LoadedTensor = (
 #[pyfunction]
 fn load(
     py: Python<'_>,
-    args: Vec<PathBuf>,
+    path: PathBuf,
+    options: &Options,
 ) -> PyResult<(Report, Vec<LoadedStorage>, Vec<LoadedTensor>)> {
-    let loaded = guarded(|| py.detach(|| embed::load(&os_args(args))).map_err(raise))?;
+    let loaded = guarded(|| py.detach(|| embed::load(&path, &options.0)).map_err(raise))?;
     let ckpt = &loaded.checkpoint;
     let refuse = |what: String| {
         ReadError::new_err(format!(
@@ -321,12 +445,12 @@ fn load(
                 )))
             }
         };
-        storages.push((
-            storage.key().to_owned(),
-            storage.nbytes(),
-            storage.location().to_owned(),
-            bytes,
-        ));
+        storages.push(LoadedStorage {
+            key: storage.key().to_owned(),
+            nbytes: storage.nbytes(),
+            location: storage.location().to_owned(),
+            data: bytes,
+        });
     }
     let mut tensors = Vec::with_capacity(ckpt.tensors.len());
     for tensor in &ckpt.tensors {
@@ -339,19 +463,19 @@ fn load(
             )));
         }
         let layout = imp.layout();
-        tensors.push((
-            tensor.name().to_owned(),
-            imp.storage().id().index(),
-            layout.sizes().to_vec(),
-            layout.strides().to_vec(),
-            layout.storage_offset(),
-            imp.dtype().name().to_owned(),
-            imp.device().to_string(),
-            imp.requires_grad(),
-            imp.is_parameter(),
-            imp.is_conj(),
-            imp.is_neg(),
-        ));
+        tensors.push(LoadedTensor {
+            name: tensor.name().to_owned(),
+            storage: imp.storage().id().index(),
+            sizes: layout.sizes().to_vec(),
+            strides: layout.strides().to_vec(),
+            storage_offset: layout.storage_offset(),
+            dtype: imp.dtype().name().to_owned(),
+            device: imp.device().to_string(),
+            requires_grad: imp.requires_grad(),
+            is_parameter: imp.is_parameter(),
+            is_conj: imp.is_conj(),
+            is_neg: imp.is_neg(),
+        });
     }
     Ok((Report(loaded.report), storages, tensors))
 }
@@ -454,6 +578,7 @@ fn rules() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
 mod _tensorplay {
     #[pymodule_export]
     use super::{
-        audit, audit_live, combine, inspect, load, rules, run, select_rules, write_text, Report,
+        audit, audit_live, combine, inspect, load, options, rules, run, select_rules, write_text,
+        LoadedStorage, LoadedTensor, Options, Report,
     };
 }

@@ -1,12 +1,16 @@
 //! `tensorplay audit`: the CI gate.
 
+mod options;
+
+pub use options::{AuditOptions, FileOptions, OptionError, RuleOptions, Scope};
+
 use crate::color::ColorArg;
 use crate::discover::{discover, skip_declared, Target};
 use crate::exit::ExitStatus;
 use crate::progress::Progress;
 use crate::render;
 use anyhow::Context as _;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -42,56 +46,17 @@ pub struct AuditArgs {
     color: ColorArg,
     #[command(flatten)]
     files: render::files::ReportFiles,
-    /// Configuration file [default: ./tensorplay.toml if present].
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Lowest severity that fails the run (exit 1).
-    #[arg(long, value_enum, default_value_t = FailOnArg::Error)]
-    fail_on: FailOnArg,
-    /// Run only these rules: codes (TP101), code prefixes (TP1, TP50) or names (unsafe-global);
-    /// repeat or separate with commas.
-    #[arg(long, value_name = "RULE", value_delimiter = ',')]
-    select: Vec<String>,
-    /// Do not run these rules (codes, code prefixes or names, as for --select).
-    #[arg(long, value_name = "RULE", value_delimiter = ',')]
-    ignore: Vec<String>,
-    /// Fail only on findings not recorded in this baseline.
-    #[arg(long, value_name = "FILE")]
-    baseline: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) rules: RuleOptions,
+    #[command(flatten)]
+    pub(crate) file: FileOptions,
     /// Record the current findings as a baseline in FILE.
     #[arg(long, value_name = "FILE")]
     write_baseline: Option<PathBuf>,
-    /// Read no tensor bytes: skip the rules that scan values (TP401).
-    #[arg(long)]
-    metadata_only: bool,
     /// List every tensor of every finding in the human output (otherwise the first 10), and
     /// note the run's peak resident memory on stderr.
     #[arg(long)]
     verbose: bool,
-    /// GPU memory the simulated load must fit (TP303), e.g. 24GiB.
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
-    gpu_budget: Option<u64>,
-    /// Memory reading one file may take (inflated records, heap storages, pickle values);
-    /// a file needing more fails TP506 (over-budget) [default: 1GiB].
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
-    max_memory: Option<u64>,
-    /// Also load every checkpoint onto this GPU (`cuda:N`) through pinned staging and the
-    /// caching allocator, and check every DataPtr (TP203); `auto` loads onto cuda:0 when a
-    /// GPU is present and notes that it skipped otherwise.
-    #[arg(long, value_name = "DEVICE")]
-    load_to: Option<String>,
-    /// Fail every checkpoint that does not fit this layout (TP601): missing or unexpected
-    /// tensors, other shapes, dtypes or devices. LAYOUT is a file written by
-    /// `tensorplay inspect --format layout`, or another checkpoint.
-    #[arg(long, value_name = "LAYOUT")]
-    expect: Option<PathBuf>,
-    /// Fail every chat template whose SHA-256 this file does not list (TP706): one
-    /// `sha256sum` line per template served.
-    #[arg(long, value_name = "FILE")]
-    template_baseline: Option<PathBuf>,
-    /// Exit 0 with an empty report when no checkpoint is found, instead of 2.
-    #[arg(long)]
-    allow_empty: bool,
     /// Audit only part K of N (1-based) of the inputs, for CI's parallel jobs: whole files
     /// and sharded sets, balanced by bytes; `tensorplay merge` combines the parts' JSON reports.
     /// `auto` reads K and N from the scheduler running the job (GitLab, Kubernetes, AWS Batch,
@@ -116,26 +81,6 @@ pub struct AuditArgs {
     remote: crate::remote::RemoteArgs,
     #[command(flatten)]
     signature: crate::signature::SignatureArgs,
-    /// Seconds one file may take before it fails TP506 (over-budget) unjudged, never a hang.
-    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
-    timeout_per_file: u64,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum FailOnArg {
-    Error,
-    Warning,
-    Never,
-}
-
-impl From<FailOnArg> for FailOn {
-    fn from(arg: FailOnArg) -> FailOn {
-        match arg {
-            FailOnArg::Error => FailOn::Error,
-            FailOnArg::Warning => FailOn::Warning,
-            FailOnArg::Never => FailOn::Never,
-        }
-    }
 }
 
 fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
@@ -160,29 +105,39 @@ pub struct Settings {
 impl Settings {
     /// The settings `args` ask for, read and checked as the command reads them.
     pub fn from_args(args: &AuditArgs) -> anyhow::Result<Settings> {
-        let config = Arc::new(load_config(args.config.as_deref())?);
-        let mut options = Options::new(&args.select, &args.ignore, args.metadata_only)?;
-        options.gpu_budget = args.gpu_budget;
+        let config = Arc::new(load_config(args.rules.config.as_deref())?);
+        let mut options = Options::new(
+            &args.rules.select,
+            &args.rules.ignore,
+            args.rules.metadata_only,
+        )?;
+        options.gpu_budget = args.rules.gpu_budget;
         options.layout_facts = args.files.draws_layout();
         options.inventory =
             args.files.writes_bom() || args.format == Some(render::stdout::Format::Cyclonedx);
         // The flag overrides the file's `max_memory`.
-        options.max_memory = args.max_memory.or(config.max_memory);
-        options.expect = match &args.expect {
+        options.max_memory = args.rules.max_memory.or(config.max_memory);
+        options.expect = match &args.rules.expect {
             Some(path) => Some(std::sync::Arc::new(crate::expect::load_layout(path)?)),
             None => None,
         };
         options.template_baseline = args
+            .file
             .template_baseline
             .as_deref()
             .map(TemplateBaseline::load)
             .transpose()?
             .map(Arc::new);
-        let baseline = args.baseline.as_deref().map(Baseline::load).transpose()?;
+        let baseline = args
+            .rules
+            .baseline
+            .as_deref()
+            .map(Baseline::load)
+            .transpose()?;
         Ok(Settings {
             config,
             options,
-            fail_on: FailOn::from(args.fail_on),
+            fail_on: FailOn::from(args.rules.fail_on),
             baseline,
         })
     }
@@ -203,7 +158,7 @@ pub fn audit_paths(
         ..
     } = settings;
     let (config, mut options, fail_on) = (Arc::clone(config), options.clone(), *fail_on);
-    let gpu = gpu_target(args.load_to.as_deref())?;
+    let gpu = gpu_target(args.file.load_to.as_deref())?;
     // Before any file is read: a job that cannot tell its share must say so at once.
     let share = args
         .partition
@@ -234,7 +189,7 @@ pub fn audit_paths(
         && declared == 0
         && found.named_skipped == 0
         && signatures.is_empty()
-        && !args.allow_empty
+        && !args.file.allow_empty
     {
         let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
         anyhow::bail!(
@@ -246,7 +201,7 @@ pub fn audit_paths(
     // After the emptiness check: a part may be empty when the whole run is not.
     // A set is dealt by shard only when its bytes are read here: its metadata alone is what
     // every part of it reads again.
-    let by_shard = !args.metadata_only && gpu.is_none();
+    let by_shard = !args.rules.metadata_only && gpu.is_none();
     let (partition, shares) = match share {
         Some((part, source)) => {
             let selected = crate::partition::select(&mut found.checkpoints, part, source, by_shard);
@@ -257,7 +212,7 @@ pub fn audit_paths(
     let shared_sets: Arc<Mutex<Vec<SharedSet>>> = Arc::default();
     let scanned = Arc::new(AtomicU64::new(0));
     options.progress = Some(Arc::clone(&scanned));
-    let progress = if args.metadata_only || !progress {
+    let progress = if args.rules.metadata_only || !progress {
         None
     } else {
         Progress::start(&scanned, &found.checkpoints, args.ci_mode)
@@ -271,7 +226,7 @@ pub fn audit_paths(
         share.max_memory = Some(options.read_limits(false).max_memory / workers as u64);
         share
     });
-    let limit = Duration::from_secs(args.timeout_per_file);
+    let limit = Duration::from_secs(args.file.timeout_per_file);
     let audit_in = |target: Target, options: &Options, deferrable: bool| {
         let shown = target.path().display().to_string();
         let failed = |error: ReadError| {
@@ -437,13 +392,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
         stale = baseline.suppress(&mut report).1;
     }
 
-    if report.partition.is_some() {
-        let digest =
-            crate::partition::report_digest(&report, crate::partition::merge_key().as_deref())?;
-        if let Some(partition) = report.partition.as_mut() {
-            partition.report_digest = digest;
-        }
-    }
+    crate::partition::seal(&mut report)?;
     args.files.write(&report)?;
     if format == render::stdout::Format::Github {
         render::github::append_step_summary(&report);
@@ -462,6 +411,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitStatus> {
     // sees only its share of the files, so it cannot tell.
     if report.partition.is_none() {
         let file = args
+            .rules
             .config
             .as_deref()
             .unwrap_or(Path::new(config::FILE_NAME));
