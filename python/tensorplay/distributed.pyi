@@ -1,7 +1,7 @@
 # Types of tensorplay.distributed (one audit fanned out over Ray; docs/python.md): the options
 # are audit_file's.
 import os
-from typing import List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, List, Literal, Optional, Sequence, Tuple, Union
 
 from typing_extensions import Unpack
 
@@ -13,7 +13,7 @@ ENGINES: Tuple[str, ...]
 
 class MergedReport(Report):
     parts: List[str]
-    def __init__(self, parts: Sequence[str], text: str) -> None: ...
+    def __init__(self, parts: Sequence[str], native: Any) -> None: ...
 
 def audit_many(
     paths: Union[_Path, Sequence[_Path]],

@@ -226,6 +226,22 @@ pub fn rules() -> Vec<(&'static str, &'static str, &'static [&'static str])> {
         .collect()
 }
 
+/// `tensorplay merge` of the parts' JSON reports `parts` (`part-1.json`, … name them in
+/// messages): the merged report, refused as the command refuses a missing, duplicated,
+/// foreign or edited part; a checkpoint no part judged is an error, as it makes merge exit 2.
+pub fn merge(parts: &[String]) -> Result<Report, Failure> {
+    let named: Vec<(String, String)> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| (format!("part-{}.json", i + 1), text.clone()))
+        .collect();
+    let merged = crate::merge::merge_texts(&named)?;
+    match merged.unjudged_lines() {
+        lines if lines.is_empty() => Ok(merged.report),
+        lines => Err(Failure::Error(lines)),
+    }
+}
+
 /// One report of the files and skipped files of `reports`, in order, judged at the first
 /// one's fail-on level (`error` when there is none): what a test session's audits make.
 pub fn combine(reports: &[&Report]) -> Report {

@@ -66,8 +66,8 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<ExitStatus> {
 
     if !merged.unjudged.is_empty() {
         // As in the audit: a checkpoint that was not judged leaves the run without a verdict.
-        for (source, path) in &merged.unjudged {
-            eprintln!("error: {path}: not in the report of its part ({source}): that part could not judge it");
+        for line in merged.unjudged_lines() {
+            eprintln!("error: {line}");
         }
         return Ok(ExitStatus::Error);
     }
@@ -81,7 +81,12 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<ExitStatus> {
 fn read_part(path: &Path) -> anyhow::Result<Part> {
     let source = path.display().to_string();
     let text = std::fs::read_to_string(path).with_context(|| format!("{source}: cannot read"))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
+    part(source, &text)
+}
+
+/// The part whose JSON report is `text`, read from `source`, its digest checked.
+fn part(source: String, text: &str) -> anyhow::Result<Part> {
+    let value: serde_json::Value = serde_json::from_str(text)
         .with_context(|| format!("{source}: not a tensorplay JSON report"))?;
     let version = value.get("schema_version").and_then(|v| v.as_u64());
     if version != Some(u64::from(SCHEMA_VERSION)) {
@@ -136,6 +141,27 @@ fn check_digest(source: &str, report: &Report, stored: &str) -> anyhow::Result<(
 pub struct Merged {
     pub report: Report,
     pub unjudged: Vec<(String, String)>,
+}
+
+/// The merge of parts given as `(source, JSON text)`: what `run` merges from files.
+pub fn merge_texts(parts: &[(String, String)]) -> anyhow::Result<Merged> {
+    let parts = parts
+        .iter()
+        .map(|(source, text)| part(source.clone(), text))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    merge(parts)
+}
+
+impl Merged {
+    /// What leaves the merged run without a verdict, a line per checkpoint no part judged.
+    pub fn unjudged_lines(&self) -> Vec<String> {
+        self.unjudged
+            .iter()
+            .map(|(source, path)| {
+                format!("{path}: not in the report of its part ({source}): that part could not judge it")
+            })
+            .collect()
+    }
 }
 
 fn merge(mut parts: Vec<Part>) -> anyhow::Result<Merged> {

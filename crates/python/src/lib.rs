@@ -545,6 +545,17 @@ fn write_text(py: Python<'_>, path: PathBuf, text: &str) -> PyResult<()> {
     guarded(|| py.detach(|| embed::write(&path, text)).map_err(raise))
 }
 
+/// `tensorplay merge` of the parts' JSON reports (texts, in any order): the merged report,
+/// `ReadError` where merge exits 2 (a part refused, a checkpoint no part judged).
+#[pyfunction]
+fn merge(py: Python<'_>, parts: Vec<String>) -> PyResult<Report> {
+    guarded(|| {
+        py.detach(|| embed::merge(&parts))
+            .map(Report)
+            .map_err(raise)
+    })
+}
+
 /// One report of the files of `reports`, judged at the first one's fail-on level.
 #[pyfunction]
 fn combine(reports: Vec<Bound<'_, Report>>) -> PyResult<Report> {
@@ -578,7 +589,7 @@ fn rules() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
 mod _tensorplay {
     #[pymodule_export]
     use super::{
-        audit, audit_live, combine, inspect, load, options, rules, run, select_rules, write_text,
-        LoadedStorage, LoadedTensor, Options, Report,
+        audit, audit_live, combine, inspect, load, merge, options, rules, run, select_rules,
+        write_text, LoadedStorage, LoadedTensor, Options, Report,
     };
 }
