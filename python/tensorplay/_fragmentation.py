@@ -287,7 +287,7 @@ def _small_pool_only(sample):
 def _sample(index, native, tensors):
     """One batch's sample from the extension's report of it, and TP301's threshold."""
     (layout,) = native.layouts
-    file = json.loads(native.render("json"))["files"][0]
+    file = native.data["files"][0]
     memory = file.get("memory")
     if layout is None or memory is None:
         # The audit refused the batch (a configuration's max_memory, say): nothing to place.

@@ -80,7 +80,7 @@ class Report:
     @property
     def data(self):
         if self._data is None:
-            self._data = json.loads(self._native.render("json"))
+            self._data = self._native.data
         return self._data
 
     @property

@@ -329,11 +329,8 @@ def test_a_batch_the_audit_refused_is_a_read_error():
 
     class Refused:
         layouts = [None]
-
-        def render(self, kind):
-            assert kind == "json"
-            finding = {"code": "TP506", "message": "needs more memory than allowed"}
-            return json.dumps({"files": [{"memory": None, "findings": [finding]}]})
+        finding = {"code": "TP506", "message": "needs more memory than allowed"}
+        data = {"files": [{"memory": None, "findings": [finding]}]}
 
     with pytest.raises(tensorplay.ReadError, match="batch 4 could not be judged: needs more"):
         _sample(4, Refused(), 2)

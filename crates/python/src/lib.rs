@@ -103,6 +103,16 @@ impl Report {
         })
     }
 
+    /// The report as the JSON report holds it, as Python objects (dicts, lists, str, int,
+    /// float, bool, None) made from the report itself, not from its text.
+    #[getter]
+    fn data(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let value = guarded(|| {
+            serde_json::to_value(&self.0).map_err(|e| InternalError::new_err(e.to_string()))
+        })?;
+        python_value(py, &value).map(Bound::unbind)
+    }
+
     /// Whether nothing fails the run at its fail-on level.
     #[getter]
     fn passed(&self) -> bool {
@@ -135,6 +145,35 @@ impl Report {
             })
             .collect()
     }
+}
+
+/// `value` as the Python object `json.loads` makes of its text.
+fn python_value<'py>(py: Python<'py>, value: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
+    use serde_json::Value;
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any(),
+        Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => u.into_pyobject(py)?.into_any(),
+            (_, Some(i), _) => i.into_pyobject(py)?.into_any(),
+            (_, _, x) => x.unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
+        },
+        Value::String(text) => PyString::new(py, text).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(python_value(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(entries) => {
+            let dict = PyDict::new(py);
+            for (key, item) in entries {
+                dict.set_item(key, python_value(py, item)?)?;
+            }
+            dict.into_any()
+        }
+    })
 }
 
 /// One file's layout facts, as [`Report::layouts`] gives them.
