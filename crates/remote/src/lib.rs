@@ -1,5 +1,6 @@
 //! Checkpoints where they are stored: an `https://` URL, a Hugging Face repository
-//! (`hf://ORG/REPO[@REVISION][/PATH]`) or an S3 object or prefix (`s3://BUCKET/KEY`) is mounted as paths of the engine's read layer
+//! (`hf://ORG/REPO[@REVISION][/PATH]`), an S3 or Azure Blob Storage object or prefix
+//! (`s3://BUCKET/KEY`, `az://CONTAINER/KEY`) is mounted as paths of the engine's read layer
 //! (`tensorplay_engine::files`), whose readers then fetch only the byte ranges they read.
 //!
 //! This crate resolves and lists; it reads nothing itself but what a listing needs.
