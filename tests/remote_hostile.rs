@@ -133,6 +133,79 @@ fn a_long_retry_after_and_a_body_of_a_byte_a_second_end_within_twice_the_timeout
 }
 
 #[test]
+fn a_store_slow_on_every_request_is_stopped_by_the_run_s_deadline() {
+    // Each answer comes well within --request-timeout; together they would take for ever.
+    let hub = HostileHub::start(
+        Hostility::SlowPages(Duration::from_millis(300)),
+        good_file(),
+    );
+    let (out, took) = audit(
+        &[
+            "--request-timeout",
+            "5",
+            "--remote-deadline",
+            "2s",
+            "hf://org/slow",
+        ],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("(--remote-deadline)") && err.contains("past the 2 s allowed"),
+        "{err}"
+    );
+    assert!(!stdout(&out).contains("passed"), "{}", stdout(&out));
+    // The deadline and one request under way, at most.
+    assert!(took < Duration::from_secs(2 + 5), "{took:?}");
+    assert!(hub.pages() >= 3, "{} pages", hub.pages());
+
+    // Forty files, each range a second in coming: those not read by the deadline are not
+    // judged (TP506 naming the flag), and none is sent a request after it.
+    let hub = HostileHub::start(
+        Hostility::SlowFiles(40, Duration::from_secs(1)),
+        good_file(),
+    );
+    let (out, took) = audit(
+        &[
+            "--request-timeout",
+            "5",
+            "--remote-deadline",
+            "3",
+            "--format",
+            "json",
+            "hf://org/slow",
+        ],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    assert!(took < Duration::from_secs(3 + 5), "{took:?}");
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["summary"]["passed"], false);
+    let files = report["files"].as_array().unwrap();
+    assert_eq!(files.len(), 40);
+    let late: Vec<&serde_json::Value> = files
+        .iter()
+        .filter(|f| f["findings"][0]["code"] == "TP506")
+        .collect();
+    assert!(late.len() >= 30, "{} of 40 not judged", late.len());
+    for file in late {
+        let finding = &file["findings"][0];
+        let message = finding["message"].as_str().unwrap();
+        assert!(message.contains("(--remote-deadline)"), "{message}");
+        assert!(
+            finding["fix"]
+                .as_str()
+                .unwrap()
+                .contains("raise --remote-deadline above 3 s"),
+            "{finding}"
+        );
+    }
+}
+
+#[test]
 fn names_a_server_gives_reach_no_stream_raw() {
     let names = [
         "a\n::warning title=INJECTED::x.safetensors",

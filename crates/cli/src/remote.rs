@@ -28,6 +28,11 @@ pub struct RemoteArgs {
     /// fails the checkpoint unjudged).
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout: u64,
+    /// How long the run's remote reading may go on in all, from its first request: seconds, or
+    /// with units (10m, 1h). Past it no further request is sent: a checkpoint still to be read
+    /// fails TP506, a listing not yet read is refused unjudged.
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration, default_value = "1h")]
+    remote_deadline: std::time::Duration,
 }
 
 impl RemoteArgs {
@@ -42,6 +47,7 @@ impl RemoteArgs {
             max_bytes: self.max_remote_bytes,
             max_requests: self.max_requests,
         });
+        files::set_deadline(self.remote_deadline);
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;
         options.timeout = std::time::Duration::from_secs(self.request_timeout);
