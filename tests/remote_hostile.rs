@@ -3,6 +3,7 @@
 //! named, never a pass; and nothing a server names reaches a stream raw.
 
 use crate::common::hostile_hub::{small_safetensors, HostileHub, Hostility, SHA};
+use crate::common::hostile_store::{self, HostileStore};
 use crate::common::range_server::{Fault, RangeServer};
 use crate::common::{root, stderr, stdout};
 use std::process::{Command, Output};
@@ -201,6 +202,135 @@ fn a_store_slow_on_every_request_is_stopped_by_the_run_s_deadline() {
                 .unwrap()
                 .contains("raise --remote-deadline above 3 s"),
             "{finding}"
+        );
+    }
+}
+
+/// The environment that points S3 (`s3`) or Azure (`az`) at `endpoint`, with credentials the
+/// loopback store ignores (without them the chains would ask a metadata service).
+fn store_env(scheme: &str, endpoint: &str) -> Vec<(&'static str, String)> {
+    let pairs: Vec<(&str, &str)> = match scheme {
+        "s3" => vec![
+            ("AWS_ENDPOINT_URL", endpoint),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+        ],
+        _ => vec![
+            ("AZURE_STORAGE_USE_EMULATOR", "true"),
+            ("AZURITE_BLOB_STORAGE_URL", endpoint),
+        ],
+    };
+    pairs.into_iter().map(|(k, v)| (k, v.to_owned())).collect()
+}
+
+fn with_env<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+#[test]
+fn an_s3_or_azure_listing_of_large_pages_stays_within_the_budgets() {
+    for scheme in ["s3", "az"] {
+        // Pages of about 1 MiB without end: 2 MiB allows two, and the one that passes it is
+        // cut off as it arrives. Uncounted, the listing went on to --max-remote-files (ten
+        // pages).
+        let store = HostileStore::start(hostile_store::Hostility::ListingBomb);
+        let env = store_env(scheme, &store.endpoint());
+        let (out, took) = audit(
+            &[
+                "--max-remote-bytes",
+                "2MiB",
+                &format!("{scheme}://bucket/bomb"),
+            ],
+            None,
+            &with_env(&env),
+        );
+        assert_eq!(out.status.code(), Some(2), "{scheme}: {}", all(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("(--max-remote-bytes)") && err.contains("more than the 2.0 MiB"),
+            "{scheme}: {err}"
+        );
+        let sent = store.listed_bytes();
+        assert!(store.pages() <= 3, "{scheme}: {} pages", store.pages());
+        assert!(sent <= (2 << 20) + (3 << 19), "{scheme}: {sent} bytes sent");
+        assert!(took < Duration::from_secs(30), "{scheme}: {took:?}");
+
+        // Each page is a request within --max-requests, as the HEAD of the key before them is.
+        let store = HostileStore::start(hostile_store::Hostility::ListingBomb);
+        let env = store_env(scheme, &store.endpoint());
+        let (out, _) = audit(
+            &["--max-requests", "4", &format!("{scheme}://bucket/bomb")],
+            None,
+            &with_env(&env),
+        );
+        assert_eq!(out.status.code(), Some(2), "{scheme}: {}", all(&out));
+        assert!(
+            stderr(&out).contains("(--max-requests): the run would make 5 range requests"),
+            "{scheme}: {}",
+            all(&out)
+        );
+        assert_eq!(store.pages(), 3, "{scheme}");
+    }
+}
+
+#[test]
+fn a_store_s_error_answer_is_summarised_bounded_and_escaped() {
+    let message = format!(
+        "Access Denied\u{1b}[2J\n::error::INJECTED {}",
+        "x".repeat(50_000)
+    );
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AccessDenied</Code>\
+         <Message>{message}</Message><RequestId>R</RequestId></Error>"
+    );
+    for scheme in ["s3", "az"] {
+        let store = HostileStore::start(hostile_store::Hostility::ErrorAnswer(403, xml.clone()));
+        let env = store_env(scheme, &store.endpoint());
+        let (out, _) = audit(
+            &[&format!("{scheme}://bucket/model")],
+            None,
+            &with_env(&env),
+        );
+        assert_eq!(out.status.code(), Some(2), "{scheme}: {}", all(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("AccessDenied: Access Denied\\u{1b}[2J\\u{a}::error::INJECTED xxx"),
+            "{scheme}: {err}"
+        );
+        assert_no_raw_body(&out, scheme);
+    }
+    // The Hub's JSON error.
+    let json = serde_json::json!({"error": message}).to_string();
+    let hub = HostileHub::start(Hostility::ErrorAnswer(401, json), good_file());
+    let (out, _) = audit(&["hf://org/private"], Some(&hub.endpoint()), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("HTTP 401 Unauthorized (Access Denied\\u{1b}[2J\\u{a}::error::INJECTED xxx"),
+        "{err}"
+    );
+    assert_no_raw_body(&out, "hf");
+}
+
+/// No markup, no raw control character, no line a server started, and no more than a bounded
+/// part of a 50 000-character message, on either stream.
+fn assert_no_raw_body(out: &Output, what: &str) {
+    for (stream, text) in [("stdout", stdout(out)), ("stderr", stderr(out))] {
+        assert!(!text.contains('\u{1b}'), "{what} {stream}: {text}");
+        assert!(
+            !text.contains("<Code>") && !text.contains("<?xml"),
+            "{what} {stream}: {text}"
+        );
+        assert!(!text.contains("{\"error\""), "{what} {stream}: {text}");
+        assert!(
+            !text.lines().any(|l| l.trim_start().starts_with("::error")),
+            "{what} {stream}: {text}"
+        );
+        assert!(
+            !text.contains(&"x".repeat(400)),
+            "{what} {stream}: {} chars",
+            text.len()
         );
     }
 }

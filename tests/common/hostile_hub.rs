@@ -34,6 +34,8 @@ pub enum Hostility {
     SlowPages(Duration),
     /// This many files, every range of each answered after this wait.
     SlowFiles(u64, Duration),
+    /// The revision asked for answered with this status and body.
+    ErrorAnswer(u16, String),
 }
 
 pub struct HostileHub {
@@ -119,6 +121,14 @@ fn serve(
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match segments.as_slice() {
+        ["api", "models", _, _, "revision", _]
+            if matches!(hostility, Hostility::ErrorAnswer(..)) =>
+        {
+            let Hostility::ErrorAnswer(status, body) = hostility else {
+                unreachable!()
+            };
+            respond(&mut out, &format!("{status} Refused"), &[], body.as_bytes())
+        }
         ["api", "models", _, _, "revision", _] => respond(
             &mut out,
             "200 OK",

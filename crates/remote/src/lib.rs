@@ -5,6 +5,8 @@
 //!
 //! This crate resolves and lists; it reads nothing itself but what a listing needs.
 
+mod counted;
+mod error_body;
 mod hf;
 mod http;
 mod store;
