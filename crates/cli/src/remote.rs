@@ -1,11 +1,12 @@
 //! Remote paths on the command line: mounted in the engine's read layer before anything reads
 //! them, then handled like local paths.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use tensorplay_audit::report::RemoteFacts;
 use tensorplay_audit::text::{human_bytes, plural, printable};
-use tensorplay_engine::files::{self, RemoteLimits};
+use tensorplay_engine::files::{self, RemoteLimits, RemoteStats};
 
 /// How remote paths are read, from the flags every reading command shares.
 #[derive(Debug, Clone, clap::Args)]
@@ -64,8 +65,15 @@ impl RemoteArgs {
 }
 
 /// What was fetched of the objects `parts` (a checkpoint's files), together, and whether
-/// their tensor values were read; `None` when none is remote.
+/// their tensor values were read; `None` when none is remote. The parts are kept for the
+/// run's notes: a sharded index's note counts its shards.
 pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
+    if parts.iter().any(|part| files::stats(part).is_some()) {
+        CHECKPOINTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(parts.to_vec());
+    }
     parts
         .iter()
         .filter_map(|part| files::stats(part))
@@ -87,15 +95,35 @@ pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
 
 /// The remote paths this run mounted, as they resolved.
 static MOUNTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The files of each remote checkpoint the run audited: an index and its shards together.
+static CHECKPOINTS: Mutex<Vec<Vec<PathBuf>>> = Mutex::new(Vec::new());
 
-/// For each remote path of the run, what was read of it: "hf://org/model@…: read 31.0 MiB of
+/// For each remote path of the run, what was read of it and of the files its checkpoints are
+/// made of (a sharded index's shards, which lie beside it): "hf://org/model@…: read 31.0 MiB of
 /// 756.0 GiB in 412 requests".
 pub fn read_notes() -> Vec<String> {
     let mounted = MOUNTED.lock().unwrap_or_else(|e| e.into_inner());
+    let checkpoints = CHECKPOINTS.lock().unwrap_or_else(|e| e.into_inner());
     mounted
         .iter()
         .filter_map(|path| {
-            let stats = files::stats_under(path)?;
+            let mut objects: BTreeSet<PathBuf> = files::listed_under(path)
+                .into_iter()
+                .map(|listed| listed.path)
+                .collect();
+            for parts in checkpoints.iter() {
+                if parts.iter().any(|part| part.starts_with(path)) {
+                    objects.extend(parts.iter().cloned());
+                }
+            }
+            let stats = objects
+                .iter()
+                .filter_map(|object| files::stats(object))
+                .reduce(|sum, s| RemoteStats {
+                    len: sum.len.saturating_add(s.len),
+                    bytes_read: sum.bytes_read.saturating_add(s.bytes_read),
+                    requests: sum.requests.saturating_add(s.requests),
+                })?;
             Some(format!(
                 "{}: read {} of {} in {}",
                 printable(&path.display().to_string(), false),
