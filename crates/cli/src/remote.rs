@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use tensorplay_audit::report::RemoteFacts;
 use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::files::{self, RemoteLimits, RemoteStats};
@@ -33,7 +34,11 @@ pub struct RemoteArgs {
     /// with units (10m, 1h). Past it no further request is sent: a checkpoint still to be read
     /// fails TP506, a listing not yet read is refused unjudged.
     #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration, default_value = "1h")]
-    remote_deadline: std::time::Duration,
+    remote_deadline: Duration,
+    /// When the run's first remote path was resolved: its deadline counts from there. Kept
+    /// with the run's flags, so that each run (of a Python session's many) has its own.
+    #[arg(skip)]
+    started: OnceLock<Instant>,
 }
 
 impl RemoteArgs {
@@ -48,10 +53,13 @@ impl RemoteArgs {
             max_bytes: self.max_remote_bytes,
             max_requests: self.max_requests,
         });
-        files::set_deadline(self.remote_deadline);
+        files::set_deadline(
+            *self.started.get_or_init(Instant::now),
+            self.remote_deadline,
+        );
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;
-        options.timeout = std::time::Duration::from_secs(self.request_timeout);
+        options.timeout = Duration::from_secs(self.request_timeout);
         options.max_files = self.max_remote_files;
         let Some(mounted) = tensorplay_remote::mount(&arg, &options)? else {
             return Ok(path.to_owned());

@@ -94,15 +94,12 @@ pub fn set_limits(limits: RemoteLimits) {
     *LIMITS.write().unwrap_or_else(|e| e.into_inner()) = limits;
 }
 
-/// Sets how long the run's remote reading may go on, from this first call: later calls (one
-/// for each remote path of the run) keep the deadline the first set. Past it, every request is
-/// refused before it is sent.
-pub fn set_deadline(limit: Duration) {
-    let mut deadline = DEADLINE.write().unwrap_or_else(|e| e.into_inner());
-    if deadline.is_none() {
-        // A limit too large to add is no deadline at all.
-        *deadline = Instant::now().checked_add(limit).map(|at| (at, limit));
-    }
+/// Sets how long the run's remote reading may go on: `limit` from `start`. Past it, every
+/// request is refused before it is sent.
+pub fn set_deadline(start: Instant, limit: Duration) {
+    // A limit too large to add is no deadline at all.
+    *DEADLINE.write().unwrap_or_else(|e| e.into_inner()) =
+        start.checked_add(limit).map(|at| (at, limit));
 }
 
 /// Counts what was fetched outside any object's reads (a listing's pages) against the run's
