@@ -311,6 +311,16 @@ fn a_store_s_error_answer_is_summarised_bounded_and_escaped() {
         "{err}"
     );
     assert_no_raw_body(&out, "hf");
+    // A name object_store refuses (an empty path segment) is quoted in its message: bounded.
+    let name = format!("a//{}", "n".repeat(5000));
+    let store = HostileStore::start(hostile_store::Hostility::Named(name));
+    let env = store_env("s3", &store.endpoint());
+    let (out, _) = audit(&["s3://bucket/model"], None, &with_env(&env));
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let err = stderr(&out);
+    assert!(err.contains("invalid path"), "{err}");
+    assert!(err.lines().all(|l| l.chars().count() < 800), "{err}");
+    assert!(err.contains("nnn…"), "{err}");
 }
 
 /// No markup, no raw control character, no line a server started, and no more than a bounded

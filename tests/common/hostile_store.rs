@@ -1,6 +1,7 @@
 //! A loopback S3 and Azure Blob Storage that misbehave as an attacker's would: a prefix listing
 //! of large pages without end (each page's continuation token naming the next), or every
-//! request answered with an error whose body is large and made to rewrite a terminal. S3 is
+//! request answered with an error whose body is large and made to rewrite a terminal, or an
+//! object whose name object_store refuses. S3 is
 //! addressed path style (`/BUCKET/KEY`), Azure as its emulator is
 //! (`/devstoreaccount1/CONTAINER/KEY`); every object `HEAD`ed is missing, so a key is listed as
 //! a prefix.
@@ -17,6 +18,8 @@ pub enum Hostility {
     ListingBomb,
     /// Every request answered with this status and body.
     ErrorAnswer(u16, String),
+    /// One listing page of one object under the prefix, named this (after the prefix).
+    Named(String),
 }
 
 pub struct HostileStore {
@@ -101,12 +104,19 @@ fn serve(
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let prefix = param("prefix").unwrap_or_default();
+    let (per_page, next) = match hostility {
+        Hostility::Named(_) => (1, String::new()),
+        _ => (PER_PAGE, (page + 1).to_string()),
+    };
     let key = |i: u64| {
         let under = prefix.trim_end_matches('/');
-        format!("{under}/p{page}/{i}-{}.bin", "a".repeat(PAD))
+        match hostility {
+            Hostility::Named(name) => format!("{under}/{name}"),
+            _ => format!("{under}/p{page}/{i}-{}.bin", "a".repeat(PAD)),
+        }
     };
     let body = if query.contains("list-type=2") {
-        let contents: String = (0..PER_PAGE)
+        let contents: String = (0..per_page)
             .map(|i| {
                 format!(
                     "<Contents><Key>{}</Key><LastModified>2026-12-02T00:00:00.000Z</LastModified>\
@@ -117,12 +127,12 @@ fn serve(
             .collect();
         format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>bucket</Name>\
-             <Prefix>{prefix}</Prefix><IsTruncated>true</IsTruncated>\
-             <NextContinuationToken>{}</NextContinuationToken>{contents}</ListBucketResult>",
-            page + 1
+             <Prefix>{prefix}</Prefix><IsTruncated>{}</IsTruncated>\
+             <NextContinuationToken>{next}</NextContinuationToken>{contents}</ListBucketResult>",
+            !next.is_empty()
         )
     } else if query.contains("comp=list") {
-        let blobs: String = (0..PER_PAGE)
+        let blobs: String = (0..per_page)
             .map(|i| {
                 format!(
                     "<Blob><Name>{}</Name><Properties><Last-Modified>Wed, 02 Dec 2026 00:00:00 \
@@ -135,8 +145,7 @@ fn serve(
             .collect();
         format!(
             "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults><Prefix>{prefix}\
-             </Prefix><Blobs>{blobs}</Blobs><NextMarker>{}</NextMarker></EnumerationResults>",
-            page + 1
+             </Prefix><Blobs>{blobs}</Blobs><NextMarker>{next}</NextMarker></EnumerationResults>"
         )
     } else {
         // A HEAD of the key: missing, so that it is listed as a prefix.

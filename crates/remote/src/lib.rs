@@ -13,7 +13,7 @@ mod store;
 
 use reqwest::blocking::Client;
 use reqwest::header::HeaderMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tensorplay_engine::files::{self, RemoteError};
@@ -110,6 +110,9 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
     }
     if arg.starts_with("http://") || arg.starts_with("https://") {
         check_scheme(arg, options).map_err(|e| refused(&e))?;
+        // Its HEAD is sent only within the run's deadline and budget (counting nothing: the
+        // budget counts what reading an object fetches, as for every store).
+        files::charge(Path::new(arg), 0, 0).map_err(Error::Budget)?;
         let object = http::HttpObject::open(&client, arg, HeaderMap::new(), options.timeout)
             .map_err(store)?;
         let path = PathBuf::from(arg);

@@ -254,6 +254,15 @@ impl RemoteObject for StoreObject {
     }
 }
 
+/// object_store's message, at most [`MAX_MESSAGE`] characters: it may quote what the store
+/// sent (an object's name, up to 1 KiB each).
 fn unreachable(error: &object_store::Error) -> RemoteError {
-    RemoteError::Unreachable(error.to_string())
+    let text = error.to_string();
+    let mut message: String = text.chars().take(MAX_MESSAGE).collect();
+    if message.len() < text.len() {
+        message.push('…');
+    }
+    RemoteError::Unreachable(message)
 }
+
+const MAX_MESSAGE: usize = 600;
