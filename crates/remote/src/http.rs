@@ -256,9 +256,7 @@ pub(crate) fn send(
                     None
                 };
                 last = format!("HTTP {status}{}", said(response));
-                let wait = if let Some(wait) = wait {
-                    wait
-                } else {
+                let Some(wait) = wait else {
                     return Err(RemoteError::Unreachable(last));
                 };
                 if !deadline.allows(wait) {
