@@ -226,6 +226,43 @@ fn a_large_safetensors_file_is_audited_reading_under_one_percent_of_it() {
 }
 
 #[test]
+fn a_sharded_index_s_note_counts_its_shards() {
+    use tensorplay_audit::text::{human_bytes, plural};
+    let server = server();
+    let index = "hf://org/safetensors/sharded/model.safetensors.index.json";
+    let out = audit(&[index], Some(&server.endpoint()));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let remote = &report["files"][0]["remote"];
+    // The checkpoint is the index and its two shards, each read whole (they are small).
+    let dir = root().join("fixtures/safetensors/sharded");
+    let size: u64 = [
+        "model.safetensors.index.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ]
+    .iter()
+    .map(|f| std::fs::metadata(dir.join(f)).unwrap().len())
+    .sum();
+    assert_eq!(remote["size"], size, "{remote}");
+    assert_eq!(remote["requests"], 3, "{remote}");
+    // The note says the same of the path given: what was read of the index and its shards.
+    let u = |key: &str| remote[key].as_u64().unwrap();
+    let shown = format!("hf://org/safetensors@{SHA}/sharded/model.safetensors.index.json");
+    let note = format!(
+        "note: {shown}: read {} of {} in {}",
+        human_bytes(u("bytes_read")),
+        human_bytes(u("size")),
+        plural(3, "request")
+    );
+    assert!(
+        stderr(&out).lines().any(|l| l == note),
+        "{note}\n{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn every_fault_of_the_store_is_a_refusal_naming_the_url() {
     // Larger than the first ranges fetched, so that --deep reads a second range.
     let dir = crate::common::TempDir::new("remote-faults");

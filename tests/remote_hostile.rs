@@ -3,6 +3,7 @@
 //! named, never a pass; and nothing a server names reaches a stream raw.
 
 use crate::common::hostile_hub::{small_safetensors, HostileHub, Hostility, SHA};
+use crate::common::hostile_store::{self, HostileStore};
 use crate::common::range_server::{Fault, RangeServer};
 use crate::common::{root, stderr, stdout};
 use std::process::{Command, Output};
@@ -129,6 +130,218 @@ fn a_long_retry_after_and_a_body_of_a_byte_a_second_end_within_twice_the_timeout
         );
         assert!(!stdout(&out).contains("passed"), "{}", stdout(&out));
         assert!(took < Duration::from_secs(6), "{hostility:?}: {took:?}");
+    }
+}
+
+#[test]
+fn a_store_slow_on_every_request_is_stopped_by_the_run_s_deadline() {
+    // Each answer comes well within --request-timeout; together they would take for ever.
+    let hub = HostileHub::start(
+        Hostility::SlowPages(Duration::from_millis(300)),
+        good_file(),
+    );
+    let (out, took) = audit(
+        &[
+            "--request-timeout",
+            "5",
+            "--remote-deadline",
+            "2s",
+            "hf://org/slow",
+        ],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("(--remote-deadline)") && err.contains("past the 2 s allowed"),
+        "{err}"
+    );
+    assert!(!stdout(&out).contains("passed"), "{}", stdout(&out));
+    // The deadline and one request under way, at most.
+    assert!(took < Duration::from_secs(2 + 5), "{took:?}");
+    assert!(hub.pages() >= 3, "{} pages", hub.pages());
+
+    // Forty files, each range a second in coming: those not read by the deadline are not
+    // judged (TP506 naming the flag), and none is sent a request after it.
+    let hub = HostileHub::start(
+        Hostility::SlowFiles(40, Duration::from_secs(1)),
+        good_file(),
+    );
+    let (out, took) = audit(
+        &[
+            "--request-timeout",
+            "5",
+            "--remote-deadline",
+            "3",
+            "--format",
+            "json",
+            "hf://org/slow",
+        ],
+        Some(&hub.endpoint()),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    assert!(took < Duration::from_secs(3 + 5), "{took:?}");
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["summary"]["passed"], false);
+    let files = report["files"].as_array().unwrap();
+    assert_eq!(files.len(), 40);
+    let late: Vec<&serde_json::Value> = files
+        .iter()
+        .filter(|f| f["findings"][0]["code"] == "TP506")
+        .collect();
+    assert!(late.len() >= 30, "{} of 40 not judged", late.len());
+    for file in late {
+        let finding = &file["findings"][0];
+        let message = finding["message"].as_str().unwrap();
+        assert!(message.contains("(--remote-deadline)"), "{message}");
+        assert!(
+            finding["fix"]
+                .as_str()
+                .unwrap()
+                .contains("raise --remote-deadline above 3 s"),
+            "{finding}"
+        );
+    }
+}
+
+/// The environment that points S3 (`s3`) or Azure (`az`) at `endpoint`, with credentials the
+/// loopback store ignores (without them the chains would ask a metadata service).
+fn store_env(scheme: &str, endpoint: &str) -> Vec<(&'static str, String)> {
+    let pairs: Vec<(&str, &str)> = match scheme {
+        "s3" => vec![
+            ("AWS_ENDPOINT_URL", endpoint),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+        ],
+        _ => vec![
+            ("AZURE_STORAGE_USE_EMULATOR", "true"),
+            ("AZURITE_BLOB_STORAGE_URL", endpoint),
+        ],
+    };
+    pairs.into_iter().map(|(k, v)| (k, v.to_owned())).collect()
+}
+
+fn with_env<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+#[test]
+fn an_s3_or_azure_listing_of_large_pages_stays_within_the_budgets() {
+    for scheme in ["s3", "az"] {
+        // Pages of about 1 MiB without end: 2 MiB allows two, and the one that passes it is
+        // cut off as it arrives. Uncounted, the listing went on to --max-remote-files (ten
+        // pages).
+        let store = HostileStore::start(hostile_store::Hostility::ListingBomb);
+        let env = store_env(scheme, &store.endpoint());
+        let (out, took) = audit(
+            &[
+                "--max-remote-bytes",
+                "2MiB",
+                &format!("{scheme}://bucket/bomb"),
+            ],
+            None,
+            &with_env(&env),
+        );
+        assert_eq!(out.status.code(), Some(2), "{scheme}: {}", all(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("(--max-remote-bytes)") && err.contains("more than the 2.0 MiB"),
+            "{scheme}: {err}"
+        );
+        let sent = store.listed_bytes();
+        assert!(store.pages() <= 3, "{scheme}: {} pages", store.pages());
+        assert!(sent <= (2 << 20) + (3 << 19), "{scheme}: {sent} bytes sent");
+        assert!(took < Duration::from_secs(30), "{scheme}: {took:?}");
+
+        // Each page is a request within --max-requests, as the HEAD of the key before them is.
+        let store = HostileStore::start(hostile_store::Hostility::ListingBomb);
+        let env = store_env(scheme, &store.endpoint());
+        let (out, _) = audit(
+            &["--max-requests", "4", &format!("{scheme}://bucket/bomb")],
+            None,
+            &with_env(&env),
+        );
+        assert_eq!(out.status.code(), Some(2), "{scheme}: {}", all(&out));
+        assert!(
+            stderr(&out).contains("(--max-requests): the run would make 5 range requests"),
+            "{scheme}: {}",
+            all(&out)
+        );
+        assert_eq!(store.pages(), 3, "{scheme}");
+    }
+}
+
+#[test]
+fn a_store_s_error_answer_is_summarised_bounded_and_escaped() {
+    let message = format!(
+        "Access Denied\u{1b}[2J\n::error::INJECTED {}",
+        "x".repeat(50_000)
+    );
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AccessDenied</Code>\
+         <Message>{message}</Message><RequestId>R</RequestId></Error>"
+    );
+    for scheme in ["s3", "az"] {
+        let store = HostileStore::start(hostile_store::Hostility::ErrorAnswer(403, xml.clone()));
+        let env = store_env(scheme, &store.endpoint());
+        let (out, _) = audit(
+            &[&format!("{scheme}://bucket/model")],
+            None,
+            &with_env(&env),
+        );
+        assert_eq!(out.status.code(), Some(2), "{scheme}: {}", all(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("AccessDenied: Access Denied\\u{1b}[2J\\u{a}::error::INJECTED xxx"),
+            "{scheme}: {err}"
+        );
+        assert_no_raw_body(&out, scheme);
+    }
+    // The Hub's JSON error.
+    let json = serde_json::json!({"error": message}).to_string();
+    let hub = HostileHub::start(Hostility::ErrorAnswer(401, json), good_file());
+    let (out, _) = audit(&["hf://org/private"], Some(&hub.endpoint()), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("HTTP 401 Unauthorized (Access Denied\\u{1b}[2J\\u{a}::error::INJECTED xxx"),
+        "{err}"
+    );
+    assert_no_raw_body(&out, "hf");
+    // A name object_store refuses (an empty path segment) is quoted in its message: bounded.
+    let name = format!("a//{}", "n".repeat(5000));
+    let store = HostileStore::start(hostile_store::Hostility::Named(name));
+    let env = store_env("s3", &store.endpoint());
+    let (out, _) = audit(&["s3://bucket/model"], None, &with_env(&env));
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let err = stderr(&out);
+    assert!(err.contains("invalid path"), "{err}");
+    assert!(err.lines().all(|l| l.chars().count() < 800), "{err}");
+    assert!(err.contains("nnn…"), "{err}");
+}
+
+/// No markup, no raw control character, no line a server started, and no more than a bounded
+/// part of a 50 000-character message, on either stream.
+fn assert_no_raw_body(out: &Output, what: &str) {
+    for (stream, text) in [("stdout", stdout(out)), ("stderr", stderr(out))] {
+        assert!(!text.contains('\u{1b}'), "{what} {stream}: {text}");
+        assert!(
+            !text.contains("<Code>") && !text.contains("<?xml"),
+            "{what} {stream}: {text}"
+        );
+        assert!(!text.contains("{\"error\""), "{what} {stream}: {text}");
+        assert!(
+            !text.lines().any(|l| l.trim_start().starts_with("::error")),
+            "{what} {stream}: {text}"
+        );
+        assert!(
+            !text.contains(&"x".repeat(400)),
+            "{what} {stream}: {} chars",
+            text.len()
+        );
     }
 }
 

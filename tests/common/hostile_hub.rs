@@ -1,8 +1,9 @@
 //! A loopback Hugging Face Hub that misbehaves as an attacker's would: listings without end or
 //! of too many entries, file names made to rewrite a log, `429` with a long `Retry-After`,
 //! bodies sent a byte a second, content that is not what its `lfs.oid` says, redirects to
-//! plain http beyond loopback. Any `hf://ORG/REPO` resolves to [`SHA`] and lists what the
-//! hostility says; every listed file serves `file` by byte ranges at `/ORG/REPO/resolve/`.
+//! plain http beyond loopback, answers each slow enough to hold a run for ever together. Any
+//! `hf://ORG/REPO` resolves to [`SHA`] and lists what the hostility says; every listed file
+//! serves `file` by byte ranges at `/ORG/REPO/resolve/`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -29,6 +30,12 @@ pub enum Hostility {
     Lfs(String),
     /// One file, its `resolve` redirected to this URL.
     RedirectTo(String),
+    /// Tree pages without end, each of ten small files, each page answered after this wait.
+    SlowPages(Duration),
+    /// This many files, every range of each answered after this wait.
+    SlowFiles(u64, Duration),
+    /// The revision asked for answered with this status and body.
+    ErrorAnswer(u16, String),
 }
 
 pub struct HostileHub {
@@ -114,6 +121,14 @@ fn serve(
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match segments.as_slice() {
+        ["api", "models", _, _, "revision", _]
+            if matches!(hostility, Hostility::ErrorAnswer(..)) =>
+        {
+            let Hostility::ErrorAnswer(status, body) = hostility else {
+                unreachable!()
+            };
+            respond(&mut out, &format!("{status} Refused"), &[], body.as_bytes())
+        }
         ["api", "models", _, _, "revision", _] => respond(
             &mut out,
             "200 OK",
@@ -152,6 +167,18 @@ fn tree(
     repo: &str,
     listed: &AtomicU64,
 ) -> std::io::Result<()> {
+    let slow_pages;
+    let hostility = match hostility {
+        Hostility::SlowPages(wait) => {
+            std::thread::sleep(*wait);
+            slow_pages = Hostility::Pages {
+                pages: u64::MAX,
+                per_page: 10,
+            };
+            &slow_pages
+        }
+        other => other,
+    };
     let body = match hostility {
         Hostility::EndlessPage => {
             // Headers without a length, then entries until the client goes away.
@@ -189,6 +216,12 @@ fn tree(
             format!("[{}]", entries.join(","))
         }
         Hostility::Lfs(oid) => format!("[{}]", entry("model.safetensors", file.len(), Some(oid))),
+        Hostility::SlowFiles(files, _) => {
+            let entries: Vec<String> = (0..*files)
+                .map(|i| entry(&format!("f{i}.safetensors"), file.len(), None))
+                .collect();
+            format!("[{}]", entries.join(","))
+        }
         _ => format!("[{}]", entry("model.safetensors", file.len(), None)),
     };
     listed.fetch_add(body.len() as u64, Ordering::SeqCst);
@@ -220,6 +253,10 @@ fn resolve(
             b"",
         ),
         Hostility::RedirectTo(url) => respond(out, "302 Found", &[("Location", url)], b""),
+        Hostility::SlowFiles(_, wait) => {
+            std::thread::sleep(*wait);
+            respond(out, "206 Partial Content", &partial, body)
+        }
         Hostility::SlowBody => {
             let head = format!(
                 "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: \

@@ -3,6 +3,8 @@
 #[cfg(target_os = "linux")]
 pub mod hostile_hub;
 #[cfg(target_os = "linux")]
+pub mod hostile_store;
+#[cfg(target_os = "linux")]
 pub mod range_server;
 pub mod zip_writer;
 

@@ -8,6 +8,7 @@ mod color;
 mod convert;
 mod diff;
 mod discover;
+mod duration;
 pub mod embed;
 mod exit;
 mod expect;

@@ -1,11 +1,13 @@
 //! Remote paths on the command line: mounted in the engine's read layer before anything reads
 //! them, then handled like local paths.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use tensorplay_audit::report::RemoteFacts;
 use tensorplay_audit::text::{human_bytes, plural, printable};
-use tensorplay_engine::files::{self, RemoteLimits};
+use tensorplay_engine::files::{self, RemoteLimits, RemoteStats};
 
 /// How remote paths are read, from the flags every reading command shares.
 #[derive(Debug, Clone, clap::Args)]
@@ -28,6 +30,15 @@ pub struct RemoteArgs {
     /// fails the checkpoint unjudged).
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout: u64,
+    /// How long the run's remote reading may go on in all, from its first request: seconds, or
+    /// with units (10m, 1h). Past it no further request is sent: a checkpoint still to be read
+    /// fails TP506, a listing not yet read is refused unjudged.
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration, default_value = "1h")]
+    remote_deadline: Duration,
+    /// When the run's first remote path was resolved: its deadline counts from there. Kept
+    /// with the run's flags, so that each run (of a Python session's many) has its own.
+    #[arg(skip)]
+    started: OnceLock<Instant>,
 }
 
 impl RemoteArgs {
@@ -42,9 +53,13 @@ impl RemoteArgs {
             max_bytes: self.max_remote_bytes,
             max_requests: self.max_requests,
         });
+        files::set_deadline(
+            *self.started.get_or_init(Instant::now),
+            self.remote_deadline,
+        );
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;
-        options.timeout = std::time::Duration::from_secs(self.request_timeout);
+        options.timeout = Duration::from_secs(self.request_timeout);
         options.max_files = self.max_remote_files;
         let Some(mounted) = tensorplay_remote::mount(&arg, &options)? else {
             return Ok(path.to_owned());
@@ -58,8 +73,15 @@ impl RemoteArgs {
 }
 
 /// What was fetched of the objects `parts` (a checkpoint's files), together, and whether
-/// their tensor values were read; `None` when none is remote.
+/// their tensor values were read; `None` when none is remote. The parts are kept for the
+/// run's notes: a sharded index's note counts its shards.
 pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
+    if parts.iter().any(|part| files::stats(part).is_some()) {
+        CHECKPOINTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(parts.to_vec());
+    }
     parts
         .iter()
         .filter_map(|part| files::stats(part))
@@ -81,15 +103,35 @@ pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
 
 /// The remote paths this run mounted, as they resolved.
 static MOUNTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The files of each remote checkpoint the run audited: an index and its shards together.
+static CHECKPOINTS: Mutex<Vec<Vec<PathBuf>>> = Mutex::new(Vec::new());
 
-/// For each remote path of the run, what was read of it: "hf://org/model@…: read 31.0 MiB of
+/// For each remote path of the run, what was read of it and of the files its checkpoints are
+/// made of (a sharded index's shards, which lie beside it): "hf://org/model@…: read 31.0 MiB of
 /// 756.0 GiB in 412 requests".
 pub fn read_notes() -> Vec<String> {
     let mounted = MOUNTED.lock().unwrap_or_else(|e| e.into_inner());
+    let checkpoints = CHECKPOINTS.lock().unwrap_or_else(|e| e.into_inner());
     mounted
         .iter()
         .filter_map(|path| {
-            let stats = files::stats_under(path)?;
+            let mut objects: BTreeSet<PathBuf> = files::listed_under(path)
+                .into_iter()
+                .map(|listed| listed.path)
+                .collect();
+            for parts in checkpoints.iter() {
+                if parts.iter().any(|part| part.starts_with(path)) {
+                    objects.extend(parts.iter().cloned());
+                }
+            }
+            let stats = objects
+                .iter()
+                .filter_map(|object| files::stats(object))
+                .reduce(|sum, s| RemoteStats {
+                    len: sum.len.saturating_add(s.len),
+                    bytes_read: sum.bytes_read.saturating_add(s.bytes_read),
+                    requests: sum.requests.saturating_add(s.requests),
+                })?;
             Some(format!(
                 "{}: read {} of {} in {}",
                 printable(&path.display().to_string(), false),

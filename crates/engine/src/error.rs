@@ -40,7 +40,8 @@ pub enum Error {
     },
 
     /// Reading a remote object would fetch more than the run allows (`--max-remote-bytes`,
-    /// `--max-requests`): refused unjudged, which says nothing of the object.
+    /// `--max-requests`) or go on past its deadline (`--remote-deadline`): refused unjudged,
+    /// which says nothing of the object.
     #[error("{}: exceeds the remote read budget ({}): {}", .path.display(), .bound.flag(), remote_over(*.bound, *.needed, *.limit))]
     RemoteBudget {
         /// The object.
@@ -48,9 +49,9 @@ pub enum Error {
         /// Which bound was passed.
         bound: RemoteBound,
         /// What the run would have taken of it with this request: bytes fetched, or requests
-        /// made, by every remote read of the run.
+        /// made, by every remote read of the run; for the deadline, the seconds it has taken.
         needed: u64,
-        /// The bound's value.
+        /// The bound's value (seconds, for the deadline).
         limit: u64,
     },
 
@@ -445,8 +446,8 @@ pub enum ErrorKind {
     /// A sharded index disagrees with its shards, or names a shard that cannot be opened.
     IndexMismatch,
     /// The file was not judged within a limit the run sets (`--max-memory`,
-    /// `--max-remote-bytes`, `--max-requests`, `--timeout-per-file`): nothing is known of it,
-    /// good or bad, and a larger limit may judge it.
+    /// `--max-remote-bytes`, `--max-requests`, `--remote-deadline`, `--timeout-per-file`):
+    /// nothing is known of it, good or bad, and a larger limit may judge it.
     OverBudget,
 }
 
@@ -457,6 +458,8 @@ pub enum RemoteBound {
     Bytes,
     /// Range requests made by the run (`--max-requests`).
     Requests,
+    /// Seconds the run's remote reading may take (`--remote-deadline`).
+    Deadline,
 }
 
 impl RemoteBound {
@@ -465,6 +468,7 @@ impl RemoteBound {
         match self {
             RemoteBound::Bytes => "--max-remote-bytes",
             RemoteBound::Requests => "--max-requests",
+            RemoteBound::Deadline => "--remote-deadline",
         }
     }
 }
@@ -654,6 +658,10 @@ fn remote_over(bound: RemoteBound, needed: u64, limit: u64) -> String {
         RemoteBound::Requests => {
             format!("the run would make {needed} range requests, more than the {limit} allowed")
         }
+        RemoteBound::Deadline => format!(
+            "the run's remote reads have gone on for {needed} s, past the {limit} s allowed; no \
+             further request is sent"
+        ),
     }
 }
 
@@ -809,6 +817,19 @@ mod tests {
                 "(--max-requests): the run would make 3 range requests, more than the 2 allowed"
             ),
             "{requests}"
+        );
+        let deadline = Error::RemoteBudget {
+            path: PathBuf::from("hf://o/m/w.safetensors"),
+            bound: RemoteBound::Deadline,
+            needed: 601,
+            limit: 600,
+        };
+        assert!(
+            deadline.to_string().ends_with(
+                "(--remote-deadline): the run's remote reads have gone on for 601 s, past the \
+                 600 s allowed; no further request is sent"
+            ),
+            "{deadline}"
         );
         let time = Error::TimeLimit {
             path: PathBuf::from("m.pt"),

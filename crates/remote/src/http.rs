@@ -1,5 +1,6 @@
 //! One object behind an HTTP(S) URL, read by `Range` requests that must be answered exactly.
 
+use crate::error_body::{self, MAX_ERROR_BODY};
 use reqwest::blocking::{Client, Response};
 use reqwest::header::{self, HeaderMap};
 use reqwest::StatusCode;
@@ -247,12 +248,15 @@ pub(crate) fn send(
                         "the object changed while it was read (412 Precondition Failed)".to_owned(),
                     ));
                 }
-                last = format!("HTTP {status}");
                 let wait = if status == StatusCode::TOO_MANY_REQUESTS {
-                    retry_after(response.headers(), attempt)
+                    Some(retry_after(response.headers(), attempt))
                 } else if status.is_server_error() {
-                    backoff(attempt)
+                    Some(backoff(attempt))
                 } else {
+                    None
+                };
+                last = format!("HTTP {status}{}", said(response));
+                let Some(wait) = wait else {
                     return Err(RemoteError::Unreachable(last));
                 };
                 if !deadline.allows(wait) {
@@ -276,6 +280,17 @@ pub(crate) fn send(
     Err(RemoteError::Unreachable(format!(
         "{last} (after {ATTEMPTS} attempts)"
     )))
+}
+
+/// What an error answer's body says, as ` (CODE: MESSAGE)`, read no further than
+/// [`MAX_ERROR_BODY`] bytes (and within the request's deadline); empty when it says nothing.
+fn said(response: Response) -> String {
+    let mut body = Vec::new();
+    // A body cut short still says what it said so far.
+    let _ = response.take(MAX_ERROR_BODY as u64).read_to_end(&mut body);
+    error_body::summary(&body)
+        .map(|said| format!(" ({said})"))
+        .unwrap_or_default()
 }
 
 fn backoff(attempt: u32) -> Duration {

@@ -1,16 +1,19 @@
 //! Checkpoints where they are stored: an `https://` URL, a Hugging Face repository
-//! (`hf://ORG/REPO[@REVISION][/PATH]`) or an S3 object or prefix (`s3://BUCKET/KEY`) is mounted as paths of the engine's read layer
+//! (`hf://ORG/REPO[@REVISION][/PATH]`), an S3 or Azure Blob Storage object or prefix
+//! (`s3://BUCKET/KEY`, `az://CONTAINER/KEY`) is mounted as paths of the engine's read layer
 //! (`tensorplay_engine::files`), whose readers then fetch only the byte ranges they read.
 //!
 //! This crate resolves and lists; it reads nothing itself but what a listing needs.
 
+mod counted;
+mod error_body;
 mod hf;
 mod http;
 mod store;
 
 use reqwest::blocking::Client;
 use reqwest::header::HeaderMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tensorplay_engine::files::{self, RemoteError};
@@ -107,6 +110,9 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
     }
     if arg.starts_with("http://") || arg.starts_with("https://") {
         check_scheme(arg, options).map_err(|e| refused(&e))?;
+        // Its HEAD is sent only within the run's deadline and budget (counting nothing: the
+        // budget counts what reading an object fetches, as for every store).
+        files::charge(Path::new(arg), 0, 0).map_err(Error::Budget)?;
         let object = http::HttpObject::open(&client, arg, HeaderMap::new(), options.timeout)
             .map_err(store)?;
         let path = PathBuf::from(arg);

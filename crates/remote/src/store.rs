@@ -1,6 +1,7 @@
 //! Objects of a cloud store (`s3://`, `az://`), through `object_store` with the cloud's own credential
 //! chain and environment: one object, or every object under a prefix.
 
+use crate::counted::Counted;
 use crate::{Error, Options};
 use futures_util::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
@@ -75,6 +76,9 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
             .with_timeout(options.timeout)
             .with_allow_http(options.allow_http || allow_http)
     };
+    // What the store fetches beyond ranges (listing pages, a HEAD) counts against the run's
+    // limits; a refusal for one of them is kept to be returned as such.
+    let counted = Counted::new(arg);
     // The client options given replace those `from_env` read: each cloud's own switch for
     // plain http is honoured here, and a loopback endpoint needs none.
     let store: Arc<dyn ObjectStore> = match scheme {
@@ -82,6 +86,7 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
             AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_client_options(client(loopback_env(endpoints) || cloud_allows_http))
+                .with_http_connector(counted.clone())
                 .with_retry(retry)
                 .build()
                 .map_err(|e| refused(e.to_string()))?,
@@ -90,6 +95,7 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
             MicrosoftAzureBuilder::from_env()
                 .with_container_name(bucket)
                 .with_client_options(client(loopback_env(endpoints) || cloud_allows_http))
+                .with_http_connector(counted.clone())
                 .with_retry(retry)
                 .build()
                 .map_err(|e| refused(e.to_string()))?,
@@ -126,7 +132,10 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
             }
             Ok::<_, object_store::Error>(Some(all))
         })
-        .map_err(|e| store_error(unreachable(&e)))?
+        .map_err(|e| match counted.refusal().take() {
+            Some(over) => Error::Budget(over),
+            None => store_error(unreachable(&e)),
+        })?
         .ok_or_else(|| {
             refused(format!(
                 "more than {max_objects} objects under the prefix (--max-remote-files)"
@@ -245,6 +254,15 @@ impl RemoteObject for StoreObject {
     }
 }
 
+/// object_store's message, at most [`MAX_MESSAGE`] characters: it may quote what the store
+/// sent (an object's name, up to 1 KiB each).
 fn unreachable(error: &object_store::Error) -> RemoteError {
-    RemoteError::Unreachable(error.to_string())
+    let text = error.to_string();
+    let mut message: String = text.chars().take(MAX_MESSAGE).collect();
+    if message.len() < text.len() {
+        message.push('…');
+    }
+    RemoteError::Unreachable(message)
 }
+
+const MAX_MESSAGE: usize = 600;

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 /// The first bytes fetched of every object before any reading: a safetensors header, a
 /// pickle's start, a `.npy` or GGUF header lie there. Anything else (a zip's end records) is
@@ -30,6 +31,8 @@ static LIMITS: RwLock<RemoteLimits> = RwLock::new(RemoteLimits {
 });
 static BYTES: AtomicU64 = AtomicU64::new(0);
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
+/// When the run's remote reading must end (`--remote-deadline`), and the limit it was set from.
+static DEADLINE: RwLock<Option<(Instant, Duration)>> = RwLock::new(None);
 
 #[derive(Debug)]
 pub(crate) struct Mounted {
@@ -91,9 +94,32 @@ pub fn set_limits(limits: RemoteLimits) {
     *LIMITS.write().unwrap_or_else(|e| e.into_inner()) = limits;
 }
 
+/// Sets how long the run's remote reading may go on: `limit` from `start`. Past it, every
+/// request is refused before it is sent.
+pub fn set_deadline(start: Instant, limit: Duration) {
+    // A limit too large to add is no deadline at all.
+    *DEADLINE.write().unwrap_or_else(|e| e.into_inner()) =
+        start.checked_add(limit).map(|at| (at, limit));
+}
+
 /// Counts what was fetched outside any object's reads (a listing's pages) against the run's
-/// limits: `requests` requests and `bytes` bytes. Refused, naming the bound, once past them.
+/// limits: `requests` requests and `bytes` bytes. Refused, naming the bound, once past them or
+/// past the run's deadline.
 pub fn charge(path: &Path, requests: u64, bytes: u64) -> Result<()> {
+    let deadline = *DEADLINE.read().unwrap_or_else(|e| e.into_inner());
+    if let Some((at, limit)) = deadline {
+        let now = Instant::now();
+        if now >= at {
+            let taken = limit.saturating_add(now.duration_since(at));
+            return Err(Error::RemoteBudget {
+                path: path.to_owned(),
+                bound: RemoteBound::Deadline,
+                // Whole seconds, rounded up: never less than the limit passed.
+                needed: taken.as_secs() + u64::from(taken.subsec_nanos() > 0),
+                limit: limit.as_secs(),
+            });
+        }
+    }
     let limits = *LIMITS.read().unwrap_or_else(|e| e.into_inner());
     let made = REQUESTS
         .fetch_add(requests, Ordering::Relaxed)

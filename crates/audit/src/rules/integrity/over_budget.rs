@@ -15,10 +15,10 @@ declare_rule!(OverBudget {
 What it checks
   That each file is judged within the limits the run sets: `--max-memory` (`max_memory` in
   tensorplay.toml; what reading a file may hold), `--max-remote-bytes` and `--max-requests`
-  (what all remote reads of the run may fetch), `--timeout-per-file` (how long one file may
-  take). A file whose audit would go past one is refused unjudged; the finding names the
-  limit, what the file needed so far against what the limit allows, and the flag that
-  raises it.
+  (what all remote reads of the run may fetch), `--remote-deadline` (how long they may go on),
+  `--timeout-per-file` (how long one file may take). A file whose audit would go past one is
+  refused unjudged; the finding names the limit, what the file needed so far against what the
+  limit allows, and the flag that raises it.
 
 Why it matters
   A file that was not judged must not pass the gate, but it is not known to be corrupt
@@ -36,8 +36,9 @@ Example
 How to fix
   Raise the limit the finding names above what it says the file needs, where the machine
   has it: `--max-memory 5GiB` (or `max_memory = \"5GiB\"` in tensorplay.toml),
-  `--max-remote-bytes 1GiB`, `--max-requests 20000`, `--timeout-per-file 1200`. A remote
-  audit without `--deep` fetches metadata only; a local copy needs no remote budget.",
+  `--max-remote-bytes 1GiB`, `--max-requests 20000`, `--remote-deadline 2h`,
+  `--timeout-per-file 1200`. A remote audit without `--deep` fetches metadata only; a local
+  copy needs no remote budget.",
     check: check,
     read_failure: read_failure,
 });
@@ -82,6 +83,14 @@ fn fix(limit: &ReadError) -> String {
             ..
         } => format!(
             "{NOT_CORRUPT}: raise --max-requests above {limit}, e.g. --max-requests {}; a local copy needs no requests",
+            limit.saturating_mul(2).max(1),
+        ),
+        ReadError::RemoteBudget {
+            bound: RemoteBound::Deadline,
+            limit,
+            ..
+        } => format!(
+            "{NOT_CORRUPT}: raise --remote-deadline above {limit} s, e.g. --remote-deadline {}s, where the store is slow rather than stalling; a local copy needs no remote reads",
             limit.saturating_mul(2).max(1),
         ),
         ReadError::TimeLimit { seconds, .. } => format!(
@@ -165,6 +174,16 @@ mod tests {
                 },
                 "--max-requests",
                 "--max-requests 20",
+            ),
+            (
+                ReadError::RemoteBudget {
+                    path: path(),
+                    bound: RemoteBound::Deadline,
+                    needed: 601,
+                    limit: 600,
+                },
+                "--remote-deadline",
+                "--remote-deadline 1200s",
             ),
             (
                 ReadError::TimeLimit {
