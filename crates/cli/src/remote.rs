@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tensorplay_audit::report::RemoteFacts;
 use tensorplay_audit::text::{human_bytes, plural, printable};
 use tensorplay_engine::files::{self, RemoteLimits, RemoteStats};
@@ -35,10 +35,11 @@ pub struct RemoteArgs {
     /// fails TP506, a listing not yet read is refused unjudged.
     #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration, default_value = "1h")]
     remote_deadline: Duration,
-    /// When the run's first remote path was resolved: its deadline counts from there. Kept
-    /// with the run's flags, so that each run (of a Python session's many) has its own.
+    /// Whether the run's remote reading has begun (at its first remote path, where the
+    /// deadline starts). Kept with the run's flags, so that each run (of a Python session's
+    /// many) has its own counts and deadline.
     #[arg(skip)]
-    started: OnceLock<Instant>,
+    begun: OnceLock<()>,
 }
 
 impl RemoteArgs {
@@ -49,14 +50,20 @@ impl RemoteArgs {
         if !tensorplay_remote::is_remote(&arg) {
             return Ok(path.to_owned());
         }
-        files::set_limits(RemoteLimits {
-            max_bytes: self.max_remote_bytes,
-            max_requests: self.max_requests,
+        // The run's first remote path starts its reading afresh: the counts, the deadline
+        // and the notes are this run's, however many ran before it in this process.
+        self.begun.get_or_init(|| {
+            let limits = RemoteLimits {
+                max_bytes: self.max_remote_bytes,
+                max_requests: self.max_requests,
+            };
+            files::begin_run(limits, self.remote_deadline);
+            MOUNTED.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            CHECKPOINTS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
         });
-        files::set_deadline(
-            *self.started.get_or_init(Instant::now),
-            self.remote_deadline,
-        );
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;
         options.timeout = Duration::from_secs(self.request_timeout);

@@ -11,10 +11,7 @@ use std::sync::Arc;
 pub fn mount(_path: impl Into<PathBuf>, _object: Arc<dyn RemoteObject>) {}
 
 /// Nothing to bound: remote objects are not read on this system.
-pub fn set_limits(_limits: RemoteLimits) {}
-
-/// Nothing to bound: remote objects are not read on this system.
-pub fn set_deadline(_start: std::time::Instant, _limit: std::time::Duration) {}
+pub fn begin_run(_limits: RemoteLimits, _deadline: std::time::Duration) {}
 
 /// Nothing to count: remote objects are not read on this system.
 pub fn charge(_path: &Path, _requests: u64, _bytes: u64) -> Result<()> {

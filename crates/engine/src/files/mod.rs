@@ -16,8 +16,8 @@ mod sparse;
 
 #[cfg(not(target_os = "linux"))]
 pub use elsewhere::{
-    bytes_left, charge, is_remote, listed_under, mount, read_whole, set_deadline, set_limits,
-    settle, stats, stats_under,
+    begin_run, bytes_left, charge, is_remote, listed_under, mount, read_whole, settle, stats,
+    stats_under,
 };
 pub use object::{ListedObject, RemoteError, RemoteLimits, RemoteObject, RemoteStats};
 #[cfg(target_os = "linux")]
@@ -26,8 +26,8 @@ pub(crate) use ranges::Ranges;
 pub(crate) use remote::Backed;
 #[cfg(target_os = "linux")]
 pub use remote::{
-    bytes_left, charge, is_remote, listed_under, mount, read_whole, set_deadline, set_limits,
-    settle, stats, stats_under,
+    begin_run, bytes_left, charge, is_remote, listed_under, mount, read_whole, settle, stats,
+    stats_under,
 };
 
 use crate::error::{Error, Result};

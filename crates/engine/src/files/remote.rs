@@ -89,17 +89,17 @@ pub fn mount(path: impl Into<PathBuf>, object: Arc<dyn RemoteObject>) {
         .insert(path, mounted);
 }
 
-/// Sets the run-wide bounds on remote reading.
-pub fn set_limits(limits: RemoteLimits) {
+/// Starts a run's remote reading: its bounds, nothing fetched or requested yet (a Python
+/// session's second audit does not inherit the first one's counts), and `deadline` from now,
+/// past which every request is refused before it is sent.
+pub fn begin_run(limits: RemoteLimits, deadline: Duration) {
     *LIMITS.write().unwrap_or_else(|e| e.into_inner()) = limits;
-}
-
-/// Sets how long the run's remote reading may go on: `limit` from `start`. Past it, every
-/// request is refused before it is sent.
-pub fn set_deadline(start: Instant, limit: Duration) {
+    BYTES.store(0, Ordering::Relaxed);
+    REQUESTS.store(0, Ordering::Relaxed);
     // A limit too large to add is no deadline at all.
-    *DEADLINE.write().unwrap_or_else(|e| e.into_inner()) =
-        start.checked_add(limit).map(|at| (at, limit));
+    *DEADLINE.write().unwrap_or_else(|e| e.into_inner()) = Instant::now()
+        .checked_add(deadline)
+        .map(|at| (at, deadline));
 }
 
 /// Counts what was fetched outside any object's reads (a listing's pages) against the run's
@@ -468,5 +468,30 @@ impl Mounted {
         }
         state.verified = true;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    // The only test of this binary that touches the run's counts, so none races it.
+    #[test]
+    fn a_run_begins_with_nothing_counted_and_ends_at_its_deadline() {
+        let limits = RemoteLimits {
+            max_bytes: 10,
+            max_requests: 5,
+        };
+        let path = Path::new("hf://org/model/w.safetensors");
+        let over = |r: Result<()>, want: RemoteBound| matches!(r, Err(Error::RemoteBudget { bound, .. }) if bound == want);
+        begin_run(limits, Duration::from_secs(60));
+        charge(path, 1, 10).expect("within the budget");
+        assert!(over(charge(path, 1, 1), RemoteBound::Bytes));
+        // A second run in the same process (a Python session's next audit) starts afresh.
+        begin_run(limits, Duration::from_secs(60));
+        charge(path, 1, 10).expect("a new run's budget");
+        begin_run(limits, Duration::ZERO);
+        assert!(over(charge(path, 1, 0), RemoteBound::Deadline));
     }
 }
