@@ -5,7 +5,7 @@
 //! `hf://ORG/REPO` resolves to [`SHA`] and lists what the hostility says; every listed file
 //! serves `file` by byte ranges at `/ORG/REPO/resolve/`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -93,30 +93,7 @@ fn serve(
     listed: &AtomicU64,
     pages: &AtomicU64,
 ) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let target = line
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
-    let mut range = None;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header)? == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            if name.eq_ignore_ascii_case("range") {
-                range = value
-                    .trim()
-                    .strip_prefix("bytes=")
-                    .and_then(|r| r.split_once('-'))
-                    .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
-            }
-        }
-    }
+    let super::request::Request { target, range, .. } = super::request::read(&stream)?;
     let mut out = stream;
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();

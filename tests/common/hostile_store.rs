@@ -6,7 +6,7 @@
 //! (`/devstoreaccount1/CONTAINER/KEY`); every object `HEAD`ed is missing, so a key is listed as
 //! a prefix.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -75,18 +75,7 @@ fn serve(
     listed: &AtomicU64,
     pages: &AtomicU64,
 ) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or_default().to_owned();
-    let target = parts.next().unwrap_or_default().to_owned();
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header)? == 0 || header.trim().is_empty() {
-            break;
-        }
-    }
+    let super::request::Request { method, target, .. } = super::request::read(&stream)?;
     let mut out = stream;
     if let Hostility::ErrorAnswer(status, body) = hostility {
         let body = if method == "HEAD" { "" } else { body };

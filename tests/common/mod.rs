@@ -6,6 +6,8 @@ pub mod hostile_hub;
 pub mod hostile_store;
 #[cfg(target_os = "linux")]
 pub mod range_server;
+#[cfg(target_os = "linux")]
+pub mod request;
 pub mod zip_writer;
 
 use std::path::{Path, PathBuf};

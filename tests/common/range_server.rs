@@ -3,7 +3,7 @@
 //! store shows (a whole body for a range, a changed object, a short body, 429, 500).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -121,24 +121,11 @@ fn serve(
     port: u16,
     hub: &Hub,
 ) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or_default().to_owned();
-    let target = parts.next().unwrap_or_default().to_owned();
-    let mut range = None;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header)? == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            if name.eq_ignore_ascii_case("range") {
-                range = parse_range(value.trim());
-            }
-        }
-    }
+    let super::request::Request {
+        method,
+        target,
+        range,
+    } = super::request::read(&stream)?;
     let mut out = stream;
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -347,11 +334,6 @@ fn list_container(dir: &Path, prefix: &str) -> String {
 }
 
 /// `bytes=START-END` (one range), inclusive.
-fn parse_range(value: &str) -> Option<(u64, u64)> {
-    let (start, end) = value.strip_prefix("bytes=")?.split_once('-')?;
-    Some((start.parse().ok()?, end.parse().ok()?))
-}
-
 /// Every file under `dir`, relative to `base`, with its size.
 fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, u64)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
