@@ -567,7 +567,7 @@ fn storage_key(heap: &Heap, tensor: Id) -> Option<String> {
         return None;
     };
     match heap.get(*heap.seq(*pid)?.get(2)?) {
-        Node::Str(s) => Some(s.to_string()),
+        Node::Str(s) => Some(String::from(&**s)),
         Node::Int(v) => Some(v.to_string()),
         _ => None,
     }
@@ -618,7 +618,7 @@ fn join(prefix: &str, key: String) -> String {
 /// would print it, roughly.
 fn key_text(heap: &Heap, id: Id) -> String {
     match heap.get(id) {
-        Node::Str(s) => s.to_string(),
+        Node::Str(s) => String::from(&**s),
         Node::Int(v) => v.to_string(),
         Node::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
         Node::None => "None".to_owned(),

@@ -117,7 +117,7 @@ pub(crate) fn storage_record(
         _ => return Err("storage type is not a class name".into()),
     };
     let key = match heap.get(key) {
-        Node::Str(s) => s.to_string(),
+        Node::Str(s) => String::from(&**s),
         Node::Int(v) => v.to_string(),
         _ => return Err("storage key is not a string".into()),
     };
