@@ -3,7 +3,12 @@ each claiming SHARD_MIB of tensor data behind a real header) and their index, se
 loopback S3-compatible server written here (ListObjectsV2, HEAD, ranged GET) that counts the
 requests and bytes it serves. Prints a Markdown row for BENCHMARKS.md.
 
-    python3 scripts/bench-remote.py [--shards 100] [--shard-mib 210] [--binary target/release/tensorplay]
+    python3 scripts/bench-remote.py [--shards 100] [--shard-mib 210] [--latency-ms 0] [--jobs N]
+        [--binary target/release/tensorplay]
+
+--latency-ms holds each answer back that long, as a store across a network does (a loopback
+server answers in microseconds, which hides whether requests wait for each other); --jobs is
+passed to the audit.
 """
 
 import argparse
@@ -46,7 +51,7 @@ def write_shards(root: Path, shards: int, shard_mib: int) -> int:
     return claimed
 
 
-def handler(root: Path):
+def handler(root: Path, latency: float):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -54,6 +59,7 @@ def handler(root: Path):
             pass
 
         def send(self, status, headers, body=b""):
+            time.sleep(latency)
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)
@@ -104,24 +110,29 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shards", type=int, default=100)
     ap.add_argument("--shard-mib", type=int, default=210)
+    ap.add_argument("--latency-ms", type=float, default=0.0)
+    ap.add_argument("--jobs", type=int)
     ap.add_argument("--binary", default="target/release/tensorplay")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         claimed = write_shards(root, args.shards, args.shard_mib)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler(root))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler(root, args.latency_ms / 1000))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{server.server_port}",
                    AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
         start = time.monotonic()
-        run = subprocess.run([args.binary, "audit", "--format", "json", f"s3://{BUCKET}/model"],
+        jobs = ["--jobs", str(args.jobs)] if args.jobs else []
+        run = subprocess.run([args.binary, "audit", "--format", "json", *jobs, f"s3://{BUCKET}/model"],
                              env=env, capture_output=True, text=True)
         wall = time.monotonic() - start
         server.shutdown()
         report = json.loads(run.stdout)
         note = next((l for l in run.stderr.splitlines() if l.startswith("note:")), "")
         print(f"exit {run.returncode}; {report['summary']['tensors']} tensors; {note}")
-        print(f"| metadata audit of `s3://` {args.shards} shards + index, {claimed / 1e9:.1f} GB claimed "
+        setting = f", {args.latency_ms:g} ms a request" if args.latency_ms else ""
+        setting += f", --jobs {args.jobs}" if args.jobs else ""
+        print(f"| metadata audit of `s3://` {args.shards} shards + index, {claimed / 1e9:.1f} GB claimed{setting} "
               f"| {served['bytes'] / 1e6:.1f} MB served in {served['requests']} requests "
               f"({100 * served['bytes'] / claimed:.3f} % of the set) | {wall:.1f} s |")
 

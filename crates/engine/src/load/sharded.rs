@@ -5,6 +5,7 @@ use super::limits::ReadLimits;
 use super::{read_judged, single_file, sink, Reader, ShardIndex, Sink};
 use crate::error::{Error, Result};
 use crate::{files, Checkpoint, Format};
+use rayon::prelude::*;
 use std::path::Path;
 
 /// Reads every shard the index names (in sorted name order) into one checkpoint, whose format
@@ -40,15 +41,22 @@ pub(super) fn read(path: &Path, index: &ShardIndex, limits: ReadLimits) -> Resul
 }
 
 /// Every shard's reader, from its content, before any shard is read. All must form one
-/// index format: zip and legacy shards are both `torch.save` output and may mix.
+/// index format: zip and legacy shards are both `torch.save` output and may mix. The shards
+/// are opened side by side (as many at once as the run has threads, `--jobs`): a remote
+/// shard's first bytes are a request each, and a set of a hundred shards waits for one round
+/// trip per thread instead of one per shard. The first error in shard order is the one told.
 fn shard_readers<'a>(path: &Path, index: &'a ShardIndex) -> Result<Vec<(&'a str, Reader)>> {
     let shards = index.shards();
+    let opened: Vec<Result<Reader>> = shards
+        .par_iter()
+        .map(|shard| {
+            files::open(&ShardIndex::shard_path(path, shard))
+                .and_then(|buffer| single_file(&buffer))
+        })
+        .collect();
     let mut readers: Vec<(&str, Reader)> = Vec::with_capacity(shards.len());
-    for shard in shards {
-        let shard_path = ShardIndex::shard_path(path, shard);
-        let reader = files::open(&shard_path)
-            .and_then(|buffer| single_file(&buffer))
-            .map_err(in_shard(path))?;
+    for (&shard, reader) in shards.iter().zip(opened) {
+        let reader = reader.map_err(in_shard(path))?;
         if let Some((_, first)) = readers.first() {
             if first.file.index != reader.file.index {
                 return Err(Error::IndexMixedFormats {
