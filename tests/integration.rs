@@ -36,6 +36,7 @@ mod joblib;
 mod keras;
 mod legacy_streams;
 mod models;
+mod nested;
 mod numpy;
 mod partition;
 mod partition_auto;

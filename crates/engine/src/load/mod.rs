@@ -24,6 +24,7 @@ mod json;
 mod keras;
 mod limits;
 pub mod live;
+mod nested;
 mod numpy;
 mod pickle_file;
 mod pickle_start;
