@@ -56,6 +56,7 @@ mod renderers;
 mod report_limits;
 mod robustness;
 mod rules_doc;
+mod sb3;
 mod scale;
 mod signatures;
 // Served by the loopback Hub, which needs Linux's remote reads as `remote` does.

@@ -32,6 +32,7 @@ mod polyglot;
 mod probe;
 mod pt2;
 mod safetensors;
+mod sb3;
 mod sharded;
 mod sink;
 mod sniff;

@@ -38,7 +38,19 @@ pub(crate) fn read(
     bytes: Box<[u8]>,
     sink: &mut Sink<'_>,
 ) -> Result<()> {
-    let place = format!("{member}:{name}");
+    read_at(path, &format!("{member}:{name}"), name, bytes, sink)
+}
+
+/// Reads `bytes` through `sink` as the checkpoint they hold, from `place` in `path` (where its
+/// globals are named and its errors point), its tensors named under `name`.
+pub(crate) fn read_at(
+    path: &Path,
+    place: &str,
+    name: &str,
+    bytes: Box<[u8]>,
+    sink: &mut Sink<'_>,
+) -> Result<()> {
+    let place = place.to_owned();
     if sink.archive_depth() >= MAX_DEPTH {
         return Err(Error::Malformed {
             path: path.to_owned(),
