@@ -36,8 +36,8 @@ pub(crate) struct Named {
     /// What holds no tensor: the outermost such values by name (`epoch`,
     /// `optimizer.param_groups`), the first [`MAX_LEFT_OUT`] of them, and how many in all.
     pub left_out: LeftOut,
-    /// Byte strings holding a checkpoint of their own (`super::nested`), by name: read as
-    /// nested archives once the object's own tensors are.
+    /// Byte strings that begin as a checkpoint does (`super::nested`), by name: read as
+    /// nested archives once the object's own tensors are (or passed over as data).
     pub nested: Vec<(String, Id)>,
 }
 
@@ -324,7 +324,7 @@ impl Walk<'_> {
                 self.charge("")?;
                 self.out.storages.push(id);
             }
-            Node::Bytes(bytes) if super::nested::is_nested(bytes) => {
+            Node::Bytes(bytes) if super::nested::may_be_nested(bytes) => {
                 let name = root_or(name);
                 self.charge(&name)?;
                 self.out.nested.push((name, id));
@@ -603,7 +603,7 @@ fn holds_nothing(node: &Node) -> bool {
             | Node::Float(_)
             | Node::Str(_)
             | Node::Global(_)
-    ) || matches!(node, Node::Bytes(b) if !super::nested::is_nested(b))
+    ) || matches!(node, Node::Bytes(b) if !super::nested::may_be_nested(b))
 }
 
 /// A tensor's name: the path to it, or [`ROOT_NAME`] for the saved object itself.

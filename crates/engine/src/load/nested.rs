@@ -19,14 +19,21 @@ use std::path::Path;
 /// How many archives deep a nested archive may lie (an archive in a pickle in an archive…).
 pub(crate) const MAX_DEPTH: usize = 4;
 
-/// Whether a byte string holds a checkpoint read as a nested archive.
-pub(crate) fn is_nested(bytes: &[u8]) -> bool {
-    if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(super::numpy::MAGIC) {
-        return true;
-    }
+/// Whether a byte string may hold a checkpoint, by its first bytes alone: what a walk of a
+/// pickle's values asks of every reference to it, so it costs nothing however long it is.
+/// [`is_nested`] settles it once per byte string.
+pub(crate) fn may_be_nested(bytes: &[u8]) -> bool {
     // PROTO 2 to 5: what torch.save's legacy stream and every modern pickle start with. Protocol
     // 0 and 1 start with whatever they push, as text may: such bytes are left as data.
-    matches!(bytes, [0x80, 2..=5, ..]) && pickle_start::begins_pickle(bytes)
+    bytes.starts_with(b"PK\x03\x04")
+        || bytes.starts_with(super::numpy::MAGIC)
+        || matches!(bytes, [0x80, 2..=5, ..])
+}
+
+/// Whether a byte string holds a checkpoint read as a nested archive: a zip, an `.npy`, or a
+/// protocol 2+ pickle CPython would run (walked whole).
+pub(crate) fn is_nested(bytes: &[u8]) -> bool {
+    may_be_nested(bytes) && (!bytes.starts_with(b"\x80") || pickle_start::begins_pickle(bytes))
 }
 
 /// Reads `bytes`, the value named `name` in member `member` of `path`, through `sink` as the
@@ -50,6 +57,10 @@ pub(crate) fn read_at(
     bytes: Box<[u8]>,
     sink: &mut Sink<'_>,
 ) -> Result<()> {
+    if !is_nested(&bytes) {
+        // Array data or text that only begins like a pickle: data, as to every loader.
+        return Ok(());
+    }
     let place = place.to_owned();
     if sink.archive_depth() >= MAX_DEPTH {
         return Err(Error::Malformed {
@@ -128,6 +139,9 @@ mod tests {
 
     #[test]
     fn only_archives_and_protocol_2_pickles_are_nested_checkpoints() {
+        // The walk's test looks at the first bytes only; the read's walks the pickle.
+        assert!(may_be_nested(b"\x80\x02\xff\xfe\x00\x00"));
+        assert!(!may_be_nested(b"(dp0\n."));
         assert!(is_nested(b"PK\x03\x04rest"));
         assert!(is_nested(b"\x93NUMPY\x01\x00v\x00{"));
         // `pickle.dumps({}, protocol=2)`, and a legacy torch.save's magic number.
