@@ -36,6 +36,7 @@ mod joblib;
 mod keras;
 mod legacy_streams;
 mod models;
+mod nested;
 mod numpy;
 mod partition;
 mod partition_auto;
@@ -55,6 +56,7 @@ mod renderers;
 mod report_limits;
 mod robustness;
 mod rules_doc;
+mod sb3;
 mod scale;
 mod signatures;
 // Served by the loopback Hub, which needs Linux's remote reads as `remote` does.

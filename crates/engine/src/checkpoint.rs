@@ -50,6 +50,9 @@ pub enum Format {
     Keras,
     /// An HDF5 file (Keras' legacy `.h5` models and weights, h5py): recognised, not read.
     Hdf5,
+    /// A stable-baselines3 model (`model.save`): a zip of `data` (JSON with cloudpickled
+    /// values) and `torch.save` archives (`policy.pth`, …).
+    StableBaselines3,
     /// No file: tensors of a running process, described by it (`load::live`).
     Live,
 }
@@ -74,6 +77,7 @@ impl Format {
             Format::ChatTemplate => "chat-template",
             Format::Keras => "keras",
             Format::Hdf5 => "hdf5",
+            Format::StableBaselines3 => "stable-baselines3",
             Format::Live => "live",
         }
     }

@@ -587,6 +587,20 @@ impl Error {
         }
     }
 
+    /// This error with each global it names changed by `f`.
+    pub(crate) fn map_unsafe_globals(self, f: impl FnMut(&mut UnsafeGlobal)) -> Error {
+        match self {
+            Error::RefusedWithUnsafeGlobals {
+                source,
+                mut globals,
+            } => {
+                globals.iter_mut().for_each(f);
+                Error::RefusedWithUnsafeGlobals { source, globals }
+            }
+            error => error,
+        }
+    }
+
     /// This error, naming `globals` too when there are any.
     pub fn with_unsafe_globals(self, mut globals: Vec<UnsafeGlobal>) -> Error {
         if globals.is_empty() {

@@ -36,6 +36,9 @@ pub(crate) struct Named {
     /// What holds no tensor: the outermost such values by name (`epoch`,
     /// `optimizer.param_groups`), the first [`MAX_LEFT_OUT`] of them, and how many in all.
     pub left_out: LeftOut,
+    /// Byte strings that begin as a checkpoint does (`super::nested`), by name: read as
+    /// nested archives once the object's own tensors are (or passed over as data).
+    pub nested: Vec<(String, Id)>,
 }
 
 /// Names of values holding no tensor that a walk keeps.
@@ -213,9 +216,12 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// How many tensors, composites and storages were found so far.
+    /// How many tensors, composites, storages and nested archives were found so far.
     fn found(&self) -> usize {
-        self.out.tensors.len() + self.out.composites.len() + self.out.storages.len()
+        self.out.tensors.len()
+            + self.out.composites.len()
+            + self.out.storages.len()
+            + self.out.nested.len()
     }
 
     /// `prefix.key`, counted as work.
@@ -317,6 +323,11 @@ impl Walk<'_> {
             Node::Persistent(_) => {
                 self.charge("")?;
                 self.out.storages.push(id);
+            }
+            Node::Bytes(bytes) if super::nested::may_be_nested(bytes) => {
+                let name = root_or(name);
+                self.charge(&name)?;
+                self.out.nested.push((name, id));
             }
             Node::Dict(pairs) => {
                 for &(k, v) in pairs {
@@ -591,9 +602,8 @@ fn holds_nothing(node: &Node) -> bool {
             | Node::BigInt(_)
             | Node::Float(_)
             | Node::Str(_)
-            | Node::Bytes(_)
             | Node::Global(_)
-    )
+    ) || matches!(node, Node::Bytes(b) if !super::nested::may_be_nested(b))
 }
 
 /// A tensor's name: the path to it, or [`ROOT_NAME`] for the saved object itself.

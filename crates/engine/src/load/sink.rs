@@ -46,6 +46,8 @@ pub(crate) struct Scope {
     members: Vec<String>,
     /// What every tensor read is held as, where the reader does not say.
     held_as: Option<HeldAs>,
+    /// How many nested archives (a pickle's byte strings read as checkpoints) enclose it.
+    archives: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -100,8 +102,15 @@ impl Scope {
         self
     }
 
+    /// What is read is a nested archive, one deeper than this scope.
+    pub fn archive(mut self) -> Self {
+        self.archives += 1;
+        self
+    }
+
     /// `inner` seen from this scope: its keys, names and members, then this scope's.
     fn around(&self, mut inner: Scope) -> Scope {
+        inner.archives += self.archives;
         inner.keys.insert_str(0, &self.keys);
         inner.names.extend(self.names.iter().cloned());
         inner.members.extend(self.members.iter().cloned());
@@ -186,6 +195,11 @@ impl<'a> Sink<'a> {
     /// The read's memory account.
     pub fn meter(&self) -> &'a Meter {
         self.meter
+    }
+
+    /// How many nested archives enclose what this sink reads.
+    pub fn archive_depth(&self) -> usize {
+        self.scope.archives
     }
 
     /// A sink writing into the same checkpoint under `scope`, inside this one's.
@@ -344,6 +358,14 @@ impl<'a> Sink<'a> {
         self.out.unsafe_globals.split_off(mark)
     }
 
+    /// Puts back, in front and as they are, globals taken with
+    /// [`take_unsafe_globals`](Self::take_unsafe_globals): what a nested reading set aside so that
+    /// its refusal names only its own.
+    pub fn restore_unsafe_globals(&mut self, mut globals: Vec<UnsafeGlobal>) {
+        globals.append(&mut self.out.unsafe_globals);
+        self.out.unsafe_globals = globals;
+    }
+
     /// Every global named so far.
     pub fn unsafe_globals(&self) -> &[UnsafeGlobal] {
         &self.out.unsafe_globals
@@ -390,6 +412,10 @@ impl<'a> Sink<'a> {
 
     /// Notes what `torch.load` would do with one more file or pickle: the first refusal stays.
     pub fn weights_only(&mut self, next: WeightsOnly) {
+        // torch.load of the file never loads a nested archive: a pickle's bytes are bytes to it.
+        if self.scope.archives > 0 {
+            return;
+        }
         self.out.weights_only = Some(match self.out.weights_only.take() {
             Some(so_far) => so_far.and(next),
             None => next,

@@ -21,6 +21,7 @@ use super::pickle_file;
 use super::polyglot;
 use super::pt2;
 use super::safetensors;
+use super::sb3;
 use super::sniff::{self, Sniffed};
 use super::torch::{self, archive::Archive};
 use super::zip::{self, Zip};
@@ -36,7 +37,7 @@ use std::sync::Arc;
 /// loaders last, which take whatever runs; zip archives as torch tells them apart, the last
 /// claiming any.
 #[rustfmt::skip]
-pub(crate) const FORMATS: [&Row; 19] = [
+pub(crate) const FORMATS: [&Row; 20] = [
     // Files, by their whole bytes.
     &numpy::ROW,
     &gguf::ROW,
@@ -54,6 +55,7 @@ pub(crate) const FORMATS: [&Row; 19] = [
     &numpy::NPZ,
     &pt2::flat::ROW,
     &keras::ROW,
+    &sb3::ROW,
     &pt2::ROW,
     &torch::archive::ROW,
     // Directories, by their files.

@@ -229,6 +229,18 @@ impl Heap {
         }
     }
 
+    /// Moves a byte string out of the values (a nested archive, read apart), leaving `None`.
+    pub(crate) fn take_bytes(&mut self, id: Id) -> Option<Box<[u8]>> {
+        let node = self.nodes.get_mut(id as usize)?;
+        match std::mem::replace(node, Node::None) {
+            Node::Bytes(bytes) => Some(bytes),
+            other => {
+                *node = other;
+                None
+            }
+        }
+    }
+
     /// Number of values.
     pub fn len(&self) -> usize {
         self.nodes.len()

@@ -180,6 +180,7 @@ fn add_unpickled(
         composites,
         storages: saved_alone,
         left_out,
+        nested,
     } = named;
     sink.add_left_out(left_out.count, left_out.names);
     // The names stay with the checkpoint: held for the rest of the read, so the next stream
@@ -203,11 +204,19 @@ fn add_unpickled(
     let specs = Specs::take(heap, names, &records);
     records.learn_dtypes(&specs);
     let composites = composite_specs(heap, composites);
+    // A byte string reached under two names is read once, under the first.
+    let nested: Vec<(String, Box<[u8]>)> = nested
+        .into_iter()
+        .filter_map(|(name, id)| Some((name, heap.take_bytes(id)?)))
+        .collect();
     drop(std::mem::take(heap));
     let storages = records.storages(&member, source, sink)?;
     drop(records);
     let dtypes = add_tensors(&member, specs, &storages, !composites.is_empty(), sink)?;
     add_composites(&member, composites, dtypes, sink)?;
+    for (name, bytes) in nested {
+        super::nested::read(member.path, member.name, &name, bytes, sink)?;
+    }
     Ok(())
 }
 
