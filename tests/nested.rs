@@ -5,7 +5,7 @@
 //! them (TP501); nesting past the cap and nested bytes past `--max-memory` refused.
 
 use crate::common::{
-    audit_json as audit, error_findings, inspect_json as inspect, read_json, root,
+    audit_json as audit, error_findings, inspect_json as inspect, read_json, root, unsafe_globals,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -20,24 +20,8 @@ fn truth() -> Value {
 
 /// Every unsafe global of a file's audit as (`module.name`, member).
 fn globals(path: &str) -> Vec<(String, String)> {
-    let report = audit(path);
-    // TP501's message says where (`<member> at byte N`) and what (`references <global>:`).
-    report["files"][0]["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .filter(|f| f["code"] == "TP501")
-        .map(|f| {
-            let message = f["message"].as_str().expect("message");
-            let (member, rest) = message.split_once(" at byte ").expect("member");
-            let global = rest
-                .split_once(" references ")
-                .and_then(|(_, g)| g.split_once(':'))
-                .map(|(g, _)| g)
-                .expect("global");
-            (global.to_owned(), member.to_owned())
-        })
-        .collect()
+    let found = unsafe_globals(&audit(path)).into_iter();
+    found.map(|(member, global)| (global, member)).collect()
 }
 
 #[test]

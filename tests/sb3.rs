@@ -7,7 +7,8 @@
 
 use crate::common::zip_writer::ZipWriter;
 use crate::common::{
-    audit_json as audit, audit_json_with, inspect_json as inspect, read_json, root, TempConfig,
+    audit_json as audit, audit_json_with, inspect_json as inspect, read_json, root, unsafe_globals,
+    TempConfig,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -24,22 +25,7 @@ fn tp501(path: &str) -> BTreeSet<(String, String)> {
 
 /// Each TP501 of an audit report's one file as (member, `module.name`).
 fn tp501_in(report: &Value) -> BTreeSet<(String, String)> {
-    report["files"][0]["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .filter(|f| f["code"] == "TP501")
-        .map(|f| {
-            let message = f["message"].as_str().expect("message");
-            let (member, rest) = message.split_once(" at byte ").expect("member");
-            let global = rest
-                .split_once(" references ")
-                .and_then(|(_, g)| g.split_once(':'))
-                .map(|(g, _)| g)
-                .expect("global");
-            (member.to_owned(), global.to_owned())
-        })
-        .collect()
+    unsafe_globals(report).into_iter().collect()
 }
 
 /// Truth's `:serialized:` globals as (member tensorplay names them under, `module.name`).

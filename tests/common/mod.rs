@@ -144,6 +144,27 @@ impl TempConfig {
     }
 }
 
+/// Each TP501 of a report's first file as (member, `module.name`): its message says where
+/// (`<member> at byte N`) and what (`references <global>:`).
+pub fn unsafe_globals(report: &serde_json::Value) -> Vec<(String, String)> {
+    report["files"][0]["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["code"] == "TP501")
+        .map(|f| {
+            let message = f["message"].as_str().expect("message");
+            let (member, rest) = message.split_once(" at byte ").expect("member");
+            let global = rest
+                .split_once(" references ")
+                .and_then(|(_, g)| g.split_once(':'))
+                .map(|(g, _)| g)
+                .expect("global");
+            (member.to_owned(), global.to_owned())
+        })
+        .collect()
+}
+
 /// Each file's error findings in a JSON report, as (code, message).
 pub fn error_findings(report: &serde_json::Value) -> Vec<Vec<(String, String)>> {
     report["files"]

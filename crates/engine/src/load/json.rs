@@ -7,6 +7,9 @@ use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 
+/// Memory a parsed JSON member may take per byte of its text, charged before it is parsed.
+pub(crate) const COST_PER_BYTE: u64 = 8;
+
 /// Entries of a JSON object in the order written, duplicates included.
 pub(crate) struct Entries<V>(pub Vec<(String, V)>);
 

@@ -29,9 +29,6 @@ const DATA: &str = "data";
 const VERSION: &str = "_stable_baselines3_version";
 const SERIALIZED: &str = ":serialized:";
 
-/// Memory a parsed `data` member may take per byte of text, charged before parsing.
-const JSON_COST: u64 = 8;
-
 /// stable-baselines3's archives, by their records: a root `data` member beside SB3's version
 /// record or a `.pth` member (SB3 before 1.2 wrote no version), which no other zip kind has.
 pub(crate) const ROW: Row = Row {
@@ -67,7 +64,7 @@ pub(crate) fn read_archive(mut archive: Archive<'_>, sink: &mut Sink<'_>) -> Res
             nested::read_at(&path, &name, key, bytes.into(), sink)?;
         } else if name == DATA {
             let text = archive.read_at(index)?;
-            let cost = (text.len() as u64).saturating_mul(JSON_COST);
+            let cost = (text.len() as u64).saturating_mul(super::json::COST_PER_BYTE);
             archive
                 .meter
                 .check(&path, cost, || format!("parsing member {DATA}"))?;

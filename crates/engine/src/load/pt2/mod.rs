@@ -49,9 +49,6 @@ const AOTINDUCTOR_DIR: &str = "data/aotinductor/";
 const TENSOR_CONSTANT_PREFIX: &str = "tensor_";
 const CUSTOM_OBJ_PREFIX: &str = "custom_obj_";
 
-/// Memory a parsed JSON member may take per byte of text, charged before parsing.
-const JSON_COST: u64 = 8;
-
 /// `torch.export.save`'s archives, by their records.
 pub(crate) const ROW: Row = Row {
     what: "a torch.export archive",
@@ -302,7 +299,7 @@ impl ModelReader<'_, '_, '_> {
             .archive
             .read(name)?
             .ok_or_else(|| self.archive.err(&full, "record is missing"))?;
-        let cost = (bytes.len() as u64).saturating_mul(JSON_COST);
+        let cost = (bytes.len() as u64).saturating_mul(crate::load::json::COST_PER_BYTE);
         self.archive
             .meter
             .check(self.archive.path(), cost, || format!("parsing {full}"))?;
