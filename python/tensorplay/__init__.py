@@ -103,7 +103,7 @@ def _paths(function, path):
 
 def audit_file(path, **options):
     """``tensorplay audit PATH``: the report of a checkpoint file, sharded index or directory
-    (or a list of them), nothing printed. Options are the command's flags:
+    (or a list of them), nothing printed. Options are the command's audit options:
     ``select``, ``ignore``, ``fail_on``, ``config``, ``baseline``, ``metadata_only``,
     ``gpu_budget``, ``max_memory``, ``expect``, ``load_to``, ``allow_empty``,
     ``timeout_per_file``, ``template_baseline`` (``None`` leaves one at its default). Raises
