@@ -370,7 +370,7 @@ fn the_request_budget_refuses_a_read_that_needs_more_requests() {
     zeros_safetensors(&dir.0.join("f.safetensors"), 1);
     let server = RangeServer::start(&dir.0);
     let url = server.url("f.safetensors");
-    // The first range takes the one request allowed; --deep needs another for the rest.
+    // The HEAD takes the one request allowed; the first range is one more.
     let out = audit(&["--deep", "--max-requests", "1", &url], None);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let (code, message, fix) = only_finding(&out);

@@ -110,9 +110,9 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
     }
     if arg.starts_with("http://") || arg.starts_with("https://") {
         check_scheme(arg, options).map_err(|e| refused(&e))?;
-        // Its HEAD is sent only within the run's deadline and budget (counting nothing: the
-        // budget counts what reading an object fetches, as for every store).
-        files::charge(Path::new(arg), 0, 0).map_err(Error::Budget)?;
+        // Its HEAD is a request of the run, counted before it is sent as an S3 or Azure
+        // key's HEAD is: everything a server is asked counts against --max-requests.
+        files::charge(Path::new(arg), 1, 0).map_err(Error::Budget)?;
         let object = http::HttpObject::open(&client, arg, HeaderMap::new(), options.timeout)
             .map_err(store)?;
         let path = PathBuf::from(arg);
