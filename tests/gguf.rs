@@ -4,12 +4,12 @@
 //! where gguf-py reads it, the finding; NaN and Inf as TP401, in elements and in the
 //! float16 scales of quantised blocks; `.gguf` found by discovery.
 
+use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, audit_json_with, corrupt_refusal, error_findings, inspect_json as inspect,
     read_json, root, stderr, stdout, tensorplay, TempDir,
 };
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tensorplay_engine::load;
 
 const TRUTH: &str = "fixtures/gguf/truth.json";
@@ -106,12 +106,7 @@ fn every_good_file_reads_as_gguf_py_read_it() {
                 assert_eq!(ptr["backend"], "mmap", "{name}");
                 assert_eq!(ptr["offset"], g["data_offset"], "{name}");
             }
-            let bytes = held.tensor_impl().view_bytes().expect("bytes");
-            assert_eq!(
-                format!("{:x}", Sha256::digest(bytes)),
-                g["sha256"],
-                "{name}"
-            );
+            assert_eq!(view_sha256(held), g["sha256"], "{name}");
             // A block type: a composite of its GGML type, over the logical shape.
             let composite = composites.iter().find(|c| c["name"] == g["name"]);
             match composite {

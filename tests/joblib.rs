@@ -5,12 +5,12 @@
 //! compressed files of every compressor `joblib.load` picks by magic inflated within the
 //! memory budget; discovery.
 
+use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, audit_json_with, error_findings, inspect_json as inspect, read_json, root,
     stdout, tensorplay, TempConfig, TempDir,
 };
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tensorplay_engine::load::{self, ReadLimits};
 
 const DIR: &str = "fixtures/joblib";
@@ -82,12 +82,7 @@ fn every_array_reads_as_joblib_read_it() {
                     assert_eq!(storage["data_ptr"]["offset"], *offset, "{name}");
                 }
             }
-            let bytes = read.tensor_impl().view_bytes().expect("bytes");
-            assert_eq!(
-                format!("{:x}", Sha256::digest(bytes)),
-                a["sha256"],
-                "{name}"
-            );
+            assert_eq!(view_sha256(read), a["sha256"], "{name}");
             arrays += 1;
         }
         // Every global joblib's unpickler resolved is named (Python 2 names mapped).

@@ -4,11 +4,11 @@
 //! path with its dtype, shape and elements; the globals inside judging the file that holds
 //! them (TP501); nesting past the cap and nested bytes past `--max-memory` refused.
 
+use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, error_findings, inspect_json as inspect, read_json, root, unsafe_globals,
 };
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tensorplay_engine::load::{self, ReadLimits};
 use tensorplay_engine::ErrorKind;
 
@@ -41,12 +41,7 @@ fn every_nested_tensor_is_named_under_its_value_and_reads_as_its_library_read_it
             let name = format!("{path}: {}", want["name"]);
             assert_eq!(t["dtype"], want["dtype"], "{name}");
             assert_eq!(t["shape"], want["shape"], "{name}");
-            let bytes = read.tensor_impl().view_bytes().expect("bytes");
-            assert_eq!(
-                format!("{:x}", Sha256::digest(bytes)),
-                want["sha256"],
-                "{name}"
-            );
+            assert_eq!(view_sha256(read), want["sha256"], "{name}");
             checked += 1;
         }
         // Each nested archive's storages are keyed under its value: none collides with

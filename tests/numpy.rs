@@ -3,12 +3,12 @@
 //! tensors, layouts, storages and bytes; every refused file's error, its TP code and its
 //! message; the object arrays' globals as TP501.
 
+use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, corrupt_refusal, error_findings, inspect_json as inspect, read_json, root,
     stdout, tensorplay, TempDir,
 };
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tensorplay_engine::{load, Error};
 
 const TRUTH: &str = "fixtures/numpy/truth.json";
@@ -79,12 +79,7 @@ fn every_good_file_reads_as_numpy_read_it() {
                 assert_eq!(ptr["offset"], offset, "{name}");
             }
             // The bytes are numpy's elements, little-endian, in storage order.
-            let bytes = read.tensor_impl().view_bytes().expect("bytes");
-            assert_eq!(
-                format!("{:x}", Sha256::digest(bytes)),
-                a["sha256"],
-                "{name}"
-            );
+            assert_eq!(view_sha256(read), a["sha256"], "{name}");
             arrays += 1;
         }
         assert!(doc["unsafe_globals"].as_array().is_none_or(Vec::is_empty));
@@ -376,13 +371,7 @@ fn a_partial_npz_reads_its_numeric_members_and_leaves_out_the_rest() {
         .iter()
         .zip(file["arrays"].as_array().expect("arrays"))
     {
-        let bytes = t.tensor_impl().view_bytes().expect("bytes");
-        assert_eq!(
-            format!("{:x}", Sha256::digest(bytes)),
-            a["sha256"],
-            "{}",
-            t.name()
-        );
+        assert_eq!(view_sha256(t), a["sha256"], "{}", t.name());
     }
     let left_out = file["left_out"].as_array().expect("left out");
     assert_eq!(ckpt.left_out.count, left_out.len());

@@ -5,13 +5,13 @@
 //! key; a cloudpickled function (a `lambda` learning rate) failing as code; base64 other than
 //! `b64encode`'s and cut archives refused.
 
+use crate::common::view_sha256;
 use crate::common::zip_writer::ZipWriter;
 use crate::common::{
     audit_json as audit, audit_json_with, inspect_json as inspect, read_json, root, unsafe_globals,
     TempConfig,
 };
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use tensorplay_engine::load::{self, from_buffer};
 use tensorplay_engine::{Format, HostBuffer};
@@ -65,12 +65,7 @@ fn every_parameter_is_named_as_sb3_keys_it_and_read_exactly() {
         let name = want["name"].as_str().expect("name");
         assert_eq!(t["dtype"], want["dtype"], "{name}");
         assert_eq!(t["shape"], want["shape"], "{name}");
-        let bytes = read.tensor_impl().view_bytes().expect("bytes");
-        assert_eq!(
-            format!("{:x}", Sha256::digest(bytes)),
-            want["sha256"],
-            "{name}"
-        );
+        assert_eq!(view_sha256(read), want["sha256"], "{name}");
     }
 }
 

@@ -144,6 +144,13 @@ impl TempConfig {
     }
 }
 
+/// The SHA-256 (hex) of the bytes `tensor` views, as truth files record a library's reading.
+pub fn view_sha256(tensor: &tensorplay_engine::Tensor) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes = tensor.tensor_impl().view_bytes().expect("host bytes");
+    format!("{:x}", Sha256::digest(bytes))
+}
+
 /// Each TP501 of a report's first file as (member, `module.name`): its message says where
 /// (`<member> at byte N`) and what (`references <global>:`).
 pub fn unsafe_globals(report: &serde_json::Value) -> Vec<(String, String)> {
