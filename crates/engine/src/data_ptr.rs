@@ -101,7 +101,7 @@ impl DataPtr {
     pub fn address(&self) -> u64 {
         match &self.owner {
             // Host addresses fit u64 on every supported target; the sum stays inside the buffer.
-            Owner::Host { buffer, range } => buffer.bytes().as_ptr() as u64 + range.start,
+            Owner::Host { buffer, range } => buffer.address() + range.start,
             Owner::None | Owner::Deferred(_) => 0,
         }
     }
@@ -125,13 +125,13 @@ impl DataPtr {
         &self.owner
     }
 
-    /// The bytes, when they are in host memory.
+    /// The bytes, when they are in host memory: of a remote object, fetched first (these
+    /// alone); when they cannot be, none, and `files::checked` reports why.
     pub fn bytes(&self) -> Option<&[u8]> {
         match &self.owner {
             Owner::Host { buffer, range } => {
-                let start = usize::try_from(range.start).ok()?;
-                let end = usize::try_from(range.end).ok()?;
-                buffer.bytes().get(start..end)
+                let bytes = buffer.range(range.clone()).ok()?;
+                (bytes.len() as u64 == range.end - range.start).then_some(bytes)
             }
             Owner::None | Owner::Deferred(_) => None,
         }

@@ -19,9 +19,8 @@ pub struct HostBuffer {
 enum Backing {
     Mapped(Mmap),
     Heap(Box<[u8]>),
-    /// A remote object's fetched bytes in a map of its whole length (see `files`).
-    #[cfg(target_os = "linux")]
-    Remote(crate::files::Backed),
+    /// A remote object's bytes, fetched as they are asked for (see `files`).
+    Remote(Arc<crate::files::RemoteBytes>),
     /// A byte range of another buffer (one item of a file that holds several), sharing its
     /// bytes; the range was checked against the buffer when the window was made.
     Window {
@@ -95,22 +94,12 @@ impl HostBuffer {
         })
     }
 
-    /// A remote object's bytes, fetched as `files` fetches them.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn remote(source: PathBuf, backed: crate::files::Backed) -> Arc<Self> {
+    /// A remote object's bytes, fetched as they are asked for.
+    pub(crate) fn remote(source: PathBuf, bytes: Arc<crate::files::RemoteBytes>) -> Arc<Self> {
         Arc::new(HostBuffer {
             source,
-            backing: Backing::Remote(backed),
+            backing: Backing::Remote(bytes),
         })
-    }
-
-    /// For a remote object's buffer, the bytes read from it that were never fetched.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn unfetched_reads(&self) -> Option<crate::files::Ranges> {
-        match &self.backing {
-            Backing::Remote(backed) => Some(backed.map.touched()),
-            _ => None,
-        }
     }
 
     /// The `len` bytes at `address` in this process, read where they are, with `owner` held
@@ -141,7 +130,9 @@ impl HostBuffer {
     pub fn window(parent: &Arc<HostBuffer>, range: std::ops::Range<u64>) -> Option<Arc<Self>> {
         let start = usize::try_from(range.start).ok()?;
         let end = usize::try_from(range.end).ok()?;
-        parent.bytes().get(start..end)?;
+        if start > end || range.end > parent.len() {
+            return None;
+        }
         Some(Arc::new(HostBuffer {
             source: parent.source.clone(),
             backing: Backing::Window {
@@ -152,15 +143,17 @@ impl HostBuffer {
         }))
     }
 
-    /// The bytes.
+    /// All the bytes. A remote object's are fetched whole first; when they cannot be, there
+    /// are none, and `files::checked` reports why. Readers that need only part of a large
+    /// object ask for it with [`range`](Self::range).
     pub fn bytes(&self) -> &[u8] {
         match &self.backing {
             Backing::Mapped(map) => map,
             Backing::Heap(bytes) => bytes,
-            #[cfg(target_os = "linux")]
-            Backing::Remote(backed) => backed.map.bytes(),
+            Backing::Remote(remote) => remote.whole_or_nothing(),
+            // Of a remote parent, the window's bytes alone are fetched.
             Backing::Window { parent, start, end } => {
-                parent.bytes().get(*start..*end).unwrap_or_default()
+                parent.range(*start as u64..*end as u64).unwrap_or_default()
             }
             Backing::Borrowed { len: 0, .. } => &[],
             // SAFETY: `borrowed`'s caller promised these bytes readable, allocated while the
@@ -171,26 +164,62 @@ impl HostBuffer {
         }
     }
 
+    /// The bytes of `range`, clipped to the buffer (shorter, or empty, past its end): a remote
+    /// object's fetched first where they are not yet, or the reason they cannot be.
+    pub fn range(&self, range: std::ops::Range<u64>) -> Result<&[u8]> {
+        match &self.backing {
+            Backing::Remote(remote) => remote.range(range),
+            Backing::Window { parent, start, end } => {
+                let base = *start as u64;
+                let len = (*end - *start) as u64;
+                let to = range.end.min(len);
+                let from = range.start.min(to);
+                parent.range(base + from..base + to)
+            }
+            _ => {
+                let bytes = self.bytes();
+                let end = range.end.min(bytes.len() as u64);
+                let start = range.start.min(end);
+                // Both fit: they are at most the slice's length.
+                Ok(bytes.get(start as usize..end as usize).unwrap_or_default())
+            }
+        }
+    }
+
+    /// The address of the first byte in this process, without reading any.
+    pub fn address(&self) -> u64 {
+        match &self.backing {
+            Backing::Remote(remote) => remote.address(),
+            Backing::Window { parent, start, .. } => parent.address().saturating_add(*start as u64),
+            _ => self.bytes().as_ptr() as u64,
+        }
+    }
+
     /// Where offset 0 of these bytes lies in [`source`](Self::source): 0 but for a window.
     pub fn file_offset(&self) -> u64 {
         match &self.backing {
             Backing::Window { parent, start, .. } => {
                 parent.file_offset().saturating_add(*start as u64)
             }
-            Backing::Mapped(_) | Backing::Heap(_) | Backing::Borrowed { .. } => 0,
-            #[cfg(target_os = "linux")]
-            Backing::Remote(_) => 0,
+            Backing::Mapped(_)
+            | Backing::Heap(_)
+            | Backing::Borrowed { .. }
+            | Backing::Remote(_) => 0,
         }
     }
 
-    /// Length in bytes.
+    /// Length in bytes (a remote object's, as its store listed it: nothing is fetched).
     pub fn len(&self) -> u64 {
-        self.bytes().len() as u64
+        match &self.backing {
+            Backing::Remote(remote) => remote.len(),
+            Backing::Window { start, end, .. } => (*end - *start) as u64,
+            _ => self.bytes().len() as u64,
+        }
     }
 
     /// Whether the buffer holds no bytes.
     pub fn is_empty(&self) -> bool {
-        self.bytes().is_empty()
+        self.len() == 0
     }
 
     /// Tells the kernel the pages of `range` will not be read again soon, so a scan over a
@@ -231,7 +260,6 @@ impl HostBuffer {
         match &self.backing {
             Backing::Mapped(_) => HostBackend::Mmap,
             Backing::Heap(_) => HostBackend::Heap,
-            #[cfg(target_os = "linux")]
             Backing::Remote(_) => HostBackend::Remote,
             Backing::Window { parent, .. } => parent.backend(),
             Backing::Borrowed { .. } => HostBackend::Live,

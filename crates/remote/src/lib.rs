@@ -98,10 +98,6 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
         path: arg.to_owned(),
         source,
     };
-    if cfg!(not(target_os = "linux")) {
-        // The read layer tells fetched bytes from unfetched ones with Linux's mincore.
-        return Err(refused("remote paths are read on Linux only"));
-    }
     let client = client(options).map_err(|e| refused(&e))?;
     if let Some(rest) = arg.strip_prefix("hf://") {
         check_scheme(&options.hf_endpoint, options)

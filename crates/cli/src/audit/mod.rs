@@ -526,23 +526,19 @@ fn audit_one(
         }
         return Ok(audited);
     }
-    // Remote: audited again until the audit used only bytes that were fetched (the reading
-    // itself settles on its own).
-    let mut target = Some(target);
-    let settled = files::settle(&path, || {
-        let target = target.take().unwrap_or_else(|| Target::again(path.clone()));
-        audit_read(
-            target,
-            shown,
-            config,
-            options,
-            deferrable,
-            gpu,
-            gpu_lock,
-            shared_sets,
-        )
-    });
-    let mut audited = match settled {
+    // Remote: bytes a scan asked for and could not have fetched (a storage's, under --deep)
+    // fail the audit here, with the reason they could not be.
+    let audited = audit_read(
+        target,
+        shown,
+        config,
+        options,
+        deferrable,
+        gpu,
+        gpu_lock,
+        shared_sets,
+    );
+    let mut audited = match files::checked(&path, audited) {
         Ok(audited) => audited,
         Err(e) => read_failure_with(shown, &e, config)
             .map(|file| Audited::Judged(Box::new(file)))

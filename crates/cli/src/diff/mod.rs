@@ -61,17 +61,14 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitStatus> {
         args.remote.resolve(&args.old)?,
         args.remote.resolve(&args.new)?,
     );
-    // Remote sides are compared again until the comparison used only fetched bytes.
-    let mut result = files::settle(&old_path, || {
-        files::settle(&new_path, || -> anyhow::Result<_> {
-            let old = open(&old_path, &args.old_label)?;
-            let new = open(&new_path, &args.new_label)?;
-            let options = DiffOptions {
-                values: args.values,
-            };
-            Ok(diff(&old, &new, options))
-        })
-    })???;
+    let old = open(&old_path, &args.old_label)?;
+    let new = open(&new_path, &args.new_label)?;
+    let options = DiffOptions {
+        values: args.values,
+    };
+    // Values a remote side could not fetch fail the comparison, with the reason.
+    let result = files::checked(&new_path, diff(&old, &new, options))?;
+    let mut result = files::checked(&old_path, result)?;
     // A side read from a temporary copy is named as the reader knows it, not by that copy.
     if let Some(label) = &args.old_label {
         result.old.path.clone_from(label);

@@ -108,8 +108,8 @@ impl<'a> Snapshot<'a> {
 
 pub fn run(args: &InspectArgs) -> anyhow::Result<ExitStatus> {
     let file = args.remote.resolve(&args.file)?;
-    // A remote file is shown again until what is shown used only fetched bytes.
-    let rendered = files::settle(&file, || render(args, &read_path(&file)?, args.format))??;
+    let rendered = render(args, &read_path(&file)?, args.format);
+    let rendered = files::checked(&file, rendered)??;
     crate::exit::print(&rendered)?;
     Ok(ExitStatus::Success)
 }

@@ -8,7 +8,7 @@ use crate::exit::ExitStatus;
 use crate::inspect::OutputFormat;
 use clap::Args;
 use std::path::PathBuf;
-use tensorplay_engine::{files, load, views};
+use tensorplay_engine::{load, views};
 
 #[derive(Debug, Args)]
 pub struct ViewsArgs {
@@ -23,17 +23,15 @@ pub struct ViewsArgs {
 
 pub fn run(args: &ViewsArgs) -> anyhow::Result<ExitStatus> {
     let file = args.remote.resolve(&args.file)?;
-    let rendered = files::settle(&file, || -> anyhow::Result<String> {
-        let checkpoint = load::open(&file)?;
-        // Every pair of views of a storage that share bytes is listed (all of them, when every
-        // view is one alias): refuse before that takes more than a read may.
-        views::check_budget(&checkpoint, &file, load::DEFAULT_MAX_MEMORY)?;
-        let shared = views::shared_storages(&checkpoint);
-        match args.format {
-            OutputFormat::Text => text::render(&checkpoint, &shared),
-            OutputFormat::Json => json::render(&checkpoint, &shared),
-        }
-    })??;
+    let checkpoint = load::open(&file)?;
+    // Every pair of views of a storage that share bytes is listed (all of them, when every
+    // view is one alias): refuse before that takes more than a read may.
+    views::check_budget(&checkpoint, &file, load::DEFAULT_MAX_MEMORY)?;
+    let shared = views::shared_storages(&checkpoint);
+    let rendered = match args.format {
+        OutputFormat::Text => text::render(&checkpoint, &shared),
+        OutputFormat::Json => json::render(&checkpoint, &shared),
+    }?;
     crate::exit::print(&rendered)?;
     Ok(ExitStatus::Success)
 }

@@ -1,34 +1,19 @@
 //! The read layer below every reader: a path is a local file (mapped) or a mounted remote
-//! object (fetched by byte ranges into a sparse map), and readers cannot tell which.
+//! object (fetched by byte ranges as readers ask for them), and readers cannot tell which.
 //!
 //! Readers and probes open, list and measure paths only through this module, so a remote
 //! checkpoint is read by the same code, to the same result, as a local one.
 
-#[cfg(not(target_os = "linux"))]
-mod elsewhere;
 mod object;
-#[cfg(target_os = "linux")]
 mod ranges;
-#[cfg(target_os = "linux")]
 mod remote;
-#[cfg(target_os = "linux")]
-mod sparse;
 
-#[cfg(not(target_os = "linux"))]
-pub use elsewhere::{
-    begin_run, bytes_left, charge, is_remote, listed_under, mount, read_whole, settle, stats,
-    stats_under,
-};
 pub use object::{ListedObject, RemoteError, RemoteLimits, RemoteObject, RemoteStats};
-#[cfg(target_os = "linux")]
-pub(crate) use ranges::Ranges;
-#[cfg(target_os = "linux")]
-pub(crate) use remote::Backed;
-#[cfg(target_os = "linux")]
 pub use remote::{
-    begin_run, bytes_left, charge, is_remote, listed_under, mount, read_whole, settle, stats,
+    begin_run, bytes_left, charge, checked, is_remote, listed_under, mount, read_whole, stats,
     stats_under,
 };
+pub(crate) use remote::{RemoteBytes, HEAD};
 
 use crate::error::{Error, Result};
 use crate::HostBuffer;
@@ -38,7 +23,6 @@ use std::sync::Arc;
 
 /// The bytes of the file at `path`; through a broken symlink, an error naming its target.
 pub(crate) fn open(path: &Path) -> Result<Arc<HostBuffer>> {
-    #[cfg(target_os = "linux")]
     if let Some(mounted) = remote::mounted(path) {
         return mounted.open();
     }
@@ -50,12 +34,8 @@ pub(crate) fn open(path: &Path) -> Result<Arc<HostBuffer>> {
 
 /// Up to `max` leading bytes of the file at `path`, without mapping a local file.
 pub(crate) fn read_prefix(path: &Path, max: u64) -> Result<Vec<u8>> {
-    #[cfg(target_os = "linux")]
-    if remote::mounted(path).is_some() {
-        let buffer = open(path)?;
-        let bytes = buffer.bytes();
-        let len = usize::try_from(max).map_or(bytes.len(), |max| max.min(bytes.len()));
-        return Ok(bytes.get(..len).unwrap_or_default().to_vec());
+    if let Some(mounted) = remote::mounted(path) {
+        return Ok(mounted.range(0..max)?.to_vec());
     }
     let file = std::fs::File::open(path).map_err(|e| open_error(path, e))?;
     let mut prefix = Vec::with_capacity(usize::try_from(max.min(1 << 20)).unwrap_or(0));
@@ -70,7 +50,6 @@ pub(crate) fn read_prefix(path: &Path, max: u64) -> Result<Vec<u8>> {
 
 /// Whether `path` is a file (a local regular file, or a mounted object).
 pub fn is_file(path: &Path) -> bool {
-    #[cfg(target_os = "linux")]
     if remote::mounted(path).is_some() {
         return true;
     }
@@ -79,7 +58,6 @@ pub fn is_file(path: &Path) -> bool {
 
 /// Whether `path` is a directory (local, or above mounted objects).
 pub fn is_dir(path: &Path) -> bool {
-    #[cfg(target_os = "linux")]
     if remote::is_dir(path) {
         return true;
     }
@@ -88,7 +66,6 @@ pub fn is_dir(path: &Path) -> bool {
 
 /// The entries of the directory `dir`, unsorted; `None` when it cannot be listed.
 pub fn list_dir(dir: &Path) -> Option<Vec<PathBuf>> {
-    #[cfg(target_os = "linux")]
     if let Some(children) = remote::children(dir) {
         return Some(children);
     }
@@ -98,7 +75,6 @@ pub fn list_dir(dir: &Path) -> Option<Vec<PathBuf>> {
 
 /// The length of the file at `path`, when it can be measured.
 pub(crate) fn len(path: &Path) -> Option<u64> {
-    #[cfg(target_os = "linux")]
     if let Some(stats) = remote::stats(path) {
         return Some(stats.len);
     }

@@ -29,10 +29,20 @@ impl Ranges {
         self.0.insert(start, end);
     }
 
-    /// Adds every range of `other`.
-    pub(crate) fn extend(&mut self, other: &Ranges) {
-        for range in other.iter() {
-            self.insert(range);
+    /// Whether every byte of `range` is in the set.
+    pub(crate) fn contains(&self, range: Range<u64>) -> bool {
+        self.0
+            .range(..=range.start)
+            .next_back()
+            .is_some_and(|(_, &end)| end >= range.end)
+    }
+
+    /// How many bytes of a range end at or past `at` and begin before it: the run of them
+    /// leading up to `at`.
+    pub(crate) fn run_ending_at(&self, at: u64) -> u64 {
+        match self.0.range(..at).next_back() {
+            Some((&start, &end)) if end >= at => at - start,
+            _ => 0,
         }
     }
 
@@ -89,6 +99,13 @@ mod tests {
             .iter()
             .collect();
         assert_eq!(merged, vec![5..25, 30..50]);
+        let ranges = set(&[(5, 25), (30, 50)]);
+        let runs: Vec<u64> = [5, 6, 25, 26, 30, 50, 51]
+            .map(|at| ranges.run_ending_at(at))
+            .into();
+        assert_eq!(runs, [0, 1, 20, 0, 0, 20, 0]);
+        assert!(ranges.contains(5..25) && ranges.contains(30..31) && ranges.contains(40..40));
+        assert!(!ranges.contains(4..6) && !ranges.contains(20..31) && !ranges.contains(0..1));
     }
 
     proptest! {

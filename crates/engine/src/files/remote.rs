@@ -1,30 +1,34 @@
-//! Remote objects mounted at paths: each read through a [`SparseMap`] of what was fetched, in
-//! rounds, until a reading used no byte that was not fetched.
+//! Remote objects mounted at paths, each read into a buffer that lends a byte range only once
+//! it holds it: [`RemoteBytes::range`] fetches the blocks of a range not yet fetched (within
+//! the run's budget), then returns the slice. No reader ever sees a byte the store did not
+//! send; a reader that asks for the whole object ([`HostBuffer::bytes`]) gets all of it.
 //!
 //! The engine names no transport: whoever mounts an object (the CLI, for `https://`, `hf://`…)
 //! supplies a [`RemoteObject`] that reads byte ranges. Every fetch is counted against one
-//! run-wide budget ([`set_limits`]).
+//! run-wide budget ([`begin_run`]).
 
 use super::object::{ListedObject, RemoteError, RemoteLimits, RemoteObject, RemoteStats};
 use super::ranges::Ranges;
-use super::sparse::{page_aligned, page_size, SparseMap};
 use crate::error::{Error, RemoteBound, Result};
 use crate::HostBuffer;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// The first bytes fetched of every object before any reading: a safetensors header, a
 /// pickle's start, a `.npy` or GGUF header lie there. Anything else (a zip's end records) is
-/// fetched when a reading reaches it.
-const HEAD: u64 = 128 << 10;
-/// A missing byte is fetched with the aligned block around it: readers read near where they
-/// last read.
-const READ_AHEAD: u64 = 64 << 10;
+/// fetched when a reading asks for it.
+pub(crate) const HEAD: u64 = 128 << 10;
+/// A range not yet fetched is fetched with the aligned blocks around it: readers read near
+/// where they last read.
+const BLOCK: u64 = 64 << 10;
+/// The most a read going on where the fetched bytes end (a scan) is read ahead.
+const MAX_AHEAD: u64 = 16 << 20;
 
-static MOUNTS: RwLock<BTreeMap<PathBuf, Arc<Mounted>>> = RwLock::new(BTreeMap::new());
+static MOUNTS: RwLock<BTreeMap<PathBuf, Arc<RemoteBytes>>> = RwLock::new(BTreeMap::new());
 static LIMITS: RwLock<RemoteLimits> = RwLock::new(RemoteLimits {
     max_bytes: 256 << 20,
     max_requests: 10_000,
@@ -34,53 +38,51 @@ static REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// When the run's remote reading must end (`--remote-deadline`), and the limit it was set from.
 static DEADLINE: RwLock<Option<(Instant, Duration)>> = RwLock::new(None);
 
+/// One mounted object's bytes: an anonymous map of its length, written only where nothing
+/// is lent yet (a block being fetched), lent only where written.
 #[derive(Debug)]
-pub(crate) struct Mounted {
+pub(crate) struct RemoteBytes {
     path: PathBuf,
     object: Arc<dyn RemoteObject>,
+    /// Made at the first read: a mount costs nothing until its object is read.
+    map: OnceLock<Map>,
     state: Mutex<State>,
 }
 
+#[derive(Debug)]
+struct Map {
+    /// Held for the buffer's life; written only through `base`.
+    _map: memmap2::MmapMut,
+    base: *mut u8,
+}
+
+// SAFETY: the map is written only under `RemoteBytes::state`'s lock, and only in ranges not
+// yet in `filled`; slices are lent only of ranges in `filled`, which are never written again.
+// So no byte is written while any thread can read it.
+unsafe impl Send for Map {}
+unsafe impl Sync for Map {}
+
 #[derive(Debug, Default)]
 struct State {
-    /// Fetched bytes by offset: page-aligned, disjoint.
-    chunks: BTreeMap<u64, Vec<u8>>,
+    /// The byte ranges fetched and in place in the map.
     filled: Ranges,
-    /// Pages that buffers since dropped read without their being fetched.
-    missing: Ranges,
-    buffers: Vec<Weak<HostBuffer>>,
-    primed: bool,
     /// Whether the whole object was fetched and checked against its listed SHA-256.
     verified: bool,
     bytes_read: u64,
     requests: u64,
-}
-
-/// A sparse buffer's bytes and the object they are of; dropping it records what it read
-/// without its being fetched.
-#[derive(Debug)]
-pub(crate) struct Backed {
-    pub(crate) map: SparseMap,
-    mounted: Arc<Mounted>,
-}
-
-impl Drop for Backed {
-    fn drop(&mut self) {
-        let touched = self.map.touched();
-        let mut state = self.mounted.lock();
-        for range in touched.iter() {
-            state.missing.insert(range);
-        }
-    }
+    /// The first fetch that failed, for a reading that could only say "no bytes" (the whole
+    /// object asked for by [`HostBuffer::bytes`], a storage's bytes under `--deep`).
+    failure: Option<Error>,
 }
 
 /// Makes `path` read `object`'s bytes wherever tensorplay reads a file: every path beneath a
 /// mounted one's parent directories is a directory. Mounting a path again replaces its object.
 pub fn mount(path: impl Into<PathBuf>, object: Arc<dyn RemoteObject>) {
     let path = path.into();
-    let mounted = Arc::new(Mounted {
+    let mounted = Arc::new(RemoteBytes {
         path: path.clone(),
         object,
+        map: OnceLock::new(),
         state: Mutex::default(),
     });
     MOUNTS
@@ -155,30 +157,19 @@ pub fn bytes_left() -> u64 {
 
 /// What was read of the object mounted at `path`.
 pub fn stats(path: &Path) -> Option<RemoteStats> {
-    let mounted = mounted(path)?;
-    let state = mounted.lock();
-    Some(RemoteStats {
-        len: mounted.object.size(),
-        bytes_read: state.bytes_read,
-        requests: state.requests,
-    })
+    mounted(path).map(|mounted| mounted.stats())
 }
 
 /// What was read of every object at or under `root`, together; `None` when there is none.
 pub fn stats_under(root: &Path) -> Option<RemoteStats> {
-    let mut total: Option<RemoteStats> = None;
-    for mounted in mounted_under(root) {
-        let state = mounted.lock();
-        let sum = total.get_or_insert(RemoteStats {
-            len: 0,
-            bytes_read: 0,
-            requests: 0,
-        });
-        sum.len = sum.len.saturating_add(mounted.object.size());
-        sum.bytes_read += state.bytes_read;
-        sum.requests += state.requests;
-    }
-    total
+    mounted_under(root)
+        .into_iter()
+        .map(|mounted| mounted.stats())
+        .reduce(|sum, one| RemoteStats {
+            len: sum.len.saturating_add(one.len),
+            bytes_read: sum.bytes_read.saturating_add(one.bytes_read),
+            requests: sum.requests.saturating_add(one.requests),
+        })
 }
 
 /// Every object mounted at or under `root`, with its listed size and SHA-256, by path.
@@ -201,31 +192,7 @@ pub fn read_whole(path: &Path) -> Result<Vec<u8>> {
         path: path.to_owned(),
         detail: "not a remote object of this run".to_owned(),
     })?;
-    let len = mounted.object.size();
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    let mut all = Ranges::default();
-    all.insert(0..len);
-    mounted.fetch_exact(&all)?;
-    let state = mounted.lock();
-    let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    for (start, chunk) in &state.chunks {
-        if *start != out.len() as u64 {
-            return Err(Error::RemoteInconsistent {
-                path: path.to_owned(),
-                detail: format!("bytes from {} on were not fetched", out.len()),
-            });
-        }
-        out.extend_from_slice(chunk);
-    }
-    if out.len() as u64 != len {
-        return Err(Error::RemoteInconsistent {
-            path: path.to_owned(),
-            detail: format!("{} bytes fetched of the {len} listed", out.len()),
-        });
-    }
-    Ok(out)
+    Ok(mounted.range(0..mounted.len())?.to_vec())
 }
 
 /// Whether `path` is a mounted object or lies above one.
@@ -233,29 +200,19 @@ pub fn is_remote(path: &Path) -> bool {
     mounted(path).is_some() || is_dir(path)
 }
 
-/// Runs `work` until it reads no byte of an object mounted at or under `root` that was not
-/// fetched: after each run, what it read without its being fetched is fetched, and the run's
-/// result thrown away. Only a run that used fetched bytes alone is returned. For local paths,
-/// `work` runs once.
-pub fn settle<T>(root: &Path, mut work: impl FnMut() -> T) -> Result<T> {
-    if !is_remote(root) {
-        return Ok(work());
-    }
-    loop {
-        let out = work();
-        let missing = missing_under(root);
-        if missing.is_empty() {
-            return Ok(out);
-        }
-        // The result rests on zeros that stood for bytes not yet fetched.
-        drop(out);
-        for (mounted, ranges) in missing {
-            mounted.fetch(&ranges)?;
+/// `result`, unless a read of an object at or under `root` failed meanwhile where the reading
+/// could not say so itself (the whole object or a storage's bytes, asked for infallibly): then
+/// that failure, which the result may rest on the absence of. Each failure is told once.
+pub fn checked<T>(root: &Path, result: T) -> Result<T> {
+    for mounted in mounted_under(root) {
+        if let Some(failure) = mounted.lock().failure.take() {
+            return Err(failure);
         }
     }
+    Ok(result)
 }
 
-pub(super) fn mounted(path: &Path) -> Option<Arc<Mounted>> {
+pub(super) fn mounted(path: &Path) -> Option<Arc<RemoteBytes>> {
     MOUNTS
         .read()
         .unwrap_or_else(|e| e.into_inner())
@@ -289,7 +246,7 @@ pub(super) fn children(dir: &Path) -> Option<Vec<PathBuf>> {
 }
 
 /// Every object mounted at or under `root`.
-fn mounted_under(root: &Path) -> Vec<Arc<Mounted>> {
+fn mounted_under(root: &Path) -> Vec<Arc<RemoteBytes>> {
     MOUNTS
         .read()
         .unwrap_or_else(|e| e.into_inner())
@@ -299,102 +256,120 @@ fn mounted_under(root: &Path) -> Vec<Arc<Mounted>> {
         .collect()
 }
 
-/// Every object at or under `root` with the pages its buffers read unfetched, which are
-/// forgotten as missing once returned (they are about to be fetched).
-fn missing_under(root: &Path) -> Vec<(Arc<Mounted>, Ranges)> {
-    mounted_under(root)
-        .into_iter()
-        .filter_map(|mounted| {
-            let live: Vec<Arc<HostBuffer>> = {
-                let mut state = mounted.lock();
-                state.buffers.retain(|b| b.strong_count() > 0);
-                state.buffers.iter().filter_map(Weak::upgrade).collect()
-            };
-            let mut touched = Ranges::default();
-            for buffer in &live {
-                if let Some(ranges) = buffer.unfetched_reads() {
-                    touched.extend(&ranges);
-                }
-            }
-            // Dropping the last handle on a buffer outside the lock records its reads there.
-            drop(live);
-            let mut state = mounted.lock();
-            let missing = std::mem::take(&mut state.missing);
-            touched.extend(&missing);
-            let touched = touched.subtract(&state.filled);
-            drop(state);
-            (!touched.is_empty()).then_some((mounted, touched))
-        })
-        .collect()
-}
-
-impl Mounted {
+impl RemoteBytes {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A buffer over the object's whole length with everything fetched so far in place; the
-    /// first one fetches the object's head.
+    /// The object's length, as its store listed it.
+    pub(crate) fn len(&self) -> u64 {
+        self.object.size()
+    }
+
+    /// Where the object's bytes lie in this process (0 before any is read).
+    pub(crate) fn address(&self) -> u64 {
+        self.map.get().map_or(0, |map| map.base as u64)
+    }
+
+    fn stats(&self) -> RemoteStats {
+        let state = self.lock();
+        RemoteStats {
+            len: self.len(),
+            bytes_read: state.bytes_read,
+            requests: state.requests,
+        }
+    }
+
+    /// A buffer of the object, its head fetched (one request for a small object's whole).
     pub(super) fn open(self: &Arc<Self>) -> Result<Arc<HostBuffer>> {
-        let len = self.object.size();
-        if len == 0 {
+        if self.len() == 0 {
             return Err(Error::Empty {
                 path: self.path.clone(),
             });
         }
-        if !self.lock().primed {
-            let mut first = Ranges::default();
-            first.insert(0..HEAD.min(len));
-            self.fetch_exact(&first)?;
-            self.lock().primed = true;
+        self.range(0..HEAD)?;
+        Ok(HostBuffer::remote(self.path.clone(), Arc::clone(self)))
+    }
+
+    /// The bytes of `range` clipped to the object, fetched first where they are not yet.
+    pub(crate) fn range(&self, range: Range<u64>) -> Result<&[u8]> {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        if start == end {
+            return Ok(&[]);
         }
-        let mut state = self.lock();
-        let map = SparseMap::new(
-            len,
-            state
-                .chunks
-                .iter()
-                .map(|(start, bytes)| (*start, bytes.as_slice())),
-            state.filled.clone(),
-        )
-        .map_err(|source| Error::Io {
+        let map = self.map()?;
+        // Most asks (a header read field by field) are of bytes already here.
+        let held = self.lock().filled.contains(start..end);
+        let fetched = if held {
+            Ok(())
+        } else {
+            self.fetch(start..end, map)
+        };
+        if let Err(e) = fetched {
+            let mut state = self.lock();
+            if state.failure.is_none() {
+                state.failure = Some(copy_of(&e, &self.path));
+            }
+            return Err(e);
+        }
+        // Both fit: the map is `len` bytes long and was made.
+        let (at, n) = (start as usize, (end - start) as usize);
+        // SAFETY: `fetch` put every byte of `start..end` in place (in `filled`), and bytes in
+        // `filled` are never written again while the map lives, which it does as long as `self`.
+        Ok(unsafe { std::slice::from_raw_parts(map.base.add(at), n) })
+    }
+
+    /// The whole object, or nothing when it cannot be fetched (the failure kept for
+    /// [`checked`]).
+    pub(crate) fn whole_or_nothing(&self) -> &[u8] {
+        self.range(0..self.len()).unwrap_or_default()
+    }
+
+    fn map(&self) -> Result<&Map> {
+        if let Some(map) = self.map.get() {
+            return Ok(map);
+        }
+        let io = |source| Error::Io {
             path: self.path.clone(),
             source,
-        })?;
-        let buffer = HostBuffer::remote(
-            self.path.clone(),
-            Backed {
-                map,
-                mounted: Arc::clone(self),
-            },
-        );
-        state.buffers.push(Arc::downgrade(&buffer));
-        Ok(buffer)
+        };
+        let len =
+            usize::try_from(self.len()).map_err(|_| io(std::io::ErrorKind::OutOfMemory.into()))?;
+        // Address space, not memory: pages exist only once a fetched block is written.
+        let mut map = memmap2::MmapOptions::new()
+            .len(len)
+            .no_reserve_swap()
+            .map_anon()
+            .map_err(io)?;
+        // A transparent huge page would make one 64 KiB block cost 2 MiB.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::NoHugePage);
+        let base = map.as_mut_ptr();
+        // Another thread may have made one meanwhile: the first kept is the one used.
+        Ok(self.map.get_or_init(|| Map { _map: map, base }))
     }
 
-    /// Fetches the blocks around `ranges` that are not fetched yet.
-    fn fetch(&self, ranges: &Ranges) -> Result<()> {
-        let len = self.object.size();
+    /// Fetches the blocks of `range` not fetched yet, one request a run of them, and puts
+    /// them in place; the lock is held throughout, so two readers never fetch one block twice.
+    fn fetch(&self, range: Range<u64>, map: &Map) -> Result<()> {
+        let len = self.len();
+        let start = range.start - range.start % BLOCK;
+        let end = range.end.div_ceil(BLOCK).saturating_mul(BLOCK).min(len);
+        let mut state = self.lock();
+        // A reading that goes on where the fetched bytes end (a deep scan storage after
+        // storage) is read ahead as far as it has come, so its requests grow geometrically
+        // rather than one a storage; never past what the budget leaves.
+        let ahead = state
+            .filled
+            .run_ending_at(start)
+            .min(MAX_AHEAD)
+            .min(bytes_left().saturating_sub(end - start));
         let mut wanted = Ranges::default();
-        for range in ranges.iter() {
-            let start = range.start - range.start % READ_AHEAD;
-            let end = range.end.div_ceil(READ_AHEAD).saturating_mul(READ_AHEAD);
-            wanted.insert(start..end.min(len));
-        }
-        self.fetch_exact(&wanted)
-    }
-
-    /// Fetches `ranges`, widened to pages, less what is fetched already: one request a range.
-    fn fetch_exact(&self, ranges: &Ranges) -> Result<()> {
-        let len = self.object.size();
-        let page = page_size() as u64;
-        let mut wanted = Ranges::default();
-        for range in ranges.iter() {
-            wanted.insert(page_aligned(range, len, page));
-        }
-        let wanted = wanted.subtract(&self.lock().filled);
+        wanted.insert(start..end.saturating_add(ahead).min(len));
+        let wanted = wanted.subtract(&state.filled);
         for range in wanted.iter() {
-            self.charge(range.end - range.start)?;
+            charge(&self.path, 1, range.end - range.start)?;
             let bytes = self.object.read_range(range.clone()).map_err(|e| match e {
                 RemoteError::Unreachable(detail) => Error::Remote {
                     path: self.path.clone(),
@@ -416,44 +391,37 @@ impl Mounted {
                     ),
                 });
             }
-            let mut state = self.lock();
+            // SAFETY: `range` lies inside the map (clipped to `len`) and outside `filled`, so
+            // no slice of it has been lent; the lock is held, so no other fetch writes it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    map.base.add(range.start as usize),
+                    bytes.len(),
+                );
+            }
+            state.filled.insert(range.clone());
             state.bytes_read += bytes.len() as u64;
             state.requests += 1;
-            // Another reader of the same object may have fetched some of it meanwhile: chunks
-            // stay disjoint, so the copy fetched second is dropped.
-            let mut fresh = Ranges::default();
-            fresh.insert(range.clone());
-            if fresh.subtract(&state.filled) == fresh {
-                state.filled.insert(range.clone());
-                state.chunks.insert(range.start, bytes);
-            }
         }
-        self.verify()
-    }
-
-    /// Counts one request of `bytes` against the run's limits, or refuses it.
-    fn charge(&self, bytes: u64) -> Result<()> {
-        charge(&self.path, 1, bytes)
+        self.verify(&mut state, map)
     }
 
     /// Once every byte of an object with a listed SHA-256 is fetched, checks that they hash to
     /// it: a store serving other bytes under the listed address is not the object listed.
-    fn verify(&self) -> Result<()> {
+    fn verify(&self, state: &mut State, map: &Map) -> Result<()> {
         let Some(listed) = self.object.listed_sha256() else {
             return Ok(());
         };
-        let mut state = self.lock();
         let mut whole = Ranges::default();
-        whole.insert(0..self.object.size());
+        whole.insert(0..self.len());
         if state.verified || !whole.subtract(&state.filled).is_empty() {
             return Ok(());
         }
         use sha2::{Digest, Sha256};
-        let mut hasher = Sha256::new();
-        for chunk in state.chunks.values() {
-            hasher.update(chunk);
-        }
-        let got: [u8; 32] = hasher.finalize().into();
+        // SAFETY: every byte is in `filled` (checked above): written, and never written again.
+        let all = unsafe { std::slice::from_raw_parts(map.base, self.len() as usize) };
+        let got: [u8; 32] = Sha256::digest(all).into();
         if got != listed {
             let hex = |d: &[u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
             return Err(Error::RemoteInconsistent {
@@ -471,14 +439,138 @@ impl Mounted {
     }
 }
 
+/// A failed fetch's error again, to keep while the first copy goes to the reader that asked.
+fn copy_of(e: &Error, path: &Path) -> Error {
+    match e {
+        Error::Remote { path, detail } => Error::Remote {
+            path: path.clone(),
+            detail: detail.clone(),
+        },
+        Error::RemoteInconsistent { path, detail } => Error::RemoteInconsistent {
+            path: path.clone(),
+            detail: detail.clone(),
+        },
+        Error::RemoteBudget {
+            path,
+            bound,
+            needed,
+            limit,
+        } => Error::RemoteBudget {
+            path: path.clone(),
+            bound: *bound,
+            needed: *needed,
+            limit: *limit,
+        },
+        other => Error::Remote {
+            path: path.to_owned(),
+            detail: other.to_string(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::sync::atomic::AtomicUsize;
 
-    // The only test of this binary that touches the run's counts, so none races it.
+    /// An object in memory that counts the ranges asked of it and can be made to fail.
+    #[derive(Debug)]
+    struct Fake {
+        bytes: Vec<u8>,
+        asked: Mutex<Vec<Range<u64>>>,
+        fail: bool,
+        sha256: Option<[u8; 32]>,
+    }
+
+    impl RemoteObject for Fake {
+        fn size(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+        fn read_range(&self, range: Range<u64>) -> std::result::Result<Vec<u8>, RemoteError> {
+            self.asked.lock().unwrap().push(range.clone());
+            if self.fail {
+                return Err(RemoteError::Unreachable("HTTP 503".to_owned()));
+            }
+            Ok(self.bytes[range.start as usize..range.end as usize].to_vec())
+        }
+        fn listed_sha256(&self) -> Option<[u8; 32]> {
+            self.sha256
+        }
+    }
+
+    fn fake(len: usize, fail: bool, sha256: Option<[u8; 32]>) -> (Arc<RemoteBytes>, Arc<Fake>) {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let object = Arc::new(Fake {
+            bytes: remote_bytes(len),
+            asked: Mutex::default(),
+            fail,
+            sha256,
+        });
+        let remote = Arc::new(RemoteBytes {
+            path: PathBuf::from(format!("fake://{n}")),
+            object: Arc::clone(&object) as Arc<dyn RemoteObject>,
+            map: OnceLock::new(),
+            state: Mutex::default(),
+        });
+        (remote, object)
+    }
+
+    fn asked(object: &Fake) -> Vec<Range<u64>> {
+        object.asked.lock().unwrap().clone()
+    }
+
+    // The only test of this binary that touches the run's counts (the budget is run-wide),
+    // so none races it: the fetch-before-lend checks share it.
     #[test]
-    fn a_run_begins_with_nothing_counted_and_ends_at_its_deadline() {
+    fn ranges_are_lent_only_once_fetched_and_every_fetch_is_counted() {
+        let unlimited = RemoteLimits {
+            max_bytes: u64::MAX,
+            max_requests: u64::MAX,
+        };
+        begin_run(unlimited, Duration::from_secs(60));
+        // A range is fetched with the blocks around it, once, and lent as the object's bytes.
+        let (remote, object) = fake(300_000, false, None);
+        let slice = remote.range(70_000..70_010).unwrap();
+        assert_eq!(slice, &remote_bytes(300_000)[70_000..70_010]);
+        assert_eq!(asked(&object), vec![BLOCK..2 * BLOCK]);
+        remote.range(BLOCK + 5..2 * BLOCK).unwrap();
+        assert_eq!(
+            asked(&object).len(),
+            1,
+            "fetched bytes are not fetched again"
+        );
+        // A range spanning fetched and unfetched blocks fetches only the missing ones.
+        let span = remote.range(BLOCK - 1..2 * BLOCK + 1).unwrap();
+        assert_eq!(
+            span,
+            &remote_bytes(300_000)[BLOCK as usize - 1..2 * BLOCK as usize + 1]
+        );
+        assert_eq!(asked(&object)[1..], [0..BLOCK, 2 * BLOCK..3 * BLOCK]);
+        // Going on where the fetched bytes end, a read is read ahead as far as it has come.
+        remote.range(3 * BLOCK..3 * BLOCK + 10).unwrap();
+        assert_eq!(asked(&object)[3..], vec![3 * BLOCK..300_000]);
+        // Past the end: clipped, the last block short.
+        assert_eq!(remote.range(299_990..400_000).unwrap().len(), 10);
+        assert!(remote.range(400_000..400_001).unwrap().is_empty());
+        assert_eq!(remote.whole_or_nothing(), &remote_bytes(300_000)[..]);
+        let stats = remote.stats();
+        assert_eq!((stats.bytes_read, stats.len), (300_000, 300_000));
+
+        // A failed fetch lends nothing, and is kept for the reading that could not say so.
+        let (broken, _) = fake(1000, true, None);
+        assert!(matches!(broken.range(0..10), Err(Error::Remote { .. })));
+        assert!(broken.whole_or_nothing().is_empty());
+        assert!(broken.lock().failure.is_some());
+
+        // A listed SHA-256 the bytes do not hash to fails the fetch that completes them.
+        let (wrong, _) = fake(1000, false, Some([0; 32]));
+        assert!(matches!(
+            wrong.range(0..1000),
+            Err(Error::RemoteInconsistent { .. })
+        ));
+
+        // The run's budget refuses a fetch past it, naming the bound; a new run starts afresh.
         let limits = RemoteLimits {
             max_bytes: 10,
             max_requests: 5,
@@ -488,10 +580,20 @@ mod tests {
         begin_run(limits, Duration::from_secs(60));
         charge(path, 1, 10).expect("within the budget");
         assert!(over(charge(path, 1, 1), RemoteBound::Bytes));
-        // A second run in the same process (a Python session's next audit) starts afresh.
         begin_run(limits, Duration::from_secs(60));
         charge(path, 1, 10).expect("a new run's budget");
+        assert!(matches!(
+            fake(100, false, None).0.range(0..1),
+            Err(Error::RemoteBudget {
+                bound: RemoteBound::Bytes,
+                ..
+            })
+        ));
         begin_run(limits, Duration::ZERO);
         assert!(over(charge(path, 1, 0), RemoteBound::Deadline));
+    }
+
+    fn remote_bytes(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
     }
 }

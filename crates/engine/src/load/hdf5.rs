@@ -23,7 +23,7 @@ pub(crate) const ROW: Row = Row {
     extensions: &["h5", "hdf5"],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Format(Format::Hdf5),
-        accepts: |bytes| bytes.starts_with(SIGNATURE),
+        accepts: |prefix| prefix.starts_with(SIGNATURE),
         read: Some(FileReader {
             read: read_into,
             index: Format::Hdf5,

@@ -20,9 +20,9 @@ pub(crate) const ROW: Row = Row {
     extensions: &[],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::JsonIndex,
-        accepts: |bytes| {
-            let text = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
-            text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+        accepts: |prefix| {
+            let bom = prefix.given(3, |bytes| bytes.starts_with(b"\xef\xbb\xbf"))?;
+            Some(prefix.first_non_space(if bom { 3 } else { 0 })? == Some(b'{'))
         },
         read: None,
     }),

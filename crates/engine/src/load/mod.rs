@@ -72,15 +72,20 @@ pub fn read(probe: Probe) -> Result<Checkpoint> {
 /// directory with its row (one budget for the whole set).
 pub fn read_with(probe: Probe, limits: ReadLimits) -> Result<Checkpoint> {
     match probe.found {
-        Found::File(reader) => files::settle(&probe.path, || {
-            read_file_with(reader, &files::open(&probe.path)?, limits)
-        })?,
-        Found::Index(index) => files::settle(&index_root(&probe.path), || {
-            sharded::read(&probe.path, &index, limits)
-        })?,
-        Found::Directory(_, row, _) => files::settle(&probe.path, || {
-            sink::gather(&probe.path, limits, |sink| (row.read)(&probe.path, sink))
-        })?,
+        // A remote object's bytes a reading could only find missing fail it here, whatever it
+        // made of their absence.
+        Found::File(reader) => {
+            let read = files::open(&probe.path).and_then(|b| read_file_with(reader, &b, limits));
+            files::checked(&probe.path, read)?
+        }
+        Found::Index(index) => files::checked(
+            &index_root(&probe.path),
+            sharded::read(&probe.path, &index, limits),
+        )?,
+        Found::Directory(_, row, _) => files::checked(
+            &probe.path,
+            sink::gather(&probe.path, limits, |sink| (row.read)(&probe.path, sink)),
+        )?,
         Found::Refused(error) => Err(error),
     }
 }
@@ -148,7 +153,9 @@ fn read_file_with(
 /// CPython would run from the same bytes when its reader reads none: every loader that accepts
 /// the bytes judges them.
 fn read_judged(reader: Reader, buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
-    let globals = match !reader.file.reads_pickle && pickle_start::begins_pickle(buffer.bytes()) {
+    let pickle =
+        !reader.file.reads_pickle && sniff::decide(buffer, pickle_start::begins_pickle_in)?;
+    let globals = match pickle {
         true => polyglot::pickle_globals(buffer, sink),
         false => Vec::new(),
     };
@@ -172,14 +179,13 @@ fn single_file(buffer: &Arc<HostBuffer>) -> Result<Reader> {
 /// name, so every caller (discovery, an index's shards) sees the format its reader reads: only
 /// a polyglot no name settles stays one.
 fn sniff_nonempty(path: &Path, buffer: &HostBuffer) -> Result<Sniffed> {
-    let bytes = buffer.bytes();
-    if bytes.is_empty() {
+    if buffer.is_empty() {
         return Err(Error::Empty {
             path: path.to_owned(),
         });
     }
-    match sniff(bytes) {
-        Sniffed::Polyglot => Ok(polyglot::settle(path, bytes)),
+    match sniff::decide(buffer, sniff::sniff_prefix)? {
+        Sniffed::Polyglot => Ok(polyglot::settle(path, buffer.bytes())),
         sniffed => Ok(sniffed),
     }
 }

@@ -39,7 +39,7 @@ pub(crate) const ROW: Row = Row {
     extensions: &["pkl", "pickle", "dill"],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Format(Format::Pickle),
-        accepts: pickle_start::begins_pickle,
+        accepts: pickle_start::begins_pickle_in,
         read: Some(FileReader {
             read: read_into,
             index: Format::PytorchIndex,

@@ -10,6 +10,7 @@
 //! then fails (an unknown opcode or memo key, STOP on an empty stack, text after the call) has
 //! already imported and called it, so it begins a pickle as much as a whole one does.
 
+use super::sniff::Prefix;
 use crate::pickle::allowlist::{map_module, resolves};
 use crate::pickle::opcodes as ops;
 use crate::pickle::{Budget, Loader, UnsafeGlobal};
@@ -24,7 +25,22 @@ const HIGHEST_PROTOCOL: u64 = 5;
 /// (GLOBAL, STACK_GLOBAL, INST) before the first opcode CPython rejects. Given a whole file,
 /// a first operand running past its end is a truncated stream CPython refuses unrun.
 pub(crate) fn begins_pickle(prefix: &[u8]) -> bool {
-    matches!(walk(prefix), Walked::Pickle | Walked::TooLarge)
+    matches!(
+        walk(prefix),
+        Walked::Pickle | Walked::TooLarge | Walked::Cut
+    )
+}
+
+/// [`begins_pickle`] of a file's first bytes: `None` when the walk ran out of them before
+/// deciding, where the whole file may decide otherwise.
+pub(crate) fn begins_pickle_in(prefix: Prefix<'_>) -> Option<bool> {
+    match walk(prefix.bytes) {
+        Walked::Pickle | Walked::TooLarge => Some(true),
+        Walked::NotPickle => Some(false),
+        Walked::Cut | Walked::FirstOperandCut if !prefix.whole => None,
+        Walked::Cut => Some(true),
+        Walked::FirstOperandCut => Some(false),
+    }
 }
 
 /// What the walk says of the first bytes of a stream that may go on past them.
@@ -44,7 +60,7 @@ pub(crate) enum Begins {
 /// than deciding from a window.
 pub(crate) fn begins(prefix: &[u8]) -> Begins {
     match walk(prefix) {
-        Walked::Pickle | Walked::TooLarge => Begins::Pickle,
+        Walked::Pickle | Walked::TooLarge | Walked::Cut => Begins::Pickle,
         Walked::NotPickle => Begins::NotPickle,
         Walked::FirstOperandCut => Begins::NeedMore,
     }
@@ -127,6 +143,8 @@ pub(crate) fn unsafe_globals_walked<'g>(
 enum Walked {
     Pickle,
     NotPickle,
+    /// The bytes given end after at least one whole opcode, before the walk decided.
+    Cut,
     /// The first opcode's operand runs past the bytes given.
     FirstOperandCut,
     /// More marks or memo keys than are worth tracking: taken for a pickle (fail closed).
@@ -150,7 +168,7 @@ fn walk(bytes: &[u8]) -> Walked {
             }
             Ok(()) => whole += 1,
             Err(End::Stop) => return Walked::Pickle,
-            Err(End::OutOfPrefix) if whole > 0 => return Walked::Pickle,
+            Err(End::OutOfPrefix) if whole > 0 => return Walked::Cut,
             Err(End::OutOfPrefix) => return Walked::FirstOperandCut,
             Err(End::Invalid) => return Walked::NotPickle,
             Err(End::TooLarge) => return Walked::TooLarge,

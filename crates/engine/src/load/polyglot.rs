@@ -6,6 +6,7 @@
 //! read as that loader reads it; any other name is refused. Either way the globals of the
 //! pickle reading are named: a file made to be both is made to run them somewhere.
 
+use super::sniff::both;
 use super::table::{named_for, Accepts, FileReader, FileRule, Row};
 use super::Sniffed;
 use super::{pickle_file, pickle_start, safetensors, sink, Scope, Sink};
@@ -21,8 +22,10 @@ pub(crate) const ROW: Row = Row {
     extensions: &[],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Polyglot,
-        accepts: |bytes| {
-            safetensors::looks_like_safetensors(bytes) && pickle_start::begins_pickle(bytes)
+        accepts: |prefix| {
+            both(safetensors::looks_like_safetensors_in(prefix), || {
+                pickle_start::begins_pickle_in(prefix)
+            })
         },
         read: Some(FileReader {
             read: read_into,

@@ -52,7 +52,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
     if let Some(probe) = probe_directory(path) {
         return Ok(probe);
     }
-    files::settle(path, || {
+    let probed = (|| {
         let buffer = files::open(path)?;
         let sniffed = sniff_nonempty(path, &buffer)?;
         if let Some((reader, format)) = named_reader(path, sniffed) {
@@ -74,7 +74,8 @@ pub fn probe(path: &Path) -> Result<Probe> {
             sniffed,
             found,
         })
-    })?
+    })();
+    files::checked(path, probed)?
 }
 
 /// The directory-table row that reads `dir` as one checkpoint, probed; `None` when no row

@@ -20,6 +20,7 @@
 //! parsed) names the fault with one precedence whatever the file's order.
 
 use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
+use super::sniff::Prefix;
 use super::table::{Accepts, FileReader, FileRule, Row};
 use super::{NewStorage, Sink, Sniffed};
 use crate::error::{Error, Result};
@@ -76,7 +77,7 @@ pub(crate) const ROW: Row = Row {
     extensions: &["safetensors"],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Format(Format::Safetensors),
-        accepts: looks_like_safetensors,
+        accepts: looks_like_safetensors_in,
         read: Some(FileReader {
             read: read_into,
             index: Format::SafetensorsIndex,
@@ -87,19 +88,18 @@ pub(crate) const ROW: Row = Row {
 
 /// A plausible header length (below 2^40, so JSON text in those bytes never qualifies)
 /// followed by JSON: `{`, or whitespace the reader will then reject with a precise message.
-pub(crate) fn looks_like_safetensors(bytes: &[u8]) -> bool {
-    let Some(len_bytes) = bytes.get(..8) else {
-        return false;
+/// Given a file's first bytes: `None` when only more of it can tell.
+pub(crate) fn looks_like_safetensors_in(prefix: Prefix<'_>) -> Option<bool> {
+    let Some(len_bytes) = prefix.bytes.get(..8) else {
+        return prefix.given(8, |_| false);
     };
     let mut le = [0u8; 8];
     le.copy_from_slice(len_bytes);
     let n = u64::from_le_bytes(le);
-    let first = bytes
-        .get(8..)
-        .unwrap_or_default()
-        .iter()
-        .find(|b| !b.is_ascii_whitespace());
-    n > 0 && n < (1 << 40) && first == Some(&b'{')
+    if n == 0 || n >= 1 << 40 {
+        return Some(false);
+    }
+    Some(prefix.first_non_space(8)? == Some(b'{'))
 }
 
 /// Appends the file's tensors and storages (one storage per tensor, as PyTorch's loader
@@ -110,9 +110,8 @@ pub(crate) fn looks_like_safetensors(bytes: &[u8]) -> bool {
 /// batch, and only then the four layers. Each is charged to the meter before it is taken.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let path = buffer.source();
-    let bytes = buffer.bytes();
     let meter = sink.meter();
-    let (header, data_start) = split_header(path, bytes)?;
+    let (header, data_start) = split_header(path, buffer)?;
     let (metadata, entries) = match read_at_once(path, header, meter)? {
         Some(parsed) => parsed,
         None => parse_entries(path, split_entries(path, header, meter)?, meter)?,
@@ -210,9 +209,11 @@ fn somes<T>(list: Vec<Option<T>>) -> Vec<T> {
 }
 
 /// The header text and the file offset where tensor data begins.
-fn split_header<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a str, u64)> {
-    let file_len = bytes.len() as u64;
-    let Some(len_bytes) = bytes.get(..8) else {
+/// The header's text and where the data begins: only these bytes are read (of a remote
+/// object, fetched).
+fn split_header<'a>(path: &Path, buffer: &'a HostBuffer) -> Result<(&'a str, u64)> {
+    let file_len = buffer.len();
+    let Some(len_bytes) = buffer.range(0..8)?.get(..8) else {
         return Err(Error::HeaderTooSmall {
             path: path.to_owned(),
             len: file_len,
@@ -229,14 +230,14 @@ fn split_header<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a str, u64)> {
         });
     }
     let data_start = declared + 8; // declared ≤ 1e8: no overflow.
-    let header = usize::try_from(data_start)
-        .ok()
-        .and_then(|end| bytes.get(8..end))
-        .ok_or(Error::HeaderBeyondFile {
+    if data_start > file_len {
+        return Err(Error::HeaderBeyondFile {
             path: path.to_owned(),
             declared,
             file_len,
-        })?;
+        });
+    }
+    let header = buffer.range(8..data_start)?;
     let header = std::str::from_utf8(header).map_err(|e| Error::HeaderNotUtf8 {
         path: path.to_owned(),
         position: e.valid_up_to() as u64,

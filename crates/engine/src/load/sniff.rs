@@ -5,7 +5,9 @@
 //! inflated as far as that takes, is. Unknown content is content no loader accepts.
 
 use super::table::{file_rules, Accepts, FileRule, Row};
-use crate::Format;
+use crate::error::Result;
+use crate::files::HEAD;
+use crate::{Format, HostBackend, HostBuffer};
 
 /// What a file's bytes say it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +34,100 @@ pub enum Sniffed {
 /// Classifies a file from its whole content `bytes` (a prefix only where the rest is
 /// unknown: a cut stream is judged as cut).
 pub fn sniff(bytes: &[u8]) -> Sniffed {
-    file_rules()
-        .find(|(_, rule)| (rule.accepts)(bytes))
-        .map_or(Sniffed::Unknown, |(_, rule)| rule.sniffed)
+    sniff_prefix(Prefix::whole(bytes)).unwrap_or(Sniffed::Unknown)
+}
+
+/// What a file is from what is read of it so far; `None` when only more of it decides: a rule
+/// ahead of the first that accepts could not tell from `prefix`.
+pub(crate) fn sniff_prefix(prefix: Prefix<'_>) -> Option<Sniffed> {
+    for (_, rule) in file_rules() {
+        match (rule.accepts)(prefix) {
+            Some(true) => return Some(rule.sniffed),
+            Some(false) => {}
+            None if prefix.whole => {}
+            None => return None,
+        }
+    }
+    Some(Sniffed::Unknown)
+}
+
+/// What `decide` says of `buffer`, given as little of its start as decides it: a local file
+/// whole at once; a remote object its head, then four times as much, until decided or whole.
+pub(crate) fn decide<T>(
+    buffer: &HostBuffer,
+    decide: impl Fn(Prefix<'_>) -> Option<T>,
+) -> Result<T> {
+    let len = buffer.len();
+    let mut read = match buffer.backend() {
+        HostBackend::Remote => HEAD.min(len),
+        _ => len,
+    };
+    loop {
+        let prefix = Prefix {
+            bytes: buffer.range(0..read)?,
+            whole: read >= len,
+        };
+        if let Some(decided) = decide(prefix) {
+            return Ok(decided);
+        }
+        if prefix.whole {
+            // Whole, every rule decides; one that does not is taken to refuse.
+            return Err(crate::Error::Remote {
+                path: buffer.source().to_owned(),
+                detail: "no loader's rule decided on the whole object".to_owned(),
+            });
+        }
+        read = read.saturating_mul(4).min(len);
+    }
+}
+
+/// The first bytes of a file, or all of it: what a loader's rule is given to decide on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Prefix<'a> {
+    /// The bytes read, from the file's start.
+    pub bytes: &'a [u8],
+    /// Whether they are the whole file.
+    pub whole: bool,
+}
+
+impl<'a> Prefix<'a> {
+    /// A whole file.
+    pub(crate) fn whole(bytes: &'a [u8]) -> Self {
+        Prefix { bytes, whole: true }
+    }
+
+    /// `rule` of the bytes once at least `n` are read (or the file is whole): a rule that
+    /// looks at no more than its first `n` bytes.
+    pub(crate) fn given(self, n: usize, rule: impl FnOnce(&'a [u8]) -> bool) -> Option<bool> {
+        (self.whole || self.bytes.len() >= n).then(|| rule(self.bytes))
+    }
+
+    /// Whether the file starts with `magic`.
+    pub(crate) fn starts_with(self, magic: &[u8]) -> Option<bool> {
+        self.given(magic.len(), |bytes| bytes.starts_with(magic))
+    }
+
+    /// The first byte from `from` on that is not ASCII whitespace: `Some(None)` when there is
+    /// none in the whole file, `None` when only more of it can tell.
+    pub(crate) fn first_non_space(self, from: usize) -> Option<Option<u8>> {
+        let rest = self.bytes.get(from..).unwrap_or_default();
+        match rest.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(&b) => Some(Some(b)),
+            None => self.whole.then_some(None),
+        }
+    }
+}
+
+/// Both rules, decided as soon as either refuses.
+pub(crate) fn both(a: Option<bool>, b: impl FnOnce() -> Option<bool>) -> Option<bool> {
+    match a {
+        Some(false) => Some(false),
+        a => match (a, b()) {
+            (_, Some(false)) => Some(false),
+            (Some(true), Some(true)) => Some(true),
+            _ => None,
+        },
+    }
 }
 
 /// A Git LFS pointer: no loader's, but a file that stands for one, refused saying so.
@@ -44,7 +137,11 @@ pub(crate) const LFS_POINTER: Row = Row {
     extensions: &[],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::LfsPointer,
-        accepts: |bytes| LFS_POINTER_VERSIONS.iter().any(|v| bytes.starts_with(v)),
+        accepts: |prefix| {
+            prefix.given(LFS_POINTER_VERSIONS[0].len(), |bytes| {
+                LFS_POINTER_VERSIONS.iter().any(|v| bytes.starts_with(v))
+            })
+        },
         read: None,
     }),
 };

@@ -22,7 +22,7 @@ use super::polyglot;
 use super::pt2;
 use super::safetensors;
 use super::sb3;
-use super::sniff::{self, Sniffed};
+use super::sniff::{self, Prefix, Sniffed};
 use super::torch::{self, archive::Archive};
 use super::zip::{self, Zip};
 use super::Sink;
@@ -110,8 +110,10 @@ pub(crate) type ReadFn = fn(&Arc<HostBuffer>, &mut Sink<'_>) -> Result<Format>;
 pub(crate) struct FileRule {
     /// What the file is, when `accepts` says so.
     pub sniffed: Sniffed,
-    /// The loader's rule over the whole file (no window: a first operand may run far).
-    pub accepts: fn(&[u8]) -> bool,
+    /// The loader's rule over the whole file (no window: a first operand may run far), given
+    /// what is read of it so far: `None` when only more of the file decides (never when
+    /// given the whole).
+    pub accepts: fn(Prefix<'_>) -> Option<bool>,
     /// `None` for what is no checkpoint alone (an index is read through its shards).
     pub read: Option<FileReader>,
 }

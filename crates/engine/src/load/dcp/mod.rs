@@ -36,17 +36,21 @@ const EXTENSION: &str = "distcp";
 /// Whether `bytes` holds, at `offset`, a safetensors header (its length, then a JSON object)
 /// whose text names DCP's sharding metadata key, as `serialization_format=SAFETENSORS`
 /// writes it (`filesystem._write_files_from_queue`, `CUSTOM_METADATA_KEY`).
-fn starts_dcp_safetensors(bytes: &[u8], offset: u64) -> bool {
-    let Some(rest) = usize::try_from(offset).ok().and_then(|o| bytes.get(o..)) else {
-        return false;
-    };
-    let Some(len) = rest.get(..8).and_then(|b| b.try_into().ok()) else {
+fn starts_dcp_safetensors(file: &HostBuffer, offset: u64) -> bool {
+    let Some(len) = file
+        .range(offset..offset.saturating_add(8))
+        .ok()
+        .and_then(|b| b.try_into().ok())
+    else {
         return false;
     };
     let len = u64::from_le_bytes(len);
-    let header = usize::try_from(len)
-        .ok()
-        .and_then(|len| rest.get(8..8usize.checked_add(len)?));
+    // Only the header is asked for (of a remote file, fetched), and only when it fits.
+    let start = offset.saturating_add(8);
+    let header = start
+        .checked_add(len)
+        .filter(|&end| end <= file.len())
+        .and_then(|end| file.range(start..end).ok());
     const KEY: &[u8] = b"\"DCP_SHARDING_INFO\"";
     header.is_some_and(|h| h.first() == Some(&b'{') && h.windows(KEY.len()).any(|w| w == KEY))
 }
@@ -239,7 +243,7 @@ impl<'a> Reading<'a> {
             let Ok(file) = self.file(&item.relative_path) else {
                 continue;
             };
-            if starts_dcp_safetensors(file.bytes(), item.offset) {
+            if starts_dcp_safetensors(&file, item.offset) {
                 return Err(Error::UnsupportedFormat {
                     path: self.dir.to_owned(),
                     format: "torch.distributed.checkpoint written with \
@@ -989,12 +993,16 @@ mod tests {
         let at = bytes.len() as u64;
         bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
         bytes.extend_from_slice(header);
-        assert!(starts_dcp_safetensors(&bytes, at));
-        assert!(!starts_dcp_safetensors(&bytes, 0));
-        assert!(!starts_dcp_safetensors(&bytes, at + 1));
-        assert!(!starts_dcp_safetensors(&bytes, u64::MAX));
+        let file = |bytes: &[u8]| HostBuffer::from_vec("a.distcp", bytes.to_vec());
+        assert!(starts_dcp_safetensors(&file(&bytes), at));
+        assert!(!starts_dcp_safetensors(&file(&bytes), 0));
+        assert!(!starts_dcp_safetensors(&file(&bytes), at + 1));
+        assert!(!starts_dcp_safetensors(&file(&bytes), u64::MAX));
         // A header that runs past the file is none.
-        assert!(!starts_dcp_safetensors(&bytes[..bytes.len() - 1], at));
+        assert!(!starts_dcp_safetensors(
+            &file(&bytes[..bytes.len() - 1]),
+            at
+        ));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::Problem;
 use crate::chat_template::ChatTemplate;
 use crate::error::clip;
 use crate::load::limits::Meter;
+use crate::HostBuffer;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
@@ -86,21 +87,25 @@ struct Kv<'a> {
 
 /// Reads through a file's bytes in its byte order; every read is checked against the end.
 struct Cursor<'a> {
-    bytes: &'a [u8],
+    /// Asked for what is read (of a remote object, only that is fetched).
+    bytes: &'a HostBuffer,
     pos: usize,
     big: bool,
 }
 
 impl<'a> Cursor<'a> {
     fn left(&self) -> u64 {
-        self.bytes.len().saturating_sub(self.pos) as u64
+        self.bytes.len().saturating_sub(self.pos as u64)
     }
 
     /// The next `n` bytes, or `None` when fewer are left.
     fn take(&mut self, n: u64) -> Option<&'a [u8]> {
         let n = usize::try_from(n).ok()?;
         let end = self.pos.checked_add(n)?;
-        let taken = self.bytes.get(self.pos..end)?;
+        let taken = self.bytes.range(self.pos as u64..end as u64).ok()?;
+        if taken.len() != n {
+            return None;
+        }
         self.pos = end;
         Some(taken)
     }
@@ -124,11 +129,13 @@ impl<'a> Cursor<'a> {
 }
 
 /// Reads the header, metadata and tensor infos of `bytes`, charging what is kept to `meter`.
-pub(crate) fn read(path: &Path, bytes: &[u8], meter: &Meter) -> Result<Header, Problem> {
+/// A byte a remote object could not fetch reads as the file's end; `files::checked` then
+/// reports the fetch instead.
+pub(crate) fn read(path: &Path, bytes: &HostBuffer, meter: &Meter) -> Result<Header, Problem> {
     let len = bytes.len();
     let short =
         |what: &str| Problem::new("header", format!("the {len}-byte file ends inside {what}"));
-    if bytes.get(..4) != Some(super::MAGIC) {
+    if bytes.range(0..4).ok() != Some(super::MAGIC) {
         return Err(Problem::new("header", "does not begin with the magic GGUF"));
     }
     let mut cursor = Cursor {

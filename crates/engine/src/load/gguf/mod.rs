@@ -102,7 +102,7 @@ pub(crate) const ROW: Row = Row {
     extensions: &["gguf"],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Format(Format::Gguf),
-        accepts: |bytes| bytes.starts_with(MAGIC),
+        accepts: |prefix| prefix.starts_with(MAGIC),
         read: Some(FileReader {
             read: read_into,
             index: Format::Gguf,
@@ -128,7 +128,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
         metadata,
         chat_templates,
         tensors,
-    } = header::read(path, buffer.bytes(), sink.meter()).map_err(|p| p.into_error(path))?;
+    } = header::read(path, buffer, sink.meter()).map_err(|p| p.into_error(path))?;
     // As many as the infos read, each charged to the budget as it was.
     let mut placed = Vec::with_capacity(tensors.len());
     for info in tensors {
@@ -345,11 +345,7 @@ fn build(
                 format!("the bytes of '{}', byte-swapped", clip(&first.info.name))
             })?;
             // Placed inside the file: the range is in the buffer.
-            let range = usize::try_from(start).ok().zip(usize::try_from(end).ok());
-            let mut own = range
-                .and_then(|(s, e)| buffer.bytes().get(s..e))
-                .unwrap_or_default()
-                .to_vec();
+            let mut own = buffer.range(start..end)?.to_vec();
             byteswap(&mut own, dtype);
             DataPtr::heap(path, own)
         } else if start > buffer.len() {

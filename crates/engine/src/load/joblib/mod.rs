@@ -14,7 +14,7 @@
 mod compressed;
 mod wrapper;
 
-pub(crate) use compressed::{compressed_pickle, read_into};
+pub(crate) use compressed::{compressed_pickle, compressor, read_into};
 pub(crate) use wrapper::{names_a_wrapper, Arrays};
 
 use super::table::{Accepts, FileReader, FileRule, Row};
@@ -22,6 +22,7 @@ use super::torch::{StorageRecord, StorageSource};
 use crate::error::{Error, Result};
 use crate::load::limits::Meter;
 use crate::load::pickle_start::Begins;
+use crate::load::sniff::Prefix;
 use crate::load::torch::byteswap;
 use crate::load::Sniffed;
 use crate::pickle::InlineArray;
@@ -48,9 +49,23 @@ pub(crate) const ROW: Row = Row {
 
 /// Whether the file is a compressed stream that begins a pickle, or may (not shown within what
 /// a look may inflate: read, within the budget, or refused).
-fn accepts(bytes: &[u8]) -> bool {
-    compressed_pickle(bytes, MAX_SNIFF_INFLATE).is_some_and(|begins| begins != Begins::NotPickle)
+/// Of a file's first bytes, only a compressor's magic refuses it; a stream that may be one is
+/// decided on the whole file (which its reader inflates whole anyway).
+fn accepts(prefix: Prefix<'_>) -> Option<bool> {
+    if !prefix.whole {
+        return match prefix.given(MAX_MAGIC, |bytes| compressor(bytes).is_some())? {
+            true => None,
+            false => Some(false),
+        };
+    }
+    Some(
+        compressed_pickle(prefix.bytes, MAX_SNIFF_INFLATE)
+            .is_some_and(|begins| begins != Begins::NotPickle),
+    )
 }
+
+/// The longest magic a compressor joblib reads begins with.
+const MAX_MAGIC: usize = 16;
 
 /// Inflated bytes a compressed file may take to show whether it holds a pickle.
 const MAX_SNIFF_INFLATE: u64 = 64 << 20;

@@ -46,7 +46,7 @@ pub(crate) const ROW: Row = Row {
     extensions: &["npy"],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Format(Format::Numpy),
-        accepts: |bytes| bytes.starts_with(MAGIC),
+        accepts: |prefix| prefix.starts_with(MAGIC),
         read: Some(FileReader {
             read: read_into,
             index: Format::Numpy,
@@ -77,11 +77,45 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
         member: None,
     };
     let mark = sink.global_mark();
-    let bytes = Cow::Borrowed(buffer.bytes());
-    if let Err(e) = add_array(&source, ROOT_NAME, bytes, Some(0), buffer, sink) {
+    let bytes = match mapped_header(&source, buffer)? {
+        Some(head) => Cow::Owned(head),
+        None => Cow::Borrowed(buffer.bytes()),
+    };
+    let len = buffer.len();
+    if let Err(e) = add_array(&source, ROOT_NAME, bytes, len, Some(0), buffer, sink) {
         return Err(e.with_unsafe_globals(sink.take_unsafe_globals(mark)));
     }
     Ok(Format::Numpy)
+}
+
+/// The header of `.npy` bytes whose array is mapped as it lies, which is all a reading of
+/// them needs (of a remote object, only that is fetched); `None` when the array is read
+/// otherwise, or its header is refused: then the whole bytes are read.
+fn mapped_header(source: &Source<'_>, buffer: &HostBuffer) -> Result<Option<Vec<u8>>> {
+    let head = header_bytes(buffer)?;
+    let mapped = read_header(source, head)
+        .is_ok_and(|(header, _)| matches!(header.descr, Descr::Plain { swap: false, .. }));
+    Ok(mapped.then(|| head.to_vec()))
+}
+
+/// The magic string, version, header length and header of `.npy` bytes as their first bytes
+/// declare them (all of them when they declare none that numpy reads).
+fn header_bytes(buffer: &HostBuffer) -> Result<&[u8]> {
+    let first = buffer.range(0..12)?;
+    let width = match (first.get(6), first.get(7)) {
+        (Some(&major), Some(&minor)) => length_field(major, minor).map(|(width, _)| width),
+        _ => None,
+    };
+    let declared = width.and_then(|width| {
+        let mut le = [0u8; 4];
+        le.get_mut(..width)?
+            .copy_from_slice(first.get(8..8 + width)?);
+        Some(u64::from(u32::from_le_bytes(le)) + 8 + width as u64)
+    });
+    match declared {
+        Some(end) => buffer.range(0..end),
+        None => Ok(buffer.bytes()),
+    }
 }
 
 /// Whether a zip archive is an `.npz`: every member is named `*.npy` (what `np.savez`
@@ -126,10 +160,27 @@ pub(crate) fn read_archive(archive: Archive<'_>, sink: &mut Sink<'_>) -> Result<
             path,
             member: Some(&entry.name),
         };
-        let read = archive.inflate(entry).and_then(|bytes| {
-            let at = entry.is_stored().then(|| entry.data_start());
-            add_array(&source, key, bytes, at, archive.buffer, sink)
-        });
+        // A stored member whose array is mapped where it lies needs its header alone.
+        let stored = entry.is_stored().then(|| entry.data_start());
+        let head = stored
+            .and_then(|at| HostBuffer::window(archive.buffer, at..at.checked_add(entry.size)?))
+            .map(|member| mapped_header(&source, &member).map(|head| (head, member)))
+            .transpose()?;
+        let read = match head {
+            Some((Some(head), _)) => add_array(
+                &source,
+                key,
+                Cow::Owned(head),
+                entry.size,
+                stored,
+                archive.buffer,
+                sink,
+            ),
+            _ => archive.inflate(entry).and_then(|bytes| {
+                let len = bytes.len() as u64;
+                add_array(&source, key, bytes, len, stored, archive.buffer, sink)
+            }),
+        };
         if let Err(e) = read {
             refused.get_or_insert(e);
         }
@@ -307,11 +358,13 @@ fn check_chars(source: &Source<'_>, chars: usize) -> Result<()> {
 
 /// Adds the array of the `.npy` bytes `bytes` as the tensor `name` and its storage. `at` is
 /// where `bytes` lie in `buffer`'s file when they are its own bytes (a `.npy` file, a stored
-/// member), `None` when they were inflated.
+/// member), `None` when they were inflated; `len` is how long the array's bytes are in all
+/// (`bytes` may be its header alone, when the data is mapped where it lies).
 fn add_array(
     source: &Source<'_>,
     name: &str,
     bytes: Cow<'_, [u8]>,
+    len: u64,
     at: Option<u64>,
     buffer: &Arc<HostBuffer>,
     sink: &mut Sink<'_>,
@@ -362,7 +415,8 @@ fn add_array(
                 format!("shape {shape:?} of {itemsize}-byte elements overflows 64-bit arithmetic"),
             )
         })?;
-    let held = data.len() as u64;
+    // The array's bytes may be its header alone: they are mapped where they lie, not read.
+    let held = len.saturating_sub(start as u64);
     if held < nbytes {
         return Err(source.err(
             "data",
@@ -374,7 +428,7 @@ fn add_array(
     }
     let meter = sink.meter();
     meter.hold_tensors(path, 1, 0, name.len() as u64)?;
-    // `nbytes` ≤ `held`, a slice's length: it fits in usize, and every sum below in u64.
+    // `nbytes` ≤ `held`, a length in memory: it fits in usize, and every sum below in u64.
     let end = start + nbytes as usize;
     let data_ptr = match at {
         Some(offset) if !swap => {

@@ -140,7 +140,7 @@ pub(crate) fn open_archive<'a>(
 
 /// Reads and checks the zip structure of `buffer`.
 pub(crate) fn open_zip<'a>(buffer: &'a HostBuffer, meter: &Meter) -> Result<Zip<'a>> {
-    let zip = Zip::open(buffer.source(), buffer.bytes(), meter)?;
+    let zip = Zip::open(buffer, meter)?;
     // Checking every local header read the whole file when its records are small; none of
     // it need stay resident while the pickle's values are built.
     buffer.release(0..buffer.len());

@@ -43,7 +43,7 @@ pub(crate) const ROW: Row = Row {
     extensions: &["pt", "pth", "bin", "ckpt"],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Format(Format::PytorchLegacy),
-        accepts: begins_legacy,
+        accepts: |prefix| prefix.given(MAX_MAGIC_PICKLE, begins_legacy),
         read: Some(FileReader {
             read: read_into,
             index: Format::PytorchIndex,

@@ -50,7 +50,11 @@ pub(crate) const ROW: Row = Row {
     extensions: &["tar"],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Tar,
-        accepts: |bytes| !bytes.starts_with(b"PK\x03\x04") && opens(bytes),
+        accepts: |prefix| {
+            prefix.given(BLOCK as usize, |bytes| {
+                !bytes.starts_with(b"PK\x03\x04") && opens(bytes)
+            })
+        },
         read: Some(FileReader {
             read: read_into,
             index: Format::PytorchIndex,

@@ -103,9 +103,14 @@ pub(super) fn locate(file: &File<'_>) -> Result<End> {
 fn last_end_record(file: &File<'_>) -> Result<u64> {
     let len = file.len();
     let window = len.saturating_sub(EOCD_LEN + MAX_COMMENT);
+    // The tail is asked for once: of a remote object, one fetch.
+    let tail = file.slice(window, len - window).unwrap_or_default();
     let candidates: Vec<u64> = (window..=len.saturating_sub(EOCD_LEN))
         .rev()
-        .filter(|&at| len >= EOCD_LEN && file.slice(at, 4) == Some(&EOCD_SIG[..]))
+        .filter(|&at| {
+            let i = (at - window) as usize; // inside the tail, which is in memory
+            len >= EOCD_LEN && tail.get(i..i + 4) == Some(&EOCD_SIG[..])
+        })
         .collect();
     let Some((&last, earlier)) = candidates.split_first() else {
         return Err(file.damaged(

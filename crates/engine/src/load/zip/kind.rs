@@ -39,7 +39,11 @@ pub(crate) const ROW: Row = Row {
     extensions: &[],
     accepts: Accepts::Bytes(FileRule {
         sniffed: Sniffed::Zip,
-        accepts: |bytes| bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06"),
+        accepts: |prefix| {
+            prefix.given(4, |bytes| {
+                bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06")
+            })
+        },
         read: Some(FileReader {
             read: read_into,
             index: Format::PytorchIndex,

@@ -23,7 +23,7 @@ mod tests;
 
 use super::limits::Meter;
 use crate::error::{Error, Result};
-use crate::inflate;
+use crate::{inflate, HostBuffer};
 use std::borrow::Cow;
 use std::path::Path;
 
@@ -41,9 +41,11 @@ pub(crate) struct Zip<'a> {
 
 impl<'a> Zip<'a> {
     /// Reads and checks the end records, the central directory and every local header; what
-    /// the directory will take in memory is held against `meter` before it is read.
-    pub fn open(path: &'a Path, bytes: &'a [u8], meter: &Meter) -> Result<Self> {
-        let file = File { path, bytes };
+    /// the directory will take in memory is held against `meter` before it is read. Only the
+    /// parts read are asked of `buffer` (of a remote object, fetched).
+    pub fn open(buffer: &'a HostBuffer, meter: &Meter) -> Result<Self> {
+        let path = buffer.source();
+        let file = File { path, buffer };
         let end = end::locate(&file)?;
         meter.hold(path, directory_cost(&end), || {
             format!("the central directory's {} entries", end.count)
@@ -181,19 +183,20 @@ fn directory_cost(end: &end::End) -> u64 {
 #[derive(Clone, Copy)]
 struct File<'a> {
     path: &'a Path,
-    bytes: &'a [u8],
+    buffer: &'a HostBuffer,
 }
 
 impl<'a> File<'a> {
     fn len(&self) -> u64 {
-        self.bytes.len() as u64
+        self.buffer.len()
     }
 
-    /// `len` bytes at `at`, or `None` when they run past the end.
+    /// `len` bytes at `at`, or `None` when they run past the end or (of a remote object)
+    /// cannot be fetched, which `files::checked` then reports.
     fn slice(&self, at: u64, len: u64) -> Option<&'a [u8]> {
-        let start = usize::try_from(at).ok()?;
-        let end = start.checked_add(usize::try_from(len).ok()?)?;
-        self.bytes.get(start..end)
+        let end = at.checked_add(len).filter(|&end| end <= self.len())?;
+        let bytes = self.buffer.range(at..end).ok()?;
+        (bytes.len() as u64 == len).then_some(bytes)
     }
 
     /// Malformed: no reader would make sense of it.

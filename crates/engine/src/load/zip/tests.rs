@@ -3,6 +3,7 @@
 
 use super::{names, File, Zip};
 use crate::load::limits::{Meter, ReadLimits};
+use crate::HostBuffer;
 use std::io::Write;
 use std::path::Path;
 
@@ -131,9 +132,12 @@ fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
 
 /// The reader's verdict: `Ok` names, or the error's text after the path.
 fn open(bytes: &[u8]) -> Result<Vec<String>, String> {
-    Zip::open(Path::new("t.pt"), bytes, &Meter::default())
-        .map(|z| z.entries().iter().map(|e| e.name.clone()).collect())
-        .map_err(|e| e.to_string().trim_start_matches("t.pt: ").to_owned())
+    Zip::open(
+        &HostBuffer::from_vec("t.pt", bytes.to_vec()),
+        &Meter::default(),
+    )
+    .map(|z| z.entries().iter().map(|e| e.name.clone()).collect())
+    .map_err(|e| e.to_string().trim_start_matches("t.pt: ").to_owned())
 }
 
 #[track_caller]
@@ -147,7 +151,8 @@ fn refused(bytes: &[u8], expected: &str) {
 #[test]
 fn reads_torch_layout_and_finds_names_ignoring_case() {
     let built = build(&two(), b"");
-    let zip = Zip::open(Path::new("t.pt"), &built.bytes, &Meter::default()).expect("reads");
+    let buffer = HostBuffer::from_vec("t.pt", built.bytes.clone());
+    let zip = Zip::open(&buffer, &Meter::default()).expect("reads");
     let names: Vec<&str> = zip.entries().iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["a/data.pkl", "a/data/0"]);
     let entry = zip.find("A/DATA/0").expect("found ignoring case");
@@ -166,13 +171,13 @@ fn the_directory_is_held_against_the_budget_before_it_is_read() {
         })
     };
     let roomy = meter(1 << 20);
-    Zip::open(Path::new("t.pt"), &built.bytes, &roomy).expect("reads");
+    let buffer = HostBuffer::from_vec("t.pt", built.bytes.clone());
+    Zip::open(&buffer, &roomy).expect("reads");
     let held = roomy.held();
     // Two entries and their names: more than the names alone, far less than a page.
     assert!((2 * 18..4096).contains(&held), "{held}");
-    let e = Zip::open(Path::new("t.pt"), &built.bytes, &meter(held - 1))
-        .err()
-        .expect("refused");
+    let buffer = HostBuffer::from_vec("t.pt", built.bytes.clone());
+    let e = Zip::open(&buffer, &meter(held - 1)).err().expect("refused");
     assert_eq!(
         e.to_string(),
         format!(
@@ -212,12 +217,14 @@ fn deflated_members_inflate_to_exactly_their_size() {
         ..stored("a/data.pkl", &compressed)
     };
     let built = build(&[member(text.len() as u64)], b"");
-    let zip = Zip::open(Path::new("t.pt"), &built.bytes, &Meter::default()).expect("reads");
+    let buffer = HostBuffer::from_vec("t.pt", built.bytes.clone());
+    let zip = Zip::open(&buffer, &Meter::default()).expect("reads");
     assert_eq!(&*zip.read(&zip.entries()[0]).unwrap(), &text[..]);
     assert_eq!(&*zip.peek(&zip.entries()[0], 4).unwrap(), b"tens");
 
     let built = build(&[member(text.len() as u64 - 1)], b"");
-    let zip = Zip::open(Path::new("t.pt"), &built.bytes, &Meter::default()).expect("opens");
+    let buffer = HostBuffer::from_vec("t.pt", built.bytes.clone());
+    let zip = Zip::open(&buffer, &Meter::default()).expect("opens");
     let e = zip.read(&zip.entries()[0]).unwrap_err().to_string();
     assert_eq!(e, "t.pt: a/data.pkl: inflates past its declared 42 bytes");
 }
@@ -521,9 +528,10 @@ fn the_directory_sorts_as_its_lowercased_names() {
     for folder in ["", "Shared/Folder/", "shared/"] {
         let names: Vec<String> = base.iter().map(|n| format!("{folder}{n}")).collect();
         let entries = named_entries(&names);
+        let empty = HostBuffer::from_vec("t.pt", Vec::new());
         let file = File {
             path: Path::new("t.pt"),
-            bytes: &[],
+            buffer: &empty,
         };
         let sorted = names::unique_names(&file, &entries).expect("unique");
         let mut expected: Vec<usize> = (0..names.len()).collect();
@@ -549,9 +557,10 @@ fn the_search_finds_what_a_scan_ignoring_case_finds() {
         .map(String::from),
     );
     let entries = named_entries(&names);
+    let empty = HostBuffer::from_vec("t.pt", Vec::new());
     let file = File {
         path: Path::new("t.pt"),
-        bytes: &[],
+        buffer: &empty,
     };
     let sorted = names::unique_names(&file, &entries).expect("unique");
     let mut queries: Vec<(Vec<&str>, String)> = Vec::new();
@@ -601,7 +610,8 @@ fn records_are_found_under_their_folders_ignoring_case() {
         stored("arch/version", b"3\n"),
     ];
     let built = build(&members, b"");
-    let zip = Zip::open(Path::new("t.pt"), &built.bytes, &Meter::default()).expect("reads");
+    let buffer = HostBuffer::from_vec("t.pt", built.bytes.clone());
+    let zip = Zip::open(&buffer, &Meter::default()).expect("reads");
     let at = |folders: &[&str], name: &str| zip.position(folders, name);
     assert_eq!(at(&["arch"], "data.pkl"), Some(0));
     assert_eq!(at(&["ARCH", "data"], "1"), Some(1));
