@@ -91,7 +91,7 @@ pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
     }
     parts
         .iter()
-        .filter_map(|part| files::stats(part))
+        .filter_map(|part| stats(part))
         .fold(None, |sum: Option<RemoteFacts>, s| {
             let sum = sum.unwrap_or(RemoteFacts {
                 size: 0,
@@ -106,6 +106,16 @@ pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
                 values_read,
             })
         })
+}
+
+/// What was read of the object mounted at `path`, its requests counting every one its server
+/// was sent: a range read sent again after a failed attempt is one request more.
+fn stats(path: &Path) -> Option<RemoteStats> {
+    let mut stats = files::stats(path)?;
+    stats.requests = stats
+        .requests
+        .saturating_add(tensorplay_remote::retried(path));
+    Some(stats)
 }
 
 /// The remote paths this run mounted, as they resolved.
@@ -133,7 +143,7 @@ pub fn read_notes() -> Vec<String> {
             }
             let stats = objects
                 .iter()
-                .filter_map(|object| files::stats(object))
+                .filter_map(|object| stats(object))
                 .reduce(|sum, s| RemoteStats {
                     len: sum.len.saturating_add(s.len),
                     bytes_read: sum.bytes_read.saturating_add(s.bytes_read),
