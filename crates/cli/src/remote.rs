@@ -19,10 +19,11 @@ pub struct RemoteArgs {
     /// (over-budget).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size, default_value = "256MiB")]
     max_remote_bytes: u64,
-    /// Range requests the run may make in all; a checkpoint needing more fails TP506.
+    /// Requests the run may send in all (ranges, their retries, listings); a checkpoint needing
+    /// more fails TP506.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_requests: u64,
-    /// Entries one remote listing (a Hub repository, an S3 or Azure prefix) may hold; a
+    /// Entries one remote listing (a Hub repository, an S3, Azure or GCS prefix) may hold; a
     /// larger one is refused unjudged.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_remote_files: usize,
@@ -115,6 +116,18 @@ fn stats(path: &Path) -> Option<RemoteStats> {
     stats.requests = stats
         .requests
         .saturating_add(tensorplay_remote::retried(path));
+    Some(stats)
+}
+
+/// What was read of every object at or under `root`, together, its requests counting their
+/// retries as [`stats`] does; `None` when there is none.
+pub fn stats_under(root: &Path) -> Option<RemoteStats> {
+    let mut stats = files::stats_under(root)?;
+    let retried = files::listed_under(root)
+        .iter()
+        .map(|listed| tensorplay_remote::retried(&listed.path))
+        .fold(0u64, u64::saturating_add);
+    stats.requests = stats.requests.saturating_add(retried);
     Some(stats)
 }
 
