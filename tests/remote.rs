@@ -264,6 +264,20 @@ fn a_range_read_sent_again_is_one_request_more_within_max_requests() {
         assert_eq!(server.range_requests() as u64, reads + 2, "{arg}");
         let note = format!(" in {} requests", reads + 2);
         assert!(stderr(&out).contains(&note), "{arg}: {}", stderr(&out));
+
+        // The failed answers' bodies are bytes fetched too: a budget of the read's bytes alone
+        // is passed by the first 503's body, and the read stops there.
+        let bytes = report["files"][0]["remote"]["bytes_read"].as_u64().unwrap();
+        server.set_fault(Fault::UnavailableFirst(2));
+        let out = audit_env(&["--max-remote-bytes", &bytes.to_string(), &arg], None, env);
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(2), "{arg}: {all}");
+        assert!(all.contains("(--max-remote-bytes)"), "{arg}: {all}");
+        assert_eq!(server.range_requests(), 1, "{arg}");
+        server.set_fault(Fault::UnavailableFirst(2));
+        let room = (bytes + 1024).to_string();
+        let out = audit_env(&["--max-remote-bytes", &room, &arg], None, env);
+        assert_eq!(out.status.code(), Some(0), "{arg}: {}", stderr(&out));
     }
 }
 

@@ -4,9 +4,10 @@
 //! raw.
 //!
 //! A range read is charged one request and its bytes by the read layer, which asks for it: its
-//! first attempt (marked [`RangeRead`]) and that attempt's body are left to it. Every other
-//! request, a range read's retries included, is counted here before it is sent, and every other
-//! body (an error answer's too) as it arrives, cut off once past the budget.
+//! first attempt (each attempt is marked [`RangeRead`]) and the range's bytes, whichever attempt
+//! brings them, are left to it. Every other request, a range read's retries included, is
+//! counted here before it is sent, and every other body (an error answer's too) as it arrives,
+//! cut off once past the budget.
 
 use crate::error_body::{self, MAX_ERROR_BODY};
 use crate::retries::Retries;
@@ -54,6 +55,17 @@ impl Refusal {
     /// The refusal, if a limit stopped a request.
     pub(crate) fn take(&self) -> Option<tensorplay_engine::Error> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The error to end a request with once a limit stopped it (kept for [`Refusal::take`]):
+    /// an answer whose body passed the budget is not to be retried.
+    fn stopped(&self) -> Option<HttpError> {
+        let slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let text = slot.as_ref()?.to_string();
+        Some(HttpError::new(
+            HttpErrorKind::Unknown,
+            std::io::Error::other(text),
+        ))
     }
 }
 
@@ -134,13 +146,15 @@ impl HttpService for Service {
         let response = self.inner.execute(request).await?;
         let (parts, body) = response.into_parts();
         let success = parts.status.is_success();
-        let body = if success && first_of_read {
+        // A range read's answer is its bytes, which the read layer charged, whichever attempt
+        // brings them (object_store resumes a broken body where it broke).
+        let body = if success && read.is_some() {
             body
         } else {
             HttpResponseBody::new(CountedBody {
                 inner: body,
                 path,
-                refusal,
+                refusal: refusal.clone(),
                 read: 0,
             })
         };
@@ -149,6 +163,9 @@ impl HttpService for Service {
         }
         // object_store puts an error answer's whole body in its message: it gets the summary.
         let said = summarise(body).await;
+        if let Some(stopped) = refusal.stopped() {
+            return Err(stopped);
+        }
         Ok(HttpResponse::from_parts(
             parts,
             HttpResponseBody::from(said),

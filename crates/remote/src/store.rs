@@ -252,7 +252,7 @@ impl RemoteObject for StoreObject {
         };
         // A retry the run's limits refused is said as the limit, naming its flag.
         let failed = |e: object_store::Error| match read.refusal().take() {
-            Some(over) => RemoteError::Unreachable(format!("not asked again: {over}")),
+            Some(over) => RemoteError::Unreachable(over.to_string()),
             None => match e {
                 object_store::Error::Precondition { .. } => RemoteError::Inconsistent(
                     "the object changed while it was read (its ETag no longer matches)".to_owned(),
