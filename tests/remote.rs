@@ -1,9 +1,10 @@
-//! Remote checkpoints (`https://`, `hf://`) read by byte ranges from a loopback server: the
+//! Remote checkpoints (`https://`, `hf://`, `s3://`, `az://`, `gs://`) read by byte ranges from a
+//! loopback server: the
 //! same findings as the same files audited locally, far fewer bytes read than they weigh, and
 //! every fault of the store a refusal (exit 2 or TP502), never a pass; a read past the run's
 //! remote budget is TP506 (over-budget), naming the flag.
 
-use crate::common::range_server::{Fault, RangeServer, BUCKET, SHA};
+use crate::common::range_server::{Fault, RangeServer, BUCKET, GCS_BUCKET, SHA};
 use crate::common::{root, stderr, stdout};
 use std::process::{Command, Output};
 
@@ -20,7 +21,8 @@ fn audit_env(args: &[&str], endpoint: Option<&str>, env: &[(&str, &str)]) -> Out
         .current_dir(root())
         .env_remove("GITHUB_ACTIONS")
         .env_remove("HF_TOKEN")
-        .env_remove("TENSORPLAY_ALLOW_HTTP");
+        .env_remove("TENSORPLAY_ALLOW_HTTP")
+        .env_remove("STORAGE_EMULATOR_HOST");
     if let Some(endpoint) = endpoint {
         command.env("HF_ENDPOINT", endpoint);
     }
@@ -174,6 +176,112 @@ fn an_azure_container_gives_the_local_findings() {
 }
 
 #[test]
+fn a_gcs_prefix_and_a_gcs_object_give_the_local_findings() {
+    let server = server();
+    let endpoint = server.endpoint();
+    // The variable Google's client libraries and emulators use; no credentials at all.
+    let env = [("STORAGE_EMULATOR_HOST", endpoint.as_str())];
+    for family in ["safetensors", "pytorch", "dcp"] {
+        let arg = format!("gs://{GCS_BUCKET}/{family}");
+        assert_as_local(family, &arg, &format!("{arg}/"), None, &env);
+    }
+    // One object, the emulator named without a scheme as Google's libraries allow.
+    let host = endpoint.trim_start_matches("http://");
+    let url = format!("gs://{GCS_BUCKET}/pytorch/overlapping_params.pt");
+    let one = audit_env(&[&url], None, &[("STORAGE_EMULATOR_HOST", host)]);
+    assert_eq!(one.status.code(), Some(1), "{}", stderr(&one));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&one)).unwrap();
+    assert_eq!(report["files"][0]["path"], url.as_str());
+    assert!(stdout(&one).contains("TP101"));
+    assert!(
+        stderr(&one).contains(&format!("note: {url}: read ")),
+        "{}",
+        stderr(&one)
+    );
+    // A changed object is refused, as S3's and Azure's are.
+    let dir = crate::common::TempDir::new("remote-gcs-faults");
+    zeros_safetensors(&dir.0.join("f.safetensors"), 1);
+    let server = RangeServer::start(&dir.0);
+    server.set_fault(Fault::ChangesAfter(1));
+    let url = format!("gs://{GCS_BUCKET}/f.safetensors");
+    let endpoint = server.endpoint();
+    let out = audit_env(
+        &["--deep", &url],
+        None,
+        &[("STORAGE_EMULATOR_HOST", endpoint.as_str())],
+    );
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("TP502") && all.contains(&url), "{all}");
+}
+
+#[test]
+fn a_range_read_sent_again_is_one_request_more_within_max_requests() {
+    let dir = crate::common::TempDir::new("remote-retries");
+    zeros_safetensors(&dir.0.join("f.safetensors"), 1);
+    let server = RangeServer::start(&dir.0);
+    let endpoint = server.endpoint();
+    let gcs = [("STORAGE_EMULATOR_HOST", endpoint.as_str())];
+    // An https:// object (retried by tensorplay) and a GCS one (retried by object_store).
+    let cases = [
+        (server.url("f.safetensors"), &[][..]),
+        (format!("gs://{GCS_BUCKET}/f.safetensors"), &gcs[..]),
+    ];
+    for (arg, env) in cases {
+        server.set_fault(Fault::None);
+        let clean = audit_env(&[&arg], None, env);
+        assert_eq!(clean.status.code(), Some(0), "{arg}: {}", stderr(&clean));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&clean)).unwrap();
+        let reads = report["files"][0]["remote"]["requests"].as_u64().unwrap();
+        assert_eq!(server.range_requests() as u64, reads, "{arg}");
+        // The run's requests without a retry: the object's HEAD, then its reads.
+        let enough = reads + 1;
+
+        // Two 503s: the two attempts more are two requests more, past the limit.
+        server.set_fault(Fault::UnavailableFirst(2));
+        let limit = enough.to_string();
+        let out = audit_env(&["--max-requests", &limit, &arg], None, env);
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(2), "{arg}: {all}");
+        assert!(
+            all.contains(&format!(
+                "(--max-requests): the run would make {} range requests, more than the {enough} \
+                 allowed",
+                enough + 1
+            )),
+            "{arg}: {all}"
+        );
+        // The attempt the limit refused was never sent.
+        assert_eq!(server.range_requests(), 1, "{arg}");
+
+        // With room for them the read goes on, and its requests count them.
+        server.set_fault(Fault::UnavailableFirst(2));
+        let limit = (enough + 2).to_string();
+        let out = audit_env(&["--max-requests", &limit, &arg], None, env);
+        assert_eq!(out.status.code(), Some(0), "{arg}: {}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(report["files"][0]["remote"]["requests"], reads + 2, "{arg}");
+        assert_eq!(server.range_requests() as u64, reads + 2, "{arg}");
+        let note = format!(" in {} requests", reads + 2);
+        assert!(stderr(&out).contains(&note), "{arg}: {}", stderr(&out));
+
+        // The failed answers' bodies are bytes fetched too: a budget of the read's bytes alone
+        // is passed by the first 503's body, and the read stops there.
+        let bytes = report["files"][0]["remote"]["bytes_read"].as_u64().unwrap();
+        server.set_fault(Fault::UnavailableFirst(2));
+        let out = audit_env(&["--max-remote-bytes", &bytes.to_string(), &arg], None, env);
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(2), "{arg}: {all}");
+        assert!(all.contains("(--max-remote-bytes)"), "{arg}: {all}");
+        assert_eq!(server.range_requests(), 1, "{arg}");
+        server.set_fault(Fault::UnavailableFirst(2));
+        let room = (bytes + 1024).to_string();
+        let out = audit_env(&["--max-remote-bytes", &room, &arg], None, env);
+        assert_eq!(out.status.code(), Some(0), "{arg}: {}", stderr(&out));
+    }
+}
+
+#[test]
 fn an_https_file_is_audited_from_a_few_ranges_of_it() {
     let server = server();
     let file = "pytorch/overlapping_params.pt";
@@ -309,7 +417,7 @@ fn plain_http_beyond_loopback_and_unknown_schemes_are_refused_before_any_read() 
     let out = audit(&["http://example.invalid/model.safetensors"], None);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--allow-http"), "{}", stderr(&out));
-    let out = audit(&["gs://bucket/model.safetensors"], None);
+    let out = audit(&["abfs://container@account.dfs.core.windows.net/m"], None);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("not supported yet"),

@@ -21,7 +21,9 @@ fn audit(args: &[&str], endpoint: Option<&str>, env: &[(&str, &str)]) -> (Output
         .env_remove("HF_TOKEN")
         .env_remove("TENSORPLAY_ALLOW_HTTP")
         .env_remove("AWS_ALLOW_HTTP")
-        .env_remove("AWS_ENDPOINT");
+        .env_remove("AWS_ENDPOINT")
+        .env_remove("GOOGLE_ALLOW_HTTP")
+        .env_remove("STORAGE_EMULATOR_HOST");
     if let Some(endpoint) = endpoint {
         command.env("HF_ENDPOINT", endpoint);
     }
@@ -206,8 +208,9 @@ fn a_store_slow_on_every_request_is_stopped_by_the_run_s_deadline() {
     }
 }
 
-/// The environment that points S3 (`s3`) or Azure (`az`) at `endpoint`, with credentials the
-/// loopback store ignores (without them the chains would ask a metadata service).
+/// The environment that points S3 (`s3`), Azure (`az`) or GCS (`gs`) at `endpoint`, with
+/// credentials the loopback store ignores (without them the chains would ask a metadata
+/// service); a GCS emulator is asked with none.
 fn store_env(scheme: &str, endpoint: &str) -> Vec<(&'static str, String)> {
     let pairs: Vec<(&str, &str)> = match scheme {
         "s3" => vec![
@@ -216,10 +219,11 @@ fn store_env(scheme: &str, endpoint: &str) -> Vec<(&'static str, String)> {
             ("AWS_SECRET_ACCESS_KEY", "test"),
             ("AWS_DEFAULT_REGION", "us-east-1"),
         ],
-        _ => vec![
+        "az" => vec![
             ("AZURE_STORAGE_USE_EMULATOR", "true"),
             ("AZURITE_BLOB_STORAGE_URL", endpoint),
         ],
+        _ => vec![("STORAGE_EMULATOR_HOST", endpoint)],
     };
     pairs.into_iter().map(|(k, v)| (k, v.to_owned())).collect()
 }
@@ -229,8 +233,8 @@ fn with_env<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
 }
 
 #[test]
-fn an_s3_or_azure_listing_of_large_pages_stays_within_the_budgets() {
-    for scheme in ["s3", "az"] {
+fn an_s3_azure_or_gcs_listing_of_large_pages_stays_within_the_budgets() {
+    for scheme in ["s3", "az", "gs"] {
         // Pages of about 1 MiB without end: 2 MiB allows two, and the one that passes it is
         // cut off as it arrives. Uncounted, the listing went on to --max-remote-files (ten
         // pages).
@@ -284,7 +288,7 @@ fn a_store_s_error_answer_is_summarised_bounded_and_escaped() {
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AccessDenied</Code>\
          <Message>{message}</Message><RequestId>R</RequestId></Error>"
     );
-    for scheme in ["s3", "az"] {
+    for scheme in ["s3", "az", "gs"] {
         let store = HostileStore::start(hostile_store::Hostility::ErrorAnswer(403, xml.clone()));
         let env = store_env(scheme, &store.endpoint());
         let (out, _) = audit(
@@ -427,6 +431,48 @@ fn plain_http_endpoints_and_redirects_beyond_loopback_are_refused_naming_the_fla
         all(&out)
     );
     assert!(took < Duration::from_secs(20), "{took:?}");
+    // GCS: the emulator variable, or a service account's gcs_base_url (object_store's way to
+    // another endpoint), whose key is never shown.
+    let key = serde_json::json!({
+        "gcs_base_url": far,
+        "private_key": "SECRET-KEY",
+        "private_key_id": "k",
+        "client_email": "a@b",
+    })
+    .to_string();
+    let cases = [
+        (
+            "STORAGE_EMULATOR_HOST",
+            far.to_owned(),
+            "STORAGE_EMULATOR_HOST",
+        ),
+        (
+            "STORAGE_EMULATOR_HOST",
+            "192.0.2.1:9".to_owned(),
+            "STORAGE_EMULATOR_HOST",
+        ),
+        (
+            "GOOGLE_SERVICE_ACCOUNT_KEY",
+            key,
+            "the gcs_base_url of GOOGLE_SERVICE_ACCOUNT_KEY",
+        ),
+    ];
+    for (name, value, named) in cases {
+        let (out, took) = audit(
+            &["--request-timeout", "30", "gs://bucket/model.safetensors"],
+            None,
+            &[(name, value.as_str())],
+        );
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", all(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{named} is plain http://")) && err.contains("--allow-http"),
+            "{name}: {}",
+            all(&out)
+        );
+        assert!(!all(&out).contains("SECRET"), "{}", all(&out));
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
     // A loopback Hub that redirects a file to plain http beyond loopback.
     let hub = HostileHub::start(
         Hostility::RedirectTo(format!("{far}/model.safetensors?X-Amz-Signature=secret")),

@@ -1,6 +1,7 @@
 //! A loopback HTTP server for the remote tests: serves files of a folder by byte ranges, the
-//! Hugging Face Hub's revision, tree and resolve endpoints over it, and the faults a real
-//! store shows (a whole body for a range, a changed object, a short body, 429, 500).
+//! Hugging Face Hub's revision, tree and resolve endpoints over it, S3, Azure Blob Storage and
+//! Google Cloud Storage as object_store addresses them, and the faults a real store shows (a
+//! whole body for a range, a changed object, a short body, 429, 500, 503 then success).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -11,6 +12,9 @@ use std::sync::{Arc, Mutex};
 
 /// The bucket the S3 emulation serves the folder as.
 pub const BUCKET: &str = "bucket";
+
+/// The bucket the Google Cloud Storage emulation serves the folder as.
+pub const GCS_BUCKET: &str = "gcs-bucket";
 
 /// The commit every emulated repository is at.
 pub const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -29,6 +33,8 @@ pub enum Fault {
     RateLimitedOnce,
     /// Answers every range request with this status.
     Status(u16),
+    /// Answers the first this many range requests `503` with a short error body, then serves.
+    UnavailableFirst(usize),
     /// Answers range requests after three seconds.
     Slow,
 }
@@ -172,6 +178,25 @@ fn serve(
                 Err(_) => respond(&mut out, "404 Not Found", &[], b"", &method),
             }
         }
+        // Google Cloud Storage's XML API, as object_store addresses it: a listing of the
+        // bucket (S3's ListObjectsV2), or an object of it by its name, every character but
+        // letters and digits percent-encoded.
+        [bucket, rest @ ..] if percent_decoded(bucket) == GCS_BUCKET => match rest {
+            [] if query.contains("list-type=2") => {
+                let prefix = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("prefix="))
+                    .map(percent_decoded)
+                    .unwrap_or_default();
+                let body = list_bucket(dir, &prefix);
+                respond(&mut out, "200 OK", &[], body.as_bytes(), &method)
+            }
+            [name] => match std::fs::read(dir.join(percent_decoded(name))) {
+                Ok(bytes) => serve_file(&mut out, &method, &bytes, range, ranges, fault),
+                Err(_) => respond(&mut out, "404 Not Found", &[], b"", &method),
+            },
+            _ => respond(&mut out, "404 Not Found", &[], b"", &method),
+        },
         // S3, path style: a listing of the bucket, or an object of it.
         [BUCKET] if query.contains("list-type=2") => {
             let prefix = query
@@ -232,6 +257,10 @@ fn serve_file(
         }
         Fault::Status(code) => {
             return respond(out, &format!("{code} Fault"), &[], b"", method);
+        }
+        Fault::UnavailableFirst(times) if n < times => {
+            let body = b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>";
+            return respond(out, "503 Service Unavailable", &[], body, method);
         }
         _ => {}
     }
@@ -333,7 +362,27 @@ fn list_container(dir: &Path, prefix: &str) -> String {
     )
 }
 
-/// `bytes=START-END` (one range), inclusive.
+/// `text` with each `%XX` replaced by the byte it encodes.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = text.get(i + 1..i + 3).filter(|_| bytes[i] == b'%');
+        match hex.and_then(|hex| u8::from_str_radix(hex, 16).ok()) {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Every file under `dir`, relative to `base`, with its size.
 fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, u64)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -1,12 +1,16 @@
-//! The HTTP client `object_store` reads S3 and Azure through, so that what it fetches beyond
-//! an object's ranges (a prefix's listing pages, a `HEAD`) counts against the run's remote
-//! budget and deadline as a Hub listing does, and no error answer reaches a message raw.
+//! The HTTP client `object_store` reads S3, Azure and GCS through, so that everything it sends
+//! (a prefix's listing pages, a `HEAD`, a credential request, every retry) counts against the
+//! run's remote budget and deadline as a Hub listing does, and no error answer reaches a message
+//! raw.
 //!
-//! Range reads are counted by the read layer, which asks for them: a request with a `Range`
-//! header is left to it, every other one is counted here before it is sent, and its body as it
-//! arrives, cut off once past the budget.
+//! A range read is charged one request and its bytes by the read layer, which asks for it: its
+//! first attempt (each attempt is marked [`RangeRead`]) and the range's bytes, whichever attempt
+//! brings them, are left to it. Every other request, a range read's retries included, is
+//! counted here before it is sent, and every other body (an error answer's too) as it arrives,
+//! cut off once past the budget.
 
 use crate::error_body::{self, MAX_ERROR_BODY};
+use crate::retries::Retries;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -17,6 +21,7 @@ use object_store::client::{
 use object_store::ClientOptions;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tensorplay_engine::files;
@@ -50,6 +55,44 @@ impl Refusal {
     /// The refusal, if a limit stopped a request.
     pub(crate) fn take(&self) -> Option<tensorplay_engine::Error> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The error to end a request with once a limit stopped it (kept for [`Refusal::take`]):
+    /// an answer whose body passed the budget is not to be retried.
+    fn stopped(&self) -> Option<HttpError> {
+        let slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let text = slot.as_ref()?.to_string();
+        Some(HttpError::new(
+            HttpErrorKind::Unknown,
+            std::io::Error::other(text),
+        ))
+    }
+}
+
+/// Marks the attempts of one range read (object_store sends a request's extensions with every
+/// attempt): the read layer charged its first one, each further one is charged here to the
+/// object's path and tallied.
+#[derive(Debug, Clone)]
+pub(crate) struct RangeRead {
+    path: PathBuf,
+    retries: Retries,
+    sent: Arc<AtomicU32>,
+    refusal: Refusal,
+}
+
+impl RangeRead {
+    pub(crate) fn new(path: PathBuf, retries: Retries) -> Self {
+        RangeRead {
+            path,
+            retries,
+            sent: Arc::default(),
+            refusal: Refusal::default(),
+        }
+    }
+
+    /// The limit that stopped one of the read's attempts, if one did.
+    pub(crate) fn refusal(&self) -> &Refusal {
+        &self.refusal
     }
 }
 
@@ -85,27 +128,44 @@ struct Service {
 #[async_trait]
 impl HttpService for Service {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let ranged = request.headers().contains_key(http::header::RANGE);
-        let Counted { path, refusal } = &self.counted;
-        if !ranged {
-            files::charge(path, 1, 0).map_err(|e| refusal.set(e))?;
+        let read = request.extensions().get::<RangeRead>().cloned();
+        // The path and the refusal slot a charge goes to: the object's for a range read.
+        let (path, refusal) = match &read {
+            Some(read) => (read.path.clone(), read.refusal.clone()),
+            None => (self.counted.path.clone(), self.counted.refusal.clone()),
+        };
+        let first_of_read = match &read {
+            Some(read) => read.sent.fetch_add(1, Ordering::Relaxed) == 0,
+            None => false,
+        };
+        match &read {
+            Some(_) if first_of_read => {}
+            Some(read) => read.retries.charge(&path).map_err(|e| refusal.set(e))?,
+            None => files::charge(&path, 1, 0).map_err(|e| refusal.set(e))?,
         }
         let response = self.inner.execute(request).await?;
         let (parts, body) = response.into_parts();
-        let body = if ranged {
+        let success = parts.status.is_success();
+        // A range read's answer is its bytes, which the read layer charged, whichever attempt
+        // brings them (object_store resumes a broken body where it broke).
+        let body = if success && read.is_some() {
             body
         } else {
             HttpResponseBody::new(CountedBody {
                 inner: body,
-                counted: self.counted.clone(),
+                path,
+                refusal: refusal.clone(),
                 read: 0,
             })
         };
-        if parts.status.is_success() {
+        if success {
             return Ok(HttpResponse::from_parts(parts, body));
         }
         // object_store puts an error answer's whole body in its message: it gets the summary.
         let said = summarise(body).await;
+        if let Some(stopped) = refusal.stopped() {
+            return Err(stopped);
+        }
         Ok(HttpResponse::from_parts(
             parts,
             HttpResponseBody::from(said),
@@ -127,10 +187,11 @@ async fn summarise(body: HttpResponseBody) -> String {
     error_body::summary(&head).unwrap_or_default()
 }
 
-/// A body counted against the run's byte budget as it arrives.
+/// A body counted against the run's byte budget as it arrives, charged to `path`.
 struct CountedBody {
     inner: HttpResponseBody,
-    counted: Counted,
+    path: PathBuf,
+    refusal: Refusal,
     read: u64,
 }
 
@@ -148,9 +209,8 @@ impl Body for CountedBody {
         };
         let len = frame.data_ref().map_or(0, |d| d.len() as u64);
         self.read = self.read.saturating_add(len);
-        let Counted { path, refusal } = &self.counted;
-        if let Err(e) = files::charge(path, 0, len) {
-            return Poll::Ready(Some(Err(refusal.set(e))));
+        if let Err(e) = files::charge(&self.path, 0, len) {
+            return Poll::Ready(Some(Err(self.refusal.set(e))));
         }
         if self.read > MAX_ANSWER {
             return Poll::Ready(Some(Err(HttpError::new(

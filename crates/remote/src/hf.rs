@@ -1,7 +1,8 @@
 //! Hugging Face repositories: a revision resolved to its commit once, every file listed with
 //! its size and read at that commit through `/resolve/`, as `huggingface_hub` reads them.
 
-use crate::http::{send, Deadline, HttpObject};
+use crate::http::{send, Attempts, Deadline, Failure, HttpObject};
+use crate::retries;
 use crate::{Error, Options};
 use reqwest::blocking::Client;
 use reqwest::header::{self, HeaderMap, HeaderValue};
@@ -147,7 +148,8 @@ pub(crate) fn mount(client: &Client, rest: &str, options: &Options) -> Result<Pa
             options.timeout,
             sha256,
         );
-        files::mount(root.join(&entry.path), Arc::new(object));
+        let retries = object.retries();
+        retries::mount(root.join(&entry.path), Arc::new(object), retries);
     }
     let path = if repo.path.is_empty() {
         root.clone()
@@ -211,11 +213,14 @@ impl Api<'_> {
     fn get(&self, url: &str) -> Result<reqwest::blocking::Response, Error> {
         files::charge(self.path, 1, 0).map_err(Error::Budget)?;
         let deadline = Deadline::start(self.options.timeout);
-        send(&deadline, || {
+        let attempts = Attempts::new(self.path, None);
+        send(&deadline, &attempts, || {
             self.client.get(url).headers(self.headers.clone())
         })
-        .map_err(at(url))
-        .map_err(|source| self.store(source))
+        .map_err(|failure| match failure {
+            Failure::Budget(over, _) => Error::Budget(over),
+            Failure::Remote(source) => self.store(at(url)(source)),
+        })
     }
 
     /// The answer's body, read no further than what the run may still fetch (and one byte

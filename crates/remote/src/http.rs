@@ -1,14 +1,17 @@
 //! One object behind an HTTP(S) URL, read by `Range` requests that must be answered exactly.
 
 use crate::error_body::{self, MAX_ERROR_BODY};
+use crate::retries::Retries;
 use reqwest::blocking::{Client, Response};
 use reqwest::header::{self, HeaderMap};
 use reqwest::StatusCode;
+use std::cell::Cell;
 use std::io::Read;
 use std::ops::Range;
+use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tensorplay_engine::files::{RemoteError, RemoteObject};
+use tensorplay_engine::files::{self, RemoteError, RemoteObject};
 
 /// Attempts at one request when the store is briefly unavailable (429, 5xx, a broken transfer).
 const ATTEMPTS: u32 = 4;
@@ -29,6 +32,8 @@ pub(crate) struct HttpObject {
     timeout: Duration,
     /// The SHA-256 the listing gives (a Hub file's `lfs.oid`).
     sha256: Option<[u8; 32]>,
+    /// Its range requests sent again after a failed attempt.
+    retries: Retries,
 }
 
 impl HttpObject {
@@ -49,7 +54,13 @@ impl HttpObject {
             headers,
             timeout,
             sha256,
+            retries: Retries::default(),
         }
+    }
+
+    /// The tally of its range requests sent again, kept with its mount.
+    pub(crate) fn retries(&self) -> Retries {
+        self.retries.clone()
     }
 
     /// The object at `url`, its length and validator from a `HEAD`.
@@ -58,9 +69,12 @@ impl HttpObject {
         url: &str,
         headers: HeaderMap,
         timeout: Duration,
-    ) -> Result<Self, RemoteError> {
+    ) -> Result<Self, Failure> {
         let deadline = Deadline::start(timeout);
-        let response = send(&deadline, || client.head(url).headers(headers.clone()))?;
+        let attempts = Attempts::new(Path::new(url), None);
+        let response = send(&deadline, &attempts, || {
+            client.head(url).headers(headers.clone())
+        })?;
         let len = response
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -74,15 +88,17 @@ impl HttpObject {
         Ok(object)
     }
 
-    fn get(&self, range: &Range<u64>) -> Result<Vec<u8>, RemoteError> {
+    fn get(&self, range: &Range<u64>) -> Result<Vec<u8>, Failure> {
         let want = range.end - range.start;
         let deadline = Deadline::start(self.timeout);
+        // The read layer charged the first attempt; a body cut short is asked for again.
+        let attempts = Attempts::new(Path::new(&self.url), Some(&self.retries));
         let mut last = String::new();
         for _ in 0..ATTEMPTS {
             if deadline.left().is_none() {
-                return Err(deadline.passed(&last));
+                return Err(deadline.passed(&last).into());
             }
-            let response = send(&deadline, || {
+            let response = send(&deadline, &attempts, || {
                 let mut request = self
                     .client
                     .get(&self.url)
@@ -106,9 +122,12 @@ impl HttpObject {
                     return Err(RemoteError::Inconsistent(format!(
                         "answered bytes {}..{} with more bytes than asked for",
                         range.start, range.end
-                    )))
+                    ))
+                    .into())
                 }
                 result => {
+                    // Bytes of a failed attempt were fetched all the same.
+                    attempts.received(body.len() as u64)?;
                     let why = result.err().map(|e| format!(" ({e})")).unwrap_or_default();
                     last = format!(
                         "bytes {}..{}: the body ended after {} of {want} bytes{why}",
@@ -119,7 +138,7 @@ impl HttpObject {
                 }
             }
         }
-        Err(RemoteError::Unreachable(last))
+        Err(RemoteError::Unreachable(last).into())
     }
 
     /// A range answer is `206` with the range asked for, of this object, in this version.
@@ -171,7 +190,7 @@ impl RemoteObject for HttpObject {
     }
 
     fn read_range(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
-        self.get(&range)
+        self.get(&range).map_err(Failure::into_remote)
     }
 
     fn listed_sha256(&self) -> Option<[u8; 32]> {
@@ -223,19 +242,94 @@ impl Deadline {
     }
 }
 
+/// Why a request failed: the store's answer, or the run's limits, which a retry (or the bytes
+/// of a failed attempt's answer) would pass.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Remote(RemoteError),
+    /// The limit passed, and what the store last said (why the attempt was to be made).
+    Budget(tensorplay_engine::Error, String),
+}
+
+impl From<RemoteError> for Failure {
+    fn from(error: RemoteError) -> Self {
+        Failure::Remote(error)
+    }
+}
+
+impl Failure {
+    /// As a read's error: the read layer's errors for a store carry text only, so a limit
+    /// that stopped a retry is said in the words that name its flag.
+    pub(crate) fn into_remote(self) -> RemoteError {
+        match self {
+            Failure::Remote(error) => error,
+            Failure::Budget(over, last) if last.is_empty() => {
+                RemoteError::Unreachable(over.to_string())
+            }
+            Failure::Budget(over, last) => {
+                RemoteError::Unreachable(format!("{last}; not asked again: {over}"))
+            }
+        }
+    }
+}
+
+/// What one request's attempts are charged to. Its first attempt is charged by whoever asked
+/// for it (the read layer for a range, the mount for a `HEAD` or a listing page); each further
+/// one is a request the server is sent too, charged here before it is sent, and so are the
+/// bytes of every failed attempt's answer.
+pub(crate) struct Attempts<'a> {
+    /// The URL charged.
+    path: &'a Path,
+    /// The object's tally of range requests sent again, for a range read.
+    retries: Option<&'a Retries>,
+    sent: Cell<u32>,
+}
+
+impl<'a> Attempts<'a> {
+    pub(crate) fn new(path: &'a Path, retries: Option<&'a Retries>) -> Self {
+        Attempts {
+            path,
+            retries,
+            sent: Cell::new(0),
+        }
+    }
+
+    /// Before an attempt is sent, after `last` (what the store said to the one before):
+    /// every one but the first is charged.
+    fn sending(&self, last: &str) -> Result<(), Failure> {
+        let sent = self.sent.get();
+        self.sent.set(sent.saturating_add(1));
+        if sent == 0 {
+            return Ok(());
+        }
+        match self.retries {
+            Some(retries) => retries.charge(self.path),
+            None => files::charge(self.path, 1, 0),
+        }
+        .map_err(|over| Failure::Budget(over, last.to_owned()))
+    }
+
+    /// Bytes of a failed attempt's answer, received.
+    fn received(&self, bytes: u64) -> Result<(), Failure> {
+        files::charge(self.path, 0, bytes).map_err(|over| Failure::Budget(over, String::new()))
+    }
+}
+
 /// Sends the request `make` builds, again after a `429` (waiting as `Retry-After` says), a
 /// `5xx` or a failed connection, all before `deadline`: a wait that would pass it is not
-/// waited. A `412` says the object changed; any other status but success is final. Messages
-/// leave the URL to the caller.
+/// waited, and an attempt the run's limits refuse is not sent. A `412` says the object
+/// changed; any other status but success is final. Messages leave the URL to the caller.
 pub(crate) fn send(
     deadline: &Deadline,
+    attempts: &Attempts<'_>,
     make: impl Fn() -> reqwest::blocking::RequestBuilder,
-) -> Result<Response, RemoteError> {
+) -> Result<Response, Failure> {
     let mut last = String::new();
     for attempt in 0..ATTEMPTS {
         let Some(left) = deadline.left() else {
-            return Err(deadline.passed(&last));
+            return Err(deadline.passed(&last).into());
         };
+        attempts.sending(&last)?;
         // The request's own timeout covers its body too: the rest of the deadline.
         match make().timeout(left).send() {
             Ok(response) => {
@@ -246,7 +340,8 @@ pub(crate) fn send(
                 if status == StatusCode::PRECONDITION_FAILED {
                     return Err(RemoteError::Inconsistent(
                         "the object changed while it was read (412 Precondition Failed)".to_owned(),
-                    ));
+                    )
+                    .into());
                 }
                 let wait = if status == StatusCode::TOO_MANY_REQUESTS {
                     Some(retry_after(response.headers(), attempt))
@@ -255,15 +350,19 @@ pub(crate) fn send(
                 } else {
                     None
                 };
-                last = format!("HTTP {status}{}", said(response));
+                let (said, read) = said(response);
+                attempts.received(read)?;
+                last = format!("HTTP {status}{said}");
                 let Some(wait) = wait else {
-                    return Err(RemoteError::Unreachable(last));
+                    return Err(RemoteError::Unreachable(last).into());
                 };
                 if !deadline.allows(wait) {
-                    return Err(deadline.passed(&format!(
-                        "{last}, retry asked after {} s",
-                        wait.as_secs_f64()
-                    )));
+                    return Err(deadline
+                        .passed(&format!(
+                            "{last}, retry asked after {} s",
+                            wait.as_secs_f64()
+                        ))
+                        .into());
                 }
                 std::thread::sleep(wait);
             }
@@ -271,26 +370,26 @@ pub(crate) fn send(
                 last = without_url(&e);
                 let wait = backoff(attempt);
                 if !deadline.allows(wait) {
-                    return Err(deadline.passed(&last));
+                    return Err(deadline.passed(&last).into());
                 }
                 std::thread::sleep(wait);
             }
         }
     }
-    Err(RemoteError::Unreachable(format!(
-        "{last} (after {ATTEMPTS} attempts)"
-    )))
+    Err(RemoteError::Unreachable(format!("{last} (after {ATTEMPTS} attempts)")).into())
 }
 
 /// What an error answer's body says, as ` (CODE: MESSAGE)`, read no further than
-/// [`MAX_ERROR_BODY`] bytes (and within the request's deadline); empty when it says nothing.
-fn said(response: Response) -> String {
+/// [`MAX_ERROR_BODY`] bytes (and within the request's deadline), empty when it says nothing;
+/// and the bytes of it read.
+fn said(response: Response) -> (String, u64) {
     let mut body = Vec::new();
     // A body cut short still says what it said so far.
     let _ = response.take(MAX_ERROR_BODY as u64).read_to_end(&mut body);
-    error_body::summary(&body)
+    let said = error_body::summary(&body)
         .map(|said| format!(" ({said})"))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    (said, body.len() as u64)
 }
 
 fn backoff(attempt: u32) -> Duration {

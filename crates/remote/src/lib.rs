@@ -1,15 +1,19 @@
 //! Checkpoints where they are stored: an `https://` URL, a Hugging Face repository
-//! (`hf://ORG/REPO[@REVISION][/PATH]`), an S3 or Azure Blob Storage object or prefix
-//! (`s3://BUCKET/KEY`, `az://CONTAINER/KEY`) is mounted as paths of the engine's read layer
+//! (`hf://ORG/REPO[@REVISION][/PATH]`), an S3, Azure Blob Storage or Google Cloud Storage object
+//! or prefix (`s3://BUCKET/KEY`, `az://CONTAINER/KEY`, `gs://BUCKET/KEY`) is mounted as paths of the engine's read layer
 //! (`tensorplay_engine::files`), whose readers then fetch only the byte ranges they read.
 //!
 //! This crate resolves and lists; it reads nothing itself but what a listing needs.
 
 mod counted;
 mod error_body;
+mod gcs;
 mod hf;
 mod http;
+mod retries;
 mod store;
+
+pub use retries::retried;
 
 use reqwest::blocking::Client;
 use reqwest::header::HeaderMap;
@@ -29,7 +33,7 @@ pub struct Options {
     pub hf_endpoint: String,
     /// The Hugging Face token (`HF_TOKEN`), sent only to the endpoint.
     pub hf_token: Option<String>,
-    /// Entries a listing (a Hub tree, an S3 or Azure prefix) may hold, at most.
+    /// Entries a listing (a Hub tree, an S3, Azure or GCS prefix) may hold, at most.
     pub max_files: usize,
 }
 
@@ -110,17 +114,23 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
         // key's HEAD is: everything a server is asked counts against --max-requests.
         files::charge(Path::new(arg), 1, 0).map_err(Error::Budget)?;
         let object = http::HttpObject::open(&client, arg, HeaderMap::new(), options.timeout)
-            .map_err(store)?;
+            .map_err(|failure| match failure {
+                http::Failure::Budget(over, _) => Error::Budget(over),
+                http::Failure::Remote(source) => store(source),
+            })?;
         let path = PathBuf::from(arg);
-        files::mount(path.clone(), Arc::new(object));
+        let retries = object.retries();
+        retries::mount(path.clone(), Arc::new(object), retries);
         return Ok(Some(path));
     }
-    if arg.starts_with("s3://") || arg.starts_with("az://") {
+    if ["s3://", "az://", "gs://"]
+        .iter()
+        .any(|s| arg.starts_with(s))
+    {
         return store::mount(arg, options).map(Some);
     }
     Err(refused(
-        "GCS and abfs:// paths are not supported yet; use an https:// URL of the object, or \
-         az://CONTAINER/KEY for Azure Blob Storage",
+        "abfs:// paths are not supported yet; use az://CONTAINER/KEY for Azure Blob Storage",
     ))
 }
 

@@ -1,8 +1,9 @@
-//! Objects of a cloud store (`s3://`, `az://`), through `object_store` with the cloud's own credential
-//! chain and environment: one object, or every object under a prefix.
+//! Objects of a cloud store (`s3://`, `az://`, `gs://`), through `object_store` with the cloud's
+//! own credential chain and environment: one object, or every object under a prefix.
 
-use crate::counted::Counted;
-use crate::{Error, Options};
+use crate::counted::{Counted, RangeRead};
+use crate::retries::{self, Retries};
+use crate::{gcs, Error, Options};
 use futures_util::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
@@ -11,7 +12,7 @@ use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use tensorplay_engine::files::{self, RemoteError, RemoteObject};
+use tensorplay_engine::files::{RemoteError, RemoteObject};
 
 /// The runtime that drives `object_store`'s requests for the blocking readers.
 fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
@@ -30,7 +31,7 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
 }
 
 /// Mounts `SCHEME://BUCKET/KEY` (one object) or `SCHEME://BUCKET/PREFIX` (every object under
-/// it) of `s3://` or `az://` and returns the path to audit.
+/// it) of `s3://`, `az://` or `gs://` and returns the path to audit.
 pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
     let refused = |reason: String| Error::Refused {
         path: arg.to_owned(),
@@ -47,24 +48,27 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
             "expected {scheme}://BUCKET[/KEY-or-PREFIX]"
         )));
     }
-    // The endpoint variables obey the rule every URL does, before anything is sent.
-    let endpoints: &[&str] = match scheme {
-        "s3" => &["AWS_ENDPOINT_URL", "AWS_ENDPOINT"],
-        _ => &["AZURE_STORAGE_ENDPOINT", "AZURITE_BLOB_STORAGE_URL"],
+    // The endpoints the environment sets obey the rule every URL does, before anything is
+    // sent: (where it is set, the URL).
+    let endpoints: Vec<(String, String)> = match scheme {
+        "s3" => env_urls(&["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]),
+        "az" => env_urls(&["AZURE_STORAGE_ENDPOINT", "AZURITE_BLOB_STORAGE_URL"]),
+        _ => gcs::endpoint().into_iter().collect(),
     };
-    let cloud_allows_http = env_true(if scheme == "s3" {
-        "AWS_ALLOW_HTTP"
-    } else {
-        "AZURE_ALLOW_HTTP"
+    let cloud_allows_http = env_true(match scheme {
+        "s3" => "AWS_ALLOW_HTTP",
+        "az" => "AZURE_ALLOW_HTTP",
+        _ => "GOOGLE_ALLOW_HTTP",
     });
     if !options.allow_http && !cloud_allows_http {
-        if let Some(name) = plain_http_env(endpoints) {
+        if let Some((name, _)) = endpoints.iter().find(|(_, url)| plain_http_far(url)) {
             return Err(refused(format!(
                 "{name} is plain http:// to a host that is not a loopback address; pass \
                  --allow-http (or set TENSORPLAY_ALLOW_HTTP=1) to read it unencrypted"
             )));
         }
     }
+    let loopback = endpoints.iter().any(|(_, url)| plain_http_loopback(url));
     // Retries end within the request timeout, as those of https:// and hf:// reads do.
     let retry = RetryConfig {
         max_retries: 3,
@@ -85,7 +89,7 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
         "s3" => Arc::new(
             AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
-                .with_client_options(client(loopback_env(endpoints) || cloud_allows_http))
+                .with_client_options(client(loopback || cloud_allows_http))
                 .with_http_connector(counted.clone())
                 .with_retry(retry)
                 .build()
@@ -94,7 +98,16 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
         "az" => Arc::new(
             MicrosoftAzureBuilder::from_env()
                 .with_container_name(bucket)
-                .with_client_options(client(loopback_env(endpoints) || cloud_allows_http))
+                .with_client_options(client(loopback || cloud_allows_http))
+                .with_http_connector(counted.clone())
+                .with_retry(retry)
+                .build()
+                .map_err(|e| refused(e.to_string()))?,
+        ),
+        "gs" => Arc::new(
+            gcs::builder()
+                .with_bucket_name(bucket)
+                .with_client_options(client(loopback || cloud_allows_http))
                 .with_http_connector(counted.clone())
                 .with_retry(retry)
                 .build()
@@ -114,7 +127,7 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
     if !key.is_empty() {
         if let Ok(meta) = runtime.block_on(store.head(&exact)) {
             let path = root.join(key);
-            files::mount(path.clone(), Arc::new(StoreObject::new(&store, meta)));
+            mount_object(&store, path.clone(), meta);
             return Ok(path);
         }
     }
@@ -146,7 +159,7 @@ pub(crate) fn mount(arg: &str, options: &Options) -> Result<PathBuf, Error> {
     }
     for meta in listed {
         let path = root.join(meta.location.as_ref());
-        files::mount(path, Arc::new(StoreObject::new(&store, meta)));
+        mount_object(&store, path, meta);
     }
     Ok(if key.is_empty() { root } else { root.join(key) })
 }
@@ -155,32 +168,37 @@ fn env_true(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-/// The first of the variables `names` that holds a plain-http URL of a host that is not a
-/// loopback address.
-fn plain_http_env<'a>(names: &[&'a str]) -> Option<&'a str> {
-    names.iter().copied().find(|name| {
-        std::env::var(name).is_ok_and(|url| {
-            url.get(..7)
-                .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
-                && !reqwest::Url::parse(&url)
-                    .ok()
-                    .and_then(|url| url.host_str().map(crate::is_loopback))
-                    .unwrap_or(false)
-        })
-    })
+/// The variables of `names` that are set, with their values.
+fn env_urls(names: &[&str]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
+        .collect()
 }
 
-/// Whether one of the variables `names` holds a plain-http loopback URL, which is read
-/// without `--allow-http` as any loopback URL is.
-fn loopback_env(names: &[&str]) -> bool {
-    names.iter().any(|name| {
-        std::env::var(name).is_ok_and(|url| {
-            url.strip_prefix("http://")
-                .and_then(|rest| reqwest::Url::parse(&format!("http://{rest}")).ok())
-                .and_then(|url| url.host_str().map(crate::is_loopback))
-                .unwrap_or(false)
-        })
-    })
+/// Whether `url` is plain http to a host that is not a loopback address.
+fn plain_http_far(url: &str) -> bool {
+    url.get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+        && !reqwest::Url::parse(url)
+            .ok()
+            .and_then(|url| url.host_str().map(crate::is_loopback))
+            .unwrap_or(false)
+}
+
+/// Whether `url` is plain http to a loopback address, which is read without `--allow-http` as
+/// any loopback URL is.
+fn plain_http_loopback(url: &str) -> bool {
+    url.strip_prefix("http://")
+        .and_then(|rest| reqwest::Url::parse(&format!("http://{rest}")).ok())
+        .and_then(|url| url.host_str().map(crate::is_loopback))
+        .unwrap_or(false)
+}
+
+fn mount_object(store: &Arc<dyn ObjectStore>, path: PathBuf, meta: object_store::ObjectMeta) {
+    let object = StoreObject::new(store, path.clone(), meta);
+    let retries = object.retries.clone();
+    retries::mount(path, Arc::new(object), retries);
 }
 
 #[derive(Debug)]
@@ -190,14 +208,20 @@ struct StoreObject {
     size: u64,
     /// The ETag the listing gave: every range must be of that version.
     etag: Option<String>,
+    /// Where it is mounted, which its retries are charged to.
+    path: PathBuf,
+    /// Its range requests sent again after a failed attempt.
+    retries: Retries,
 }
 
 impl StoreObject {
-    fn new(store: &Arc<dyn ObjectStore>, meta: object_store::ObjectMeta) -> Self {
+    fn new(store: &Arc<dyn ObjectStore>, path: PathBuf, meta: object_store::ObjectMeta) -> Self {
         StoreObject {
             store: Arc::clone(store),
             location: meta.location,
             size: meta.size,
+            path,
+            retries: Retries::default(),
             // A listing may give an ETag unquoted (Azure's does) where headers quote it.
             etag: meta
                 .e_tag
@@ -216,23 +240,32 @@ impl RemoteObject for StoreObject {
 
     fn read_range(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
         let runtime = runtime().map_err(RemoteError::Unreachable)?;
+        // Every attempt of this read carries the mark: the client charges those after the first.
+        let read = RangeRead::new(self.path.clone(), self.retries.clone());
+        let mut extensions = http::Extensions::new();
+        extensions.insert(read.clone());
         let options = GetOptions {
             range: Some(GetRange::Bounded(range.clone())),
             if_match: self.etag.clone(),
+            extensions,
             ..GetOptions::default()
         };
+        // A retry the run's limits refused is said as the limit, naming its flag.
+        let failed = |e: object_store::Error| match read.refusal().take() {
+            Some(over) => RemoteError::Unreachable(over.to_string()),
+            None => match e {
+                object_store::Error::Precondition { .. } => RemoteError::Inconsistent(
+                    "the object changed while it was read (its ETag no longer matches)".to_owned(),
+                ),
+                e => unreachable(&e),
+            },
+        };
         runtime.block_on(async {
-            let result =
-                self.store
-                    .get_opts(&self.location, options)
-                    .await
-                    .map_err(|e| match e {
-                        object_store::Error::Precondition { .. } => RemoteError::Inconsistent(
-                            "the object changed while it was read (its ETag no longer matches)"
-                                .to_owned(),
-                        ),
-                        e => unreachable(&e),
-                    })?;
+            let result = self
+                .store
+                .get_opts(&self.location, options)
+                .await
+                .map_err(failed)?;
             if result.range != range {
                 return Err(RemoteError::Inconsistent(format!(
                     "asked for bytes {}..{}, answered with {}..{}",
@@ -248,7 +281,7 @@ impl RemoteObject for StoreObject {
                     result.meta.e_tag.as_deref().unwrap_or("none")
                 )));
             }
-            let bytes = result.bytes().await.map_err(|e| unreachable(&e))?;
+            let bytes = result.bytes().await.map_err(failed)?;
             Ok(bytes.to_vec())
         })
     }
