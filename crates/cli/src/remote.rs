@@ -92,7 +92,7 @@ pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
     }
     parts
         .iter()
-        .filter_map(|part| stats(part))
+        .filter_map(|part| files::stats(part))
         .fold(None, |sum: Option<RemoteFacts>, s| {
             let sum = sum.unwrap_or(RemoteFacts {
                 size: 0,
@@ -107,28 +107,6 @@ pub fn facts(parts: &[PathBuf], values_read: bool) -> Option<RemoteFacts> {
                 values_read,
             })
         })
-}
-
-/// What was read of the object mounted at `path`, its requests counting every one its server
-/// was sent: a range read sent again after a failed attempt is one request more.
-fn stats(path: &Path) -> Option<RemoteStats> {
-    let mut stats = files::stats(path)?;
-    stats.requests = stats
-        .requests
-        .saturating_add(tensorplay_remote::retried(path));
-    Some(stats)
-}
-
-/// What was read of every object at or under `root`, together, its requests counting their
-/// retries as [`stats`] does; `None` when there is none.
-pub fn stats_under(root: &Path) -> Option<RemoteStats> {
-    let mut stats = files::stats_under(root)?;
-    let retried = files::listed_under(root)
-        .iter()
-        .map(|listed| tensorplay_remote::retried(&listed.path))
-        .fold(0u64, u64::saturating_add);
-    stats.requests = stats.requests.saturating_add(retried);
-    Some(stats)
 }
 
 /// The remote paths this run mounted, as they resolved.
@@ -156,7 +134,7 @@ pub fn read_notes() -> Vec<String> {
             }
             let stats = objects
                 .iter()
-                .filter_map(|object| stats(object))
+                .filter_map(|object| files::stats(object))
                 .reduce(|sum, s| RemoteStats {
                     len: sum.len.saturating_add(s.len),
                     bytes_read: sum.bytes_read.saturating_add(s.bytes_read),

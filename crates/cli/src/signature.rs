@@ -191,7 +191,7 @@ impl SignatureArgs {
         if !self.require_signature && !present {
             return Ok(None);
         }
-        let before = crate::remote::stats_under(dir);
+        let before = files::stats_under(dir);
         let outcome = provenance::remote::verify(
             &Request {
                 model: dir.to_owned(),
@@ -202,7 +202,7 @@ impl SignatureArgs {
         );
         // What this check fetched: the files' reads before it (another path of the run over
         // the same repository) are not its own.
-        let remote = crate::remote::stats_under(dir).map(|after| {
+        let remote = files::stats_under(dir).map(|after| {
             let (bytes, requests) = before.map_or((0, 0), |b| (b.bytes_read, b.requests));
             RemoteFacts {
                 size: after.len,

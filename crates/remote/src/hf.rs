@@ -2,7 +2,6 @@
 //! its size and read at that commit through `/resolve/`, as `huggingface_hub` reads them.
 
 use crate::http::{send, Attempts, Deadline, Failure, HttpObject};
-use crate::retries;
 use crate::{Error, Options};
 use reqwest::blocking::Client;
 use reqwest::header::{self, HeaderMap, HeaderValue};
@@ -148,8 +147,7 @@ pub(crate) fn mount(client: &Client, rest: &str, options: &Options) -> Result<Pa
             options.timeout,
             sha256,
         );
-        let retries = object.retries();
-        retries::mount(root.join(&entry.path), Arc::new(object), retries);
+        files::mount(root.join(&entry.path), Arc::new(object));
     }
     let path = if repo.path.is_empty() {
         root.clone()
@@ -218,7 +216,7 @@ impl Api<'_> {
             self.client.get(url).headers(self.headers.clone())
         })
         .map_err(|failure| match failure {
-            Failure::Budget(over, _) => Error::Budget(over),
+            Failure::Budget(over) => Error::Budget(over),
             Failure::Remote(source) => self.store(at(url)(source)),
         })
     }
@@ -260,6 +258,7 @@ fn at(url: &str) -> impl Fn(RemoteError) -> RemoteError + '_ {
     move |error| match error {
         RemoteError::Unreachable(detail) => RemoteError::Unreachable(format!("{url}: {detail}")),
         RemoteError::Inconsistent(detail) => RemoteError::Inconsistent(format!("{url}: {detail}")),
+        over @ RemoteError::Budget { .. } => over,
     }
 }
 

@@ -1,7 +1,7 @@
 //! One object behind an HTTP(S) URL, read by `Range` requests that must be answered exactly.
 
 use crate::error_body::{self, MAX_ERROR_BODY};
-use crate::retries::Retries;
+use crate::retries::{self, Retries};
 use reqwest::blocking::{Client, Response};
 use reqwest::header::{self, HeaderMap};
 use reqwest::StatusCode;
@@ -56,11 +56,6 @@ impl HttpObject {
             sha256,
             retries: Retries::default(),
         }
-    }
-
-    /// The tally of its range requests sent again, kept with its mount.
-    pub(crate) fn retries(&self) -> Retries {
-        self.retries.clone()
     }
 
     /// The object at `url`, its length and validator from a `HEAD`.
@@ -196,6 +191,10 @@ impl RemoteObject for HttpObject {
     fn listed_sha256(&self) -> Option<[u8; 32]> {
         self.sha256
     }
+
+    fn retries(&self) -> u64 {
+        self.retries.count()
+    }
 }
 
 /// The end of one request's whole exchange: connecting, the headers, the body, and the
@@ -247,8 +246,8 @@ impl Deadline {
 #[derive(Debug)]
 pub(crate) enum Failure {
     Remote(RemoteError),
-    /// The limit passed, and what the store last said (why the attempt was to be made).
-    Budget(tensorplay_engine::Error, String),
+    /// The limit passed.
+    Budget(tensorplay_engine::Error),
 }
 
 impl From<RemoteError> for Failure {
@@ -263,12 +262,7 @@ impl Failure {
     pub(crate) fn into_remote(self) -> RemoteError {
         match self {
             Failure::Remote(error) => error,
-            Failure::Budget(over, last) if last.is_empty() => {
-                RemoteError::Unreachable(over.to_string())
-            }
-            Failure::Budget(over, last) => {
-                RemoteError::Unreachable(format!("{last}; not asked again: {over}"))
-            }
+            Failure::Budget(refusal) => retries::over(refusal),
         }
     }
 }
@@ -294,9 +288,8 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// Before an attempt is sent, after `last` (what the store said to the one before):
-    /// every one but the first is charged.
-    fn sending(&self, last: &str) -> Result<(), Failure> {
+    /// Before an attempt is sent: every one but the first is charged.
+    fn sending(&self) -> Result<(), Failure> {
         let sent = self.sent.get();
         self.sent.set(sent.saturating_add(1));
         if sent == 0 {
@@ -306,12 +299,12 @@ impl<'a> Attempts<'a> {
             Some(retries) => retries.charge(self.path),
             None => files::charge(self.path, 1, 0),
         }
-        .map_err(|over| Failure::Budget(over, last.to_owned()))
+        .map_err(Failure::Budget)
     }
 
     /// Bytes of a failed attempt's answer, received.
     fn received(&self, bytes: u64) -> Result<(), Failure> {
-        files::charge(self.path, 0, bytes).map_err(|over| Failure::Budget(over, String::new()))
+        files::charge(self.path, 0, bytes).map_err(Failure::Budget)
     }
 }
 
@@ -329,7 +322,7 @@ pub(crate) fn send(
         let Some(left) = deadline.left() else {
             return Err(deadline.passed(&last).into());
         };
-        attempts.sending(&last)?;
+        attempts.sending()?;
         // The request's own timeout covers its body too: the rest of the deadline.
         match make().timeout(left).send() {
             Ok(response) => {

@@ -13,8 +13,6 @@ mod http;
 mod retries;
 mod store;
 
-pub use retries::retried;
-
 use reqwest::blocking::Client;
 use reqwest::header::HeaderMap;
 use std::path::{Path, PathBuf};
@@ -115,12 +113,11 @@ pub fn mount(arg: &str, options: &Options) -> Result<Option<PathBuf>, Error> {
         files::charge(Path::new(arg), 1, 0).map_err(Error::Budget)?;
         let object = http::HttpObject::open(&client, arg, HeaderMap::new(), options.timeout)
             .map_err(|failure| match failure {
-                http::Failure::Budget(over, _) => Error::Budget(over),
+                http::Failure::Budget(over) => Error::Budget(over),
                 http::Failure::Remote(source) => store(source),
             })?;
         let path = PathBuf::from(arg);
-        let retries = object.retries();
-        retries::mount(path.clone(), Arc::new(object), retries);
+        files::mount(path.clone(), Arc::new(object));
         return Ok(Some(path));
     }
     if ["s3://", "az://", "gs://"]

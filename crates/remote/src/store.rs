@@ -12,7 +12,7 @@ use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use tensorplay_engine::files::{RemoteError, RemoteObject};
+use tensorplay_engine::files::{self, RemoteError, RemoteObject};
 
 /// The runtime that drives `object_store`'s requests for the blocking readers.
 fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
@@ -196,9 +196,7 @@ fn plain_http_loopback(url: &str) -> bool {
 }
 
 fn mount_object(store: &Arc<dyn ObjectStore>, path: PathBuf, meta: object_store::ObjectMeta) {
-    let object = StoreObject::new(store, path.clone(), meta);
-    let retries = object.retries.clone();
-    retries::mount(path, Arc::new(object), retries);
+    files::mount(path.clone(), Arc::new(StoreObject::new(store, path, meta)));
 }
 
 #[derive(Debug)]
@@ -238,6 +236,10 @@ impl RemoteObject for StoreObject {
         self.size
     }
 
+    fn retries(&self) -> u64 {
+        self.retries.count()
+    }
+
     fn read_range(&self, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
         let runtime = runtime().map_err(RemoteError::Unreachable)?;
         // Every attempt of this read carries the mark: the client charges those after the first.
@@ -252,7 +254,7 @@ impl RemoteObject for StoreObject {
         };
         // A retry the run's limits refused is said as the limit, naming its flag.
         let failed = |e: object_store::Error| match read.refusal().take() {
-            Some(over) => RemoteError::Unreachable(over.to_string()),
+            Some(refusal) => retries::over(refusal),
             None => match e {
                 object_store::Error::Precondition { .. } => RemoteError::Inconsistent(
                     "the object changed while it was read (its ETag no longer matches)".to_owned(),

@@ -18,6 +18,12 @@ pub trait RemoteObject: Send + Sync + std::fmt::Debug {
     fn listed_sha256(&self) -> Option<[u8; 32]> {
         None
     }
+
+    /// Requests sent again after a failed attempt (a 429, a 5xx, a broken transfer), beyond
+    /// the one each read is: each is a request the server was sent, counted in the object's.
+    fn retries(&self) -> u64 {
+        0
+    }
 }
 
 /// Why a remote read failed.
@@ -31,6 +37,16 @@ pub enum RemoteError {
     /// or the answer was not the range asked for.
     #[error("{0}")]
     Inconsistent(String),
+    /// A further attempt would pass the run's remote budget: not sent.
+    #[error("a retry would pass {}", .bound.flag())]
+    Budget {
+        /// Which bound.
+        bound: crate::error::RemoteBound,
+        /// What the run would have taken with it.
+        needed: u64,
+        /// The bound's value.
+        limit: u64,
+    },
 }
 
 /// The run-wide bounds on remote reading.

@@ -276,7 +276,7 @@ impl RemoteBytes {
         RemoteStats {
             len: self.len(),
             bytes_read: state.bytes_read,
-            requests: state.requests,
+            requests: state.requests.saturating_add(self.object.retries()),
         }
     }
 
@@ -378,6 +378,16 @@ impl RemoteBytes {
                 RemoteError::Inconsistent(detail) => Error::RemoteInconsistent {
                     path: self.path.clone(),
                     detail,
+                },
+                RemoteError::Budget {
+                    bound,
+                    needed,
+                    limit,
+                } => Error::RemoteBudget {
+                    path: self.path.clone(),
+                    bound,
+                    needed,
+                    limit,
                 },
             })?;
             if bytes.len() as u64 != range.end - range.start {
