@@ -194,10 +194,10 @@ fn expected_code(path: &str, t: &serde_json::Value) -> Option<&'static str> {
         // Its state dict holds a payload object, a bytes item dcp.load runs.
         "torch.distributed.checkpoint directory" => Some("TP501"),
         "safetensors" | "JSON, not an index" => None,
-        // torch.save(pickle.dump(tensor)) embeds the storage in a call of
-        // torch.storage._load_from_bytes, over which the pickle machine refuses to rebuild
-        // the tensor: unreadable (TP502), the global not named.
-        _ if path.ends_with("tensor_pickle.pkl") => Some("TP502"),
+        // pickle.dump(tensor) hands the storage, a legacy torch.save, to
+        // torch.storage._load_from_bytes: the storage is read as data, the tensor listed,
+        // and the call, which runs torch.load(weights_only=False), named (TP501).
+        _ if path.ends_with("tensor_pickle.pkl") => Some("TP501"),
         _ if path.ends_with("meta_tensors.pkl") => Some("TP204"),
         _ => Some("TP501"),
     }

@@ -3,12 +3,14 @@
 //! allowlist as PyTorch's pickles.
 //!
 //! What "tensors" means here: the tensors the objects reach, named as in a `torch.save` file.
-//! A plain pickle holds no storage data. `pickle.load` has no `persistent_load`, so CPython
-//! raises at a persistent id, and this reader refuses one too; `pickle.dump(tensor)` stores
-//! the storage as a nested legacy `torch.save` handed to `torch.storage._load_from_bytes`, a
-//! global outside the allowlist that no tensor is rebuilt from (the machine refuses the
-//! rebuild). So the tensors listed are those saved without storage (meta tensors); a pickle
-//! of numpy arrays or Python values lists none, and its globals are what the audit judges.
+//! `pickle.load` has no `persistent_load`, so CPython raises at a persistent id, and this
+//! reader refuses one too. `pickle.dump(tensor)` stores the storage as a nested legacy
+//! `torch.save` of it alone, handed to `torch.storage._load_from_bytes`: that call stays a
+//! global outside the allowlist (named, TP501), but its bytes are read as data, never run
+//! (`load::torch::legacy::storage_alone`, refused unless they hold exactly one storage), so
+//! the tensors rebuilt over it are listed with their elements, as are tensors saved without
+//! storage (meta tensors). A pickle of numpy arrays or Python values lists none, and its
+//! globals are what the audit judges.
 //!
 //! A joblib file (`joblib.dump`) is such a pickle with each array's bytes written after the
 //! BUILD of the `NumpyArrayWrapper` standing for it: every stream is read with joblib's

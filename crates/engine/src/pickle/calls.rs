@@ -59,6 +59,13 @@ impl Machine<'_> {
     /// REDUCE: interprets allowlisted callables; anything else becomes an opaque object.
     pub(super) fn call(&mut self, callable: Id, args: Id, depth: u32) -> Result<Id> {
         let Some(known) = self.known(callable) else {
+            // A storage `pickle.dump` wrote as `torch.storage._load_from_bytes(b)` (in a
+            // REDUCE of its own, never a rebuild function's).
+            if depth == 0 {
+                if let Some(storage) = self.storage_from_bytes(callable, args)? {
+                    return Ok(storage);
+                }
+            }
             return self.opaque(callable, args);
         };
         // Copied out of the heap the call adds to; on the stack for the usual few.

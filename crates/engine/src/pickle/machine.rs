@@ -10,6 +10,7 @@ use super::literals::{
 };
 use super::memo::Memo;
 use super::opcodes::*;
+use super::storage_bytes::BytesStorage;
 use super::{Budget, UnsafeGlobal};
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -37,6 +38,9 @@ pub struct Unpickled {
     pub inline: Vec<InlineArray>,
     /// How many objects had data after their BUILD ([`Inline`]), arrays or not.
     pub inlined: usize,
+    /// Storages `torch.storage._load_from_bytes` returns, in stream order (not among
+    /// `persistent`: the stream loads no persistent id for them).
+    pub bytes_storages: Vec<BytesStorage>,
 }
 
 /// Runs one pickle stream from the start of `bytes`, stopping at its `STOP`.
@@ -147,6 +151,7 @@ fn run_stream(
         torchscript_classes: m.torchscript_classes,
         inline: m.inline_arrays,
         inlined: m.inlined,
+        bytes_storages: m.bytes_storages,
     })
 }
 
@@ -183,7 +188,7 @@ pub(super) struct Machine<'a> {
     path: &'a Path,
     member: &'a str,
     base: u64,
-    loader: Loader,
+    pub(super) loader: Loader,
     unsafe_globals: Vec<UnsafeGlobal>,
     persistent: Vec<Id>,
     torchscript_classes: bool,
@@ -201,6 +206,7 @@ pub(super) struct Machine<'a> {
     inline: Option<&'a dyn Inline>,
     inline_arrays: Vec<InlineArray>,
     inlined: usize,
+    pub(super) bytes_storages: Vec<BytesStorage>,
 }
 
 impl<'a> Machine<'a> {
@@ -242,6 +248,7 @@ impl<'a> Machine<'a> {
             inline: None,
             inline_arrays: Vec::new(),
             inlined: 0,
+            bytes_storages: Vec::new(),
         }
     }
 
@@ -280,7 +287,7 @@ impl<'a> Machine<'a> {
     }
 
     /// Where the current opcode starts within the member.
-    fn position(&self) -> u64 {
+    pub(super) fn position(&self) -> u64 {
         self.base.saturating_add(self.op_pos as u64)
     }
 
@@ -914,7 +921,7 @@ impl<'a> Machine<'a> {
                 match self.call(callable, args, 0) {
                     Ok(id) => id,
                     // An allowlisted call tensorplay cannot make sense of (a tensor rebuilt
-                    // over what `torch.storage._load_from_bytes` returns, say): Python calls
+                    // over what an unsafe global returns, say): Python calls
                     // the real function, which may well succeed, and runs on. So does this
                     // machine, the value kept opaque, so every later global is named; the
                     // stream is refused at its end.

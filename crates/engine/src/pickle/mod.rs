@@ -17,6 +17,7 @@ mod literals;
 mod machine;
 mod memo;
 pub(crate) mod opcodes;
+mod storage_bytes;
 pub mod weights_only;
 
 pub use crate::unsafe_global::UnsafeGlobal;
@@ -26,6 +27,7 @@ pub use budget::Budget;
 pub use heap::{CompositeSpec, Global, Heap, Id, Node, Object, TensorSpec};
 pub use inline::{Inline, InlineArray, Inlined};
 pub use machine::{unpickle, unpickle_inline, Unpickled};
+pub use storage_bytes::BytesStorage;
 
 #[cfg(test)]
 mod tests;

@@ -704,12 +704,13 @@ fn a_second_build_on_one_object_is_refused() {
     assert!(run(once).is_ok());
 }
 
-/// A tensor rebuilt over what an unsafe global returns (`pickle.dumps(tensor)` writes
-/// `torch.storage._load_from_bytes`): Python calls the real functions and runs on, so the
-/// machine reads on too, naming the call that follows, and refuses the stream at its end.
+/// A tensor rebuilt over what an unsafe global returns (`torch.storage._load_from_bytes` of
+/// a string, not the bytes `pickle.dumps(tensor)` gives it): Python calls the real functions
+/// and runs on, so the machine reads on too, naming the call that follows, and refuses the
+/// stream at its end.
 #[test]
 fn a_call_tensorplay_cannot_interpret_is_read_past_and_refused_at_the_end() {
-    let mut stream = b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(ctorch.storage\n_load_from_bytes\nC\x01x\x85RK\x00K\x01\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR".to_vec();
+    let mut stream = b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(ctorch.storage\n_load_from_bytes\nX\x01\x00\x00\x00x\x85RK\x00K\x01\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR".to_vec();
     stream.extend_from_slice(b"0cos\nsystem\nX\x04\x00\x00\x00true\x85R.");
     let error = run(&stream).expect_err("refused");
     assert!(error.to_string().contains("tensor rebuild"), "{error}");
@@ -719,6 +720,205 @@ fn a_call_tensorplay_cannot_interpret_is_read_past_and_refused_at_the_end() {
         .map(|g| format!("{}.{}", g.module, g.name))
         .collect();
     assert_eq!(named, ["torch.storage._load_from_bytes", "os.system"]);
+}
+
+/// `torch.save(storage, _use_new_zipfile_serialization=False)` of a `FloatStorage` keyed `key`
+/// of `numel` elements, followed by `data`: what `Storage.__reduce__` hands
+/// `torch.storage._load_from_bytes` (the three header pickles as torch 2.9 writes them).
+fn legacy_storage(main: &[u8], keys: &[u8], count: u64, data: &[u8]) -> Vec<u8> {
+    let mut b =
+        b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.\x80\x02M\xe9\x03.".to_vec();
+    b.extend_from_slice(b"\x80\x02}q\x00(X\x10\x00\x00\x00protocol_versionq\x01M\xe9\x03X\r\x00\x00\x00little_endianq\x02\x88X\n\x00\x00\x00type_sizesq\x03}q\x04(X\x05\x00\x00\x00shortq\x05K\x02X\x03\x00\x00\x00intq\x06K\x04X\x04\x00\x00\x00longq\x07K\x04uu.");
+    b.extend_from_slice(main);
+    b.extend_from_slice(keys);
+    b.extend_from_slice(&count.to_le_bytes());
+    b.extend_from_slice(data);
+    b
+}
+
+/// The main pickle of a storage saved alone: its persistent id, `('storage', FloatStorage,
+/// 'k', 'cpu', numel, None)`.
+fn storage_pid(numel: u8) -> Vec<u8> {
+    let mut b = b"\x80\x02(X\x07\x00\x00\x00storageq\x00ctorch\nFloatStorage\nq\x01X\x01\x00\x00\x00kq\x02X\x03\x00\x00\x00cpuq\x03K".to_vec();
+    b.extend_from_slice(&[numel]);
+    b.extend_from_slice(b"Ntq\x04Q.");
+    b
+}
+
+const KEYS: &[u8] = b"\x80\x02]q\x00X\x01\x00\x00\x00kq\x01a.";
+
+/// `{'w': _rebuild_tensor_v2(_load_from_bytes(payload), 0, (3,), (1,), False, OrderedDict())}`,
+/// as `pickle.dumps({'w': tensor})` writes it (protocol 2's text globals, for brevity).
+fn tensor_over_bytes(payload: &[u8]) -> Vec<u8> {
+    let mut b = b"\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n(ctorch.storage\n_load_from_bytes\nB".to_vec();
+    b.extend_from_slice(&u32::try_from(payload.len()).expect("short").to_le_bytes());
+    b.extend_from_slice(payload);
+    b.extend_from_slice(b"\x85RK\x00K\x03\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRs.");
+    b
+}
+
+fn floats(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// `pickle.dumps(tensor)`'s storage, a legacy `torch.save` handed to
+/// `torch.storage._load_from_bytes`: the machine makes it a storage over those bytes, which the
+/// tensor's rebuild takes, and the call stays an unsafe global; the loader reads the bytes as
+/// the storage's elements.
+#[test]
+fn a_storage_handed_to_load_from_bytes_is_read_as_data() {
+    let data = floats(&[0.0, 1.0, 2.0]);
+    let stream = tensor_over_bytes(&legacy_storage(&storage_pid(3), KEYS, 3, &data));
+    let u = run(&stream).expect("read");
+    assert_eq!(u.bytes_storages.len(), 1);
+    assert!(u.persistent.is_empty(), "no persistent id is loaded");
+    let storage = u.bytes_storages[0].node;
+    match u.heap.get(field(&u, u.root, "w")) {
+        Node::Tensor(spec) => assert_eq!(spec.storage, Some(storage)),
+        other => panic!("not a tensor: {other:?}"),
+    }
+    let named: Vec<String> = u
+        .unsafe_globals
+        .iter()
+        .map(|g| format!("{}.{}", g.module, g.name))
+        .collect();
+    assert_eq!(named, ["torch.storage._load_from_bytes"]);
+
+    let buffer = crate::HostBuffer::from_vec("t.pkl", stream);
+    let checkpoint = crate::load::from_buffer(buffer).expect("loads");
+    let [w] = &checkpoint.tensors[..] else {
+        panic!("{:?}", checkpoint.tensors);
+    };
+    assert_eq!(w.name(), "w");
+    assert_eq!(w.tensor_impl().dtype(), crate::DType::Float32);
+    assert_eq!(w.tensor_impl().view_bytes(), Some(&data[..]));
+    let key = checkpoint.storages[0].key();
+    assert!(key.starts_with("_load_from_bytes@"), "{key}");
+    let named: Vec<&str> = checkpoint
+        .unsafe_globals
+        .iter()
+        .map(|g| g.name.as_str())
+        .collect();
+    assert_eq!(named, ["_load_from_bytes"]);
+
+    // Two calls given one byte string (memoized): two storages, as Python makes two, each
+    // over the bytes read once.
+    let payload = legacy_storage(&storage_pid(3), KEYS, 3, &data);
+    let head = b"ctorch._utils\n_rebuild_tensor_v2\n(ctorch.storage\n_load_from_bytes\n";
+    let tail = b"\x85RK\x00K\x03\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRs";
+    let mut twice = b"\x80\x02}X\x01\x00\x00\x00w".to_vec();
+    twice.extend_from_slice(head);
+    twice.push(b'B');
+    twice.extend_from_slice(&u32::try_from(payload.len()).expect("short").to_le_bytes());
+    twice.extend_from_slice(&payload);
+    twice.extend_from_slice(b"q\x00");
+    twice.extend_from_slice(tail);
+    twice.extend_from_slice(b"X\x01\x00\x00\x00v");
+    twice.extend_from_slice(head);
+    twice.extend_from_slice(b"h\x00");
+    twice.extend_from_slice(tail);
+    twice.push(b'.');
+    let buffer = crate::HostBuffer::from_vec("t.pkl", twice.clone());
+    let checkpoint = crate::load::from_buffer(buffer).expect("loads");
+    assert_eq!(checkpoint.tensors.len(), 2);
+    for t in &checkpoint.tensors {
+        assert_eq!(
+            t.tensor_impl().view_bytes(),
+            Some(&data[..]),
+            "{}",
+            t.name()
+        );
+    }
+    let keys: Vec<&str> = checkpoint.storages.iter().map(|s| s.key()).collect();
+    assert_eq!(keys.len(), 2);
+    assert_ne!(keys[0], keys[1]);
+
+    // `torch.jit.load`'s unpickler resolves no such global: no storage is made there, and
+    // the rebuild over the call's opaque value is refused.
+    let jit = run_with(&twice, Loader::TorchScript, &Budget::default()).expect_err("refused");
+    assert!(jit.to_string().contains("tensor rebuild"), "{jit}");
+}
+
+/// Bytes handed to `_load_from_bytes` that are not one storage alone, each as a legacy stream
+/// would be cut or padded: the file is refused (never a panic, never a tensor over bytes that
+/// are not the storage's), naming the call and whatever the bytes name.
+#[test]
+fn a_malformed_load_from_bytes_payload_fails_closed() {
+    let data = floats(&[0.0, 1.0, 2.0]);
+    let good = legacy_storage(&storage_pid(3), KEYS, 3, &data);
+    let two_keys = b"\x80\x02]q\x00(X\x01\x00\x00\x00kq\x01X\x01\x00\x00\x00jq\x02e.";
+    let evil_main = b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00trueq\x00\x85R.";
+    let huge = legacy_storage(&storage_pid(3), KEYS, u64::MAX, &data);
+    // `(pid, pid)`: the tuple of two persistent ids, of one storage, in place of one.
+    let pid = storage_pid(3);
+    let body = &pid[2..pid.len() - 1];
+    // An object built by a call, no storage after the (empty) key list.
+    let mut evil = legacy_storage(evil_main, b"\x80\x02].", 0, b"");
+    evil.truncate(evil.len() - 8);
+    let two_pids = [b"\x80\x02", body, body, b"\x86."].concat();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", Vec::new(), "legacy pickle 1"),
+        (
+            "cut in its data",
+            good[..good.len() - 1].to_vec(),
+            "run past the end",
+        ),
+        (
+            "a byte after the storage",
+            [&good[..], b"\x00"].concat(),
+            "after the last storage",
+        ),
+        ("cut in a pickle", good[..20].to_vec(), "legacy pickle 2"),
+        (
+            "another magic",
+            [b"\x80\x02K\x01.", &good[15..]].concat(),
+            "magic number",
+        ),
+        (
+            "a count the pickle does not describe",
+            legacy_storage(&storage_pid(2), KEYS, 3, &data),
+            "holds 3 elements",
+        ),
+        (
+            "a second storage",
+            [
+                &legacy_storage(&storage_pid(3), two_keys, 3, &data)[..],
+                &3u64.to_le_bytes(),
+                &data,
+            ]
+            .concat(),
+            "no tensor names its type",
+        ),
+        (
+            "two storages' ids",
+            legacy_storage(&two_pids, KEYS, 3, &data),
+            "not a storage's persistent id",
+        ),
+        ("a count that overflows", huge, "overflow"),
+        ("a call for an object", evil, "not one storage alone"),
+    ];
+    for (what, payload, says) in cases {
+        let stream = tensor_over_bytes(&payload);
+        let buffer = crate::HostBuffer::from_vec("t.pkl", stream);
+        let error = crate::load::from_buffer(buffer).expect_err(what);
+        let text = error.to_string();
+        assert!(text.contains(says), "{what}: {text}");
+        let named: Vec<String> = error
+            .unsafe_globals()
+            .iter()
+            .map(|g| format!("{}.{}", g.module, g.name))
+            .collect();
+        assert!(
+            named.contains(&"torch.storage._load_from_bytes".to_owned()),
+            "{what}: {named:?}"
+        );
+        if what == "a call for an object" {
+            assert!(named.contains(&"os.system".to_owned()), "{named:?}");
+            let inner = error.unsafe_globals().iter().find(|g| g.name == "system");
+            let member = inner.map(|g| g.member.as_str()).unwrap_or_default();
+            assert!(member.starts_with("<pickle>:_load_from_bytes@"), "{member}");
+        }
+    }
 }
 
 /// A lone surrogate, which Python's pickle keeps (`surrogatepass`) and torch loads, is read

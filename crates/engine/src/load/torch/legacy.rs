@@ -183,6 +183,26 @@ fn read_stream(
     pickles: Pickles,
     sink: &mut Sink<'_>,
 ) -> Result<()> {
+    let (main_at, mut main, storages) = checked(buffer, pickles)?;
+    // Reported with the other pickles' globals, in file order.
+    main.unsafe_globals.clear();
+    let member = Member {
+        path: buffer.source(),
+        name: PICKLES[3],
+        unpickled: main,
+        declared: None,
+    };
+    let mut source = Ranges {
+        buffer,
+        storages,
+        at: main_at,
+    };
+    add_member(member, &mut source, budget, sink)
+}
+
+/// The five pickles checked as `_legacy_load` checks them, and where each storage after them
+/// lies: the main pickle (and where it starts) and the storages by key.
+fn checked(buffer: &Arc<HostBuffer>, pickles: Pickles) -> Result<(u64, Unpickled, Storages)> {
     let mut stream = Stream {
         buffer,
         pos: pickles.end,
@@ -202,24 +222,73 @@ fn read_stream(
     }
     // sys_info records the writer's endianness, but legacy storages are always little-endian.
     next(PICKLES[2])?;
-    let (main_at, mut main) = next(PICKLES[3])?;
+    let (main_at, main) = next(PICKLES[3])?;
     let (keys_at, keys) = next(PICKLES[4])?;
     let keys = storage_keys(&stream, keys_at, &keys)?;
     let storages = stream.storages(&keys, &storage_dtypes(&main))?;
-    // Reported with the other pickles' globals, in file order.
-    main.unsafe_globals.clear();
-    let member = Member {
-        path: buffer.source(),
-        name: PICKLES[3],
-        unpickled: main,
-        declared: None,
+    Ok((main_at, main, storages))
+}
+
+/// What `torch.storage._load_from_bytes(bytes)` returns (`pickle.dump` of a tensor writes its
+/// storage so): `buffer` read as a legacy stream, as [`read_into`] reads a file, that must hold
+/// one storage alone — the main pickle that storage's persistent id and nothing else, naming
+/// no global outside the allowlist, its bytes all that follows the pickles. Anything else is
+/// refused: `weights_only=False` would run whatever else the bytes hold. The globals the
+/// pickles name come with the refusal.
+pub(crate) fn storage_alone(
+    buffer: &Arc<HostBuffer>,
+    budget: &Budget,
+) -> Result<(StorageRecord, DataPtr)> {
+    let pickles = Pickles::read(buffer, budget);
+    let globals = pickles.unsafe_globals();
+    let named = !globals.is_empty();
+    one_storage(buffer, pickles, named).map_err(|e| e.with_unsafe_globals(globals))
+}
+
+fn one_storage(
+    buffer: &Arc<HostBuffer>,
+    pickles: Pickles,
+    names_globals: bool,
+) -> Result<(StorageRecord, DataPtr)> {
+    let (at, main, storages) = checked(buffer, pickles)?;
+    let fail = |detail: String| Error::Pickle {
+        path: buffer.source().to_owned(),
+        member: PICKLES[3].to_owned(),
+        position: at,
+        detail: format!("not one storage alone: {detail}"),
     };
-    let mut source = Ranges {
-        buffer,
-        storages,
-        at: main_at,
+    if names_globals {
+        return Err(fail(
+            "its pickles name globals outside the allowlist".into(),
+        ));
+    }
+    let record = match main.heap.get(main.root) {
+        Node::Persistent(pid) if main.persistent == [main.root] => {
+            storage_record(&main.heap, *pid).map_err(fail)?
+        }
+        _ => None,
+    }
+    .ok_or_else(|| fail("the object is not a storage's persistent id".into()))?;
+    if storages.len() != 1 {
+        return Err(fail(format!(
+            "{} storages follow the pickles",
+            storages.len()
+        )));
+    }
+    let Some((count, range)) = storages.get(&record.key) else {
+        return Err(fail(format!(
+            "storage '{}' is not in the key list",
+            record.key
+        )));
     };
-    add_member(member, &mut source, budget, sink)
+    if *count != record.numel {
+        return Err(fail(format!(
+            "storage '{}' holds {count} elements but the pickle describes {}",
+            record.key, record.numel
+        )));
+    }
+    let data = DataPtr::host(Arc::clone(buffer), range.clone())?;
+    Ok((record, data))
 }
 
 /// The last pickle: the storage keys, in the order their bytes follow.

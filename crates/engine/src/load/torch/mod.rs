@@ -11,7 +11,8 @@ use super::{NewStorage, Sink};
 use crate::error::{Error, Result};
 use crate::pickle::{allowlist, Budget, CompositeSpec, Heap, Id, Node, TensorSpec, Unpickled};
 use crate::{
-    Component, CompositeTensor, DType, DataPtr, Device, HeldAs, Layout, Storage, TensorImpl,
+    Component, CompositeTensor, DType, DataPtr, Device, HeldAs, HostBuffer, Layout, Storage,
+    TensorImpl,
 };
 use hashbrown::HashTable;
 use std::collections::HashMap;
@@ -196,7 +197,8 @@ fn add_unpickled(
     sink.meter().hold(member.path, kept, || {
         format!("the tensor names of {}", member.name)
     })?;
-    let mut records = StorageRecords::collect(&member)?;
+    let from_bytes = storages_from_bytes(&mut member, sink)?;
+    let mut records = StorageRecords::collect(&member, from_bytes)?;
     records.mark_saved_alone(&saved_alone);
     // What the layers need is taken out of the stream's values, and the values freed before
     // the layers are made: a hundred thousand tensors' worth of both need not be held at once.
@@ -220,10 +222,59 @@ fn add_unpickled(
     Ok(())
 }
 
+/// A storage `torch.storage._load_from_bytes` returns ([`BytesStorage`]): the node tensors
+/// name, its record (keyed by the call) and its bytes.
+///
+/// [`BytesStorage`]: crate::pickle::BytesStorage
+type FromBytes = (Id, StorageRecord, DataPtr);
+
+/// The storages the member's `torch.storage._load_from_bytes` calls return, each read from the
+/// byte string it is called with as a legacy stream of one storage alone
+/// ([`legacy::storage_alone`]), never run; the file is refused unless every one is that. The
+/// bytes leave the stream's values and are held for the rest of the read (their storage views
+/// them). A byte string many calls are given is read once, each call its own storage.
+fn storages_from_bytes(member: &mut Member<'_>, sink: &mut Sink<'_>) -> Result<Vec<FromBytes>> {
+    let calls = std::mem::take(&mut member.unpickled.bytes_storages);
+    let mut read: IdMap<(StorageRecord, DataPtr)> = IdMap::default();
+    let mut storages = Vec::with_capacity(calls.len());
+    for call in calls {
+        let key = call.key();
+        let Node::Persistent(bytes) = member.unpickled.heap.get(call.node) else {
+            return Err(member.err(Some(call.position), format!("{key} is not a storage")));
+        };
+        let bytes = *bytes;
+        let (mut record, data) = match read.get(&bytes) {
+            Some(done) => done.clone(),
+            None => {
+                let place = format!("{}:{key}", member.name);
+                let data = member.unpickled.heap.take_bytes(bytes).ok_or_else(|| {
+                    member.err(Some(call.position), format!("{key}: no byte string"))
+                })?;
+                sink.meter().hold(member.path, data.len() as u64, || {
+                    format!("the bytes of {place}")
+                })?;
+                let buffer = HostBuffer::from_vec(member.path.join(&place), data.into_vec());
+                let budget = sink.meter().pickle_budget();
+                let done = legacy::storage_alone(&buffer, &budget)
+                    .map_err(|e| e.map_unsafe_globals(|g| g.nest_under(&place)))?;
+                read.insert(bytes, done.clone());
+                done
+            }
+        };
+        // Keyed by the call: each is a storage of its own, whatever key the bytes record.
+        record.key = key;
+        storages.push((call.node, record, data));
+    }
+    Ok(storages)
+}
+
 /// The member's distinct storages by key, in stream order, each with the dtype of a tensor
 /// that uses it (untyped storages learn theirs only from `_rebuild_tensor_v3`).
 struct StorageRecords {
     records: Vec<(StorageRecord, Option<DType>)>,
+    /// Per record: the bytes of a storage `_load_from_bytes` returns, which no format's
+    /// source holds.
+    from_bytes: Vec<Option<DataPtr>>,
     /// Per record: whether the object holds it as a storage of its own.
     saved_alone: Vec<bool>,
     /// Which record each storage persistent-id node names (records are fewer than heap
@@ -235,7 +286,7 @@ struct StorageRecords {
 type IdMap<T> = HashMap<Id, T, foldhash::fast::RandomState>;
 
 impl StorageRecords {
-    fn collect(member: &Member<'_>) -> Result<Self> {
+    fn collect(member: &Member<'_>, from_bytes: Vec<FromBytes>) -> Result<Self> {
         let heap = &member.unpickled.heap;
         // Sized for one record per persistent id, the common case: none regrows.
         let ids = member.unpickled.persistent.len();
@@ -282,8 +333,31 @@ impl StorageRecords {
             };
             record_of.insert(node, index);
         }
+        // `_load_from_bytes`'s storages follow the stream's own, each keyed by its call.
+        let mut data = vec![None; records.len()];
+        for (node, record, ptr) in from_bytes {
+            // A key of the stream's own ids would be two storages under one key.
+            let hash = keys.hash_one(record.key.as_str());
+            let same_key = |&i: &u32| {
+                records
+                    .get(i as usize)
+                    .is_some_and(|(r, _)| r.key == record.key)
+            };
+            if by_key.find(hash, same_key).is_some() {
+                return Err(
+                    member.err(None, format!("storage '{}' is described twice", record.key))
+                );
+            }
+            let i =
+                u32::try_from(records.len()).map_err(|_| member.err(None, "too many storages"))?;
+            by_key.insert_unique(hash, i, |&j| key_hash(&records, j));
+            records.push((record, None));
+            data.push(Some(ptr));
+            record_of.insert(node, i);
+        }
         Ok(StorageRecords {
             saved_alone: vec![false; records.len()],
+            from_bytes: data,
             records,
             record_of,
         })
@@ -323,7 +397,8 @@ impl StorageRecords {
         sink: &mut Sink<'_>,
     ) -> Result<Vec<Arc<Storage>>> {
         let mut storages = Vec::with_capacity(self.records.len());
-        for ((record, dtype), &alone) in self.records.iter().zip(&self.saved_alone) {
+        let records = self.records.iter().zip(&self.saved_alone);
+        for (((record, dtype), &alone), from_bytes) in records.zip(&self.from_bytes) {
             // An untyped storage saved as itself is bytes, as `UntypedStorage` reads.
             let bytes = alone.then_some(DType::UInt8);
             let dtype = dtype.or(record.class_dtype).or(bytes).ok_or_else(|| {
@@ -338,9 +413,24 @@ impl StorageRecords {
             let nbytes = record.nbytes(dtype).ok_or_else(|| {
                 member.err(None, format!("storage '{}': size overflows", record.key))
             })?;
-            let data_ptr = match source.data_ptr(record, dtype, nbytes)? {
-                Some(ptr) => ptr,
-                None => DataPtr::none(Device::parse(&record.location)),
+            let data_ptr = match from_bytes {
+                // Its tensors may read its elements as another dtype (`_rebuild_tensor_v3`),
+                // never past the bytes there are.
+                Some(ptr) if ptr.len() == nbytes => ptr.clone(),
+                Some(ptr) => {
+                    return Err(member.err(
+                        None,
+                        format!(
+                            "storage '{}' holds {} bytes, read as {nbytes}",
+                            record.key,
+                            ptr.len()
+                        ),
+                    ))
+                }
+                None => match source.data_ptr(record, dtype, nbytes)? {
+                    Some(ptr) => ptr,
+                    None => DataPtr::none(Device::parse(&record.location)),
+                },
             };
             storages.push(sink.add_storage(NewStorage {
                 key: record.key.as_str().into(),
