@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tensorplay_audit::report::RemoteFacts;
 use tensorplay_audit::text::{human_bytes, plural, printable};
@@ -36,11 +36,11 @@ pub struct RemoteArgs {
     /// fails TP506, a listing not yet read is refused unjudged.
     #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration, default_value = "1h")]
     remote_deadline: Duration,
-    /// Whether the run's remote reading has begun (at its first remote path, where the
-    /// deadline starts). Kept with the run's flags, so that each run (of a Python session's
-    /// many) has its own counts and deadline.
+    /// The run's remote reading, once begun (at its first remote path, where the deadline
+    /// starts). Kept with the run's flags, so that each run (of a Python session's many) has
+    /// its own counts, deadline and mounts, and ends with them (copies share it).
     #[arg(skip)]
-    begun: OnceLock<()>,
+    begun: Arc<OnceLock<files::RunGuard>>,
 }
 
 impl RemoteArgs {
@@ -58,12 +58,13 @@ impl RemoteArgs {
                 max_bytes: self.max_remote_bytes,
                 max_requests: self.max_requests,
             };
-            files::begin_run(limits, self.remote_deadline);
+            let run = files::begin_run(limits, self.remote_deadline);
             MOUNTED.lock().unwrap_or_else(|e| e.into_inner()).clear();
             CHECKPOINTS
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clear();
+            run
         });
         let mut options = tensorplay_remote::Options::from_env();
         options.allow_http |= self.allow_http;

@@ -7,13 +7,14 @@
 mod object;
 mod ranges;
 mod remote;
+mod run;
 
 pub use object::{ListedObject, RemoteError, RemoteLimits, RemoteObject, RemoteStats};
-pub use remote::{
-    begin_run, bytes_left, charge, checked, is_remote, listed_under, mount, read_whole, stats,
-    stats_under,
-};
 pub(crate) use remote::{RemoteBytes, HEAD};
+pub use run::{
+    begin_run, bytes_left, charge, checked, is_remote, listed_under, mount, read_whole, stats,
+    stats_under, RunGuard,
+};
 
 use crate::error::{Error, Result};
 use crate::HostBuffer;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 
 /// The bytes of the file at `path`; through a broken symlink, an error naming its target.
 pub(crate) fn open(path: &Path) -> Result<Arc<HostBuffer>> {
-    if let Some(mounted) = remote::mounted(path) {
+    if let Some(mounted) = run::mounted(path) {
         return mounted.open();
     }
     HostBuffer::map_file(path).map_err(|e| match e {
@@ -34,7 +35,7 @@ pub(crate) fn open(path: &Path) -> Result<Arc<HostBuffer>> {
 
 /// Up to `max` leading bytes of the file at `path`, without mapping a local file.
 pub(crate) fn read_prefix(path: &Path, max: u64) -> Result<Vec<u8>> {
-    if let Some(mounted) = remote::mounted(path) {
+    if let Some(mounted) = run::mounted(path) {
         return Ok(mounted.range(0..max)?.to_vec());
     }
     let file = std::fs::File::open(path).map_err(|e| open_error(path, e))?;
@@ -50,7 +51,7 @@ pub(crate) fn read_prefix(path: &Path, max: u64) -> Result<Vec<u8>> {
 
 /// Whether `path` is a file (a local regular file, or a mounted object).
 pub fn is_file(path: &Path) -> bool {
-    if remote::mounted(path).is_some() {
+    if run::mounted(path).is_some() {
         return true;
     }
     path.is_file()
@@ -58,7 +59,7 @@ pub fn is_file(path: &Path) -> bool {
 
 /// Whether `path` is a directory (local, or above mounted objects).
 pub fn is_dir(path: &Path) -> bool {
-    if remote::is_dir(path) {
+    if run::is_dir(path) {
         return true;
     }
     path.is_dir()
@@ -66,7 +67,7 @@ pub fn is_dir(path: &Path) -> bool {
 
 /// The entries of the directory `dir`, unsorted; `None` when it cannot be listed.
 pub fn list_dir(dir: &Path) -> Option<Vec<PathBuf>> {
-    if let Some(children) = remote::children(dir) {
+    if let Some(children) = run::children(dir) {
         return Some(children);
     }
     let entries = std::fs::read_dir(dir).ok()?;
@@ -75,7 +76,7 @@ pub fn list_dir(dir: &Path) -> Option<Vec<PathBuf>> {
 
 /// The length of the file at `path`, when it can be measured.
 pub(crate) fn len(path: &Path) -> Option<u64> {
-    if let Some(stats) = remote::stats(path) {
+    if let Some(stats) = run::stats(path) {
         return Some(stats.len);
     }
     std::fs::metadata(path).ok().map(|m| m.len())

@@ -1,22 +1,19 @@
-//! Remote objects mounted at paths, each read into a buffer that lends a byte range only once
-//! it holds it: [`RemoteBytes::range`] fetches the blocks of a range not yet fetched (within
-//! the run's budget), then returns the slice. No reader ever sees a byte the store did not
-//! send; a reader that asks for the whole object ([`HostBuffer::bytes`]) gets all of it.
+//! A mounted remote object's bytes, in a buffer that lends a byte range only once it holds it:
+//! [`RemoteBytes::range`] fetches the blocks of a range not yet fetched (within its run's
+//! budget), then returns the slice. No reader ever sees a byte the store did not send; a reader
+//! that asks for the whole object ([`HostBuffer::bytes`]) gets all of it.
 //!
 //! The engine names no transport: whoever mounts an object (the CLI, for `https://`, `hf://`…)
-//! supplies a [`RemoteObject`] that reads byte ranges. Every fetch is counted against one
-//! run-wide budget ([`begin_run`]).
+//! supplies a [`RemoteObject`] that reads byte ranges.
 
-use super::object::{ListedObject, RemoteError, RemoteLimits, RemoteObject, RemoteStats};
+use super::object::{ListedObject, RemoteError, RemoteObject, RemoteStats};
 use super::ranges::Ranges;
-use crate::error::{Error, RemoteBound, Result};
+use super::run::Budget;
+use crate::error::{Error, Result};
 use crate::HostBuffer;
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The first bytes fetched of every object before any reading: a safetensors header, a
 /// pickle's start, a `.npy` or GGUF header lie there. Anything else (a zip's end records) is
@@ -28,22 +25,14 @@ const BLOCK: u64 = 64 << 10;
 /// The most a read going on where the fetched bytes end (a scan) is read ahead.
 const MAX_AHEAD: u64 = 16 << 20;
 
-static MOUNTS: RwLock<BTreeMap<PathBuf, Arc<RemoteBytes>>> = RwLock::new(BTreeMap::new());
-static LIMITS: RwLock<RemoteLimits> = RwLock::new(RemoteLimits {
-    max_bytes: 256 << 20,
-    max_requests: 10_000,
-});
-static BYTES: AtomicU64 = AtomicU64::new(0);
-static REQUESTS: AtomicU64 = AtomicU64::new(0);
-/// When the run's remote reading must end (`--remote-deadline`), and the limit it was set from.
-static DEADLINE: RwLock<Option<(Instant, Duration)>> = RwLock::new(None);
-
 /// One mounted object's bytes: an anonymous map of its length, written only where nothing
 /// is lent yet (a block being fetched), lent only where written.
 #[derive(Debug)]
 pub(crate) struct RemoteBytes {
     path: PathBuf,
     object: Arc<dyn RemoteObject>,
+    /// Its run's: every fetch is charged there.
+    budget: Arc<Budget>,
     /// Made at the first read: a mount costs nothing until its object is read.
     map: OnceLock<Map>,
     state: Mutex<State>,
@@ -75,188 +64,17 @@ struct State {
     failure: Option<Error>,
 }
 
-/// Makes `path` read `object`'s bytes wherever tensorplay reads a file: every path beneath a
-/// mounted one's parent directories is a directory. Mounting a path again replaces its object.
-pub fn mount(path: impl Into<PathBuf>, object: Arc<dyn RemoteObject>) {
-    let path = path.into();
-    let mounted = Arc::new(RemoteBytes {
-        path: path.clone(),
-        object,
-        map: OnceLock::new(),
-        state: Mutex::default(),
-    });
-    MOUNTS
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(path, mounted);
-}
-
-/// Starts a run's remote reading: its bounds, nothing fetched or requested yet (a Python
-/// session's second audit does not inherit the first one's counts), and `deadline` from now,
-/// past which every request is refused before it is sent.
-pub fn begin_run(limits: RemoteLimits, deadline: Duration) {
-    *LIMITS.write().unwrap_or_else(|e| e.into_inner()) = limits;
-    BYTES.store(0, Ordering::Relaxed);
-    REQUESTS.store(0, Ordering::Relaxed);
-    // A limit too large to add is no deadline at all.
-    *DEADLINE.write().unwrap_or_else(|e| e.into_inner()) = Instant::now()
-        .checked_add(deadline)
-        .map(|at| (at, deadline));
-}
-
-/// Counts what was fetched outside any object's reads (a listing's pages) against the run's
-/// limits: `requests` requests and `bytes` bytes. Refused, naming the bound, once past them or
-/// past the run's deadline.
-pub fn charge(path: &Path, requests: u64, bytes: u64) -> Result<()> {
-    let deadline = *DEADLINE.read().unwrap_or_else(|e| e.into_inner());
-    if let Some((at, limit)) = deadline {
-        let now = Instant::now();
-        if now >= at {
-            let taken = limit.saturating_add(now.duration_since(at));
-            return Err(Error::RemoteBudget {
-                path: path.to_owned(),
-                bound: RemoteBound::Deadline,
-                // Whole seconds, rounded up: never less than the limit passed.
-                needed: taken.as_secs() + u64::from(taken.subsec_nanos() > 0),
-                limit: limit.as_secs(),
-            });
-        }
-    }
-    let limits = *LIMITS.read().unwrap_or_else(|e| e.into_inner());
-    let made = REQUESTS
-        .fetch_add(requests, Ordering::Relaxed)
-        .saturating_add(requests);
-    let total = BYTES
-        .fetch_add(bytes, Ordering::Relaxed)
-        .saturating_add(bytes);
-    let over = if made > limits.max_requests {
-        Some((RemoteBound::Requests, made, limits.max_requests))
-    } else if total > limits.max_bytes {
-        Some((RemoteBound::Bytes, total, limits.max_bytes))
-    } else {
-        None
-    };
-    match over {
-        Some((bound, needed, limit)) => Err(Error::RemoteBudget {
-            path: path.to_owned(),
-            bound,
-            needed,
-            limit,
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Bytes the run may still fetch within `--max-remote-bytes`.
-pub fn bytes_left() -> u64 {
-    let limits = *LIMITS.read().unwrap_or_else(|e| e.into_inner());
-    limits
-        .max_bytes
-        .saturating_sub(BYTES.load(Ordering::Relaxed))
-}
-
-/// What was read of the object mounted at `path`.
-pub fn stats(path: &Path) -> Option<RemoteStats> {
-    mounted(path).map(|mounted| mounted.stats())
-}
-
-/// What was read of every object at or under `root`, together; `None` when there is none.
-pub fn stats_under(root: &Path) -> Option<RemoteStats> {
-    mounted_under(root)
-        .into_iter()
-        .map(|mounted| mounted.stats())
-        .reduce(|sum, one| RemoteStats {
-            len: sum.len.saturating_add(one.len),
-            bytes_read: sum.bytes_read.saturating_add(one.bytes_read),
-            requests: sum.requests.saturating_add(one.requests),
-        })
-}
-
-/// Every object mounted at or under `root`, with its listed size and SHA-256, by path.
-pub fn listed_under(root: &Path) -> Vec<ListedObject> {
-    mounted_under(root)
-        .into_iter()
-        .map(|mounted| ListedObject {
-            path: mounted.path.clone(),
-            size: mounted.object.size(),
-            sha256: mounted.object.listed_sha256(),
-        })
-        .collect()
-}
-
-/// Every byte of the object mounted at `path`, fetched within the run's remote budget (what
-/// was fetched already is not fetched again) and, when its listing gives a SHA-256, checked
-/// against it. For a file read whole, not through a reader (a signature, a file to hash).
-pub fn read_whole(path: &Path) -> Result<Vec<u8>> {
-    let mounted = mounted(path).ok_or_else(|| Error::Remote {
-        path: path.to_owned(),
-        detail: "not a remote object of this run".to_owned(),
-    })?;
-    Ok(mounted.range(0..mounted.len())?.to_vec())
-}
-
-/// Whether `path` is a mounted object or lies above one.
-pub fn is_remote(path: &Path) -> bool {
-    mounted(path).is_some() || is_dir(path)
-}
-
-/// `result`, unless a read of an object at or under `root` failed meanwhile where the reading
-/// could not say so itself (the whole object or a storage's bytes, asked for infallibly): then
-/// that failure, which the result may rest on the absence of. Each failure is told once.
-pub fn checked<T>(root: &Path, result: T) -> Result<T> {
-    for mounted in mounted_under(root) {
-        if let Some(failure) = mounted.lock().failure.take() {
-            return Err(failure);
-        }
-    }
-    Ok(result)
-}
-
-pub(super) fn mounted(path: &Path) -> Option<Arc<RemoteBytes>> {
-    MOUNTS
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(path)
-        .cloned()
-}
-
-/// Whether some object is mounted beneath `path`.
-pub(super) fn is_dir(path: &Path) -> bool {
-    let mounts = MOUNTS.read().unwrap_or_else(|e| e.into_inner());
-    let found = mounts
-        .range(path.to_path_buf()..)
-        .next()
-        .is_some_and(|(p, _)| p != path && p.starts_with(path));
-    found
-}
-
-/// The entries directly beneath `dir`: mounted objects and the directories above deeper ones.
-pub(super) fn children(dir: &Path) -> Option<Vec<PathBuf>> {
-    let mounts = MOUNTS.read().unwrap_or_else(|e| e.into_inner());
-    let mut out: Vec<PathBuf> = Vec::new();
-    for path in mounts.keys().filter(|p| *p != dir && p.starts_with(dir)) {
-        let rest = path.strip_prefix(dir).ok()?;
-        let first = rest.components().next()?;
-        let child = dir.join(first);
-        if out.last() != Some(&child) {
-            out.push(child);
-        }
-    }
-    (!out.is_empty()).then_some(out)
-}
-
-/// Every object mounted at or under `root`.
-fn mounted_under(root: &Path) -> Vec<Arc<RemoteBytes>> {
-    MOUNTS
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .filter(|(p, _)| p.starts_with(root))
-        .map(|(_, m)| Arc::clone(m))
-        .collect()
-}
-
 impl RemoteBytes {
+    pub(super) fn new(path: PathBuf, object: Arc<dyn RemoteObject>, budget: Arc<Budget>) -> Self {
+        RemoteBytes {
+            path,
+            object,
+            budget,
+            map: OnceLock::new(),
+            state: Mutex::default(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -271,7 +89,20 @@ impl RemoteBytes {
         self.map.get().map_or(0, |map| map.base as u64)
     }
 
-    fn stats(&self) -> RemoteStats {
+    pub(super) fn listed(&self) -> ListedObject {
+        ListedObject {
+            path: self.path.clone(),
+            size: self.object.size(),
+            sha256: self.object.listed_sha256(),
+        }
+    }
+
+    /// The fetch that failed where its reading could not say so, once.
+    pub(super) fn take_failure(&self) -> Option<Error> {
+        self.lock().failure.take()
+    }
+
+    pub(super) fn stats(&self) -> RemoteStats {
         let state = self.lock();
         RemoteStats {
             len: self.len(),
@@ -321,7 +152,7 @@ impl RemoteBytes {
     }
 
     /// The whole object, or nothing when it cannot be fetched (the failure kept for
-    /// [`checked`]).
+    /// `files::checked`).
     pub(crate) fn whole_or_nothing(&self) -> &[u8] {
         self.range(0..self.len()).unwrap_or_default()
     }
@@ -364,12 +195,12 @@ impl RemoteBytes {
             .filled
             .run_ending_at(start)
             .min(MAX_AHEAD)
-            .min(bytes_left().saturating_sub(end - start));
+            .min(self.budget.left().saturating_sub(end - start));
         let mut wanted = Ranges::default();
         wanted.insert(start..end.saturating_add(ahead).min(len));
         let wanted = wanted.subtract(&state.filled);
         for range in wanted.iter() {
-            charge(&self.path, 1, range.end - range.start)?;
+            self.budget.charge(&self.path, 1, range.end - range.start)?;
             let bytes = self.object.read_range(range.clone()).map_err(|e| match e {
                 RemoteError::Unreachable(detail) => Error::Remote {
                     path: self.path.clone(),
@@ -481,7 +312,9 @@ fn copy_of(e: &Error, path: &Path) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use crate::files::RemoteLimits;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
     /// An object in memory that counts the ranges asked of it and can be made to fail.
     #[derive(Debug)]
@@ -508,7 +341,12 @@ mod tests {
         }
     }
 
-    fn fake(len: usize, fail: bool, sha256: Option<[u8; 32]>) -> (Arc<RemoteBytes>, Arc<Fake>) {
+    fn fake(
+        len: usize,
+        fail: bool,
+        sha256: Option<[u8; 32]>,
+        max_bytes: u64,
+    ) -> (Arc<RemoteBytes>, Arc<Fake>) {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let object = Arc::new(Fake {
@@ -517,12 +355,13 @@ mod tests {
             fail,
             sha256,
         });
-        let remote = Arc::new(RemoteBytes {
-            path: PathBuf::from(format!("fake://{n}")),
-            object: Arc::clone(&object) as Arc<dyn RemoteObject>,
-            map: OnceLock::new(),
-            state: Mutex::default(),
-        });
+        let limits = RemoteLimits {
+            max_bytes,
+            max_requests: u64::MAX,
+        };
+        let budget = Arc::new(Budget::new(limits, Duration::from_secs(60)));
+        let path = PathBuf::from(format!("fake://{n}"));
+        let remote = Arc::new(RemoteBytes::new(path, object.clone(), budget));
         (remote, object)
     }
 
@@ -530,17 +369,10 @@ mod tests {
         object.asked.lock().unwrap().clone()
     }
 
-    // The only test of this binary that touches the run's counts (the budget is run-wide),
-    // so none races it: the fetch-before-lend checks share it.
     #[test]
     fn ranges_are_lent_only_once_fetched_and_every_fetch_is_counted() {
-        let unlimited = RemoteLimits {
-            max_bytes: u64::MAX,
-            max_requests: u64::MAX,
-        };
-        begin_run(unlimited, Duration::from_secs(60));
         // A range is fetched with the blocks around it, once, and lent as the object's bytes.
-        let (remote, object) = fake(300_000, false, None);
+        let (remote, object) = fake(300_000, false, None, u64::MAX);
         let slice = remote.range(70_000..70_010).unwrap();
         assert_eq!(slice, &remote_bytes(300_000)[70_000..70_010]);
         assert_eq!(asked(&object), vec![BLOCK..2 * BLOCK]);
@@ -568,39 +400,26 @@ mod tests {
         assert_eq!((stats.bytes_read, stats.len), (300_000, 300_000));
 
         // A failed fetch lends nothing, and is kept for the reading that could not say so.
-        let (broken, _) = fake(1000, true, None);
+        let (broken, _) = fake(1000, true, None, u64::MAX);
         assert!(matches!(broken.range(0..10), Err(Error::Remote { .. })));
         assert!(broken.whole_or_nothing().is_empty());
         assert!(broken.lock().failure.is_some());
 
         // A listed SHA-256 the bytes do not hash to fails the fetch that completes them.
-        let (wrong, _) = fake(1000, false, Some([0; 32]));
+        let (wrong, _) = fake(1000, false, Some([0; 32]), u64::MAX);
         assert!(matches!(
             wrong.range(0..1000),
             Err(Error::RemoteInconsistent { .. })
         ));
 
-        // The run's budget refuses a fetch past it, naming the bound; a new run starts afresh.
-        let limits = RemoteLimits {
-            max_bytes: 10,
-            max_requests: 5,
-        };
-        let path = Path::new("hf://org/model/w.safetensors");
-        let over = |r: Result<()>, want: RemoteBound| matches!(r, Err(Error::RemoteBudget { bound, .. }) if bound == want);
-        begin_run(limits, Duration::from_secs(60));
-        charge(path, 1, 10).expect("within the budget");
-        assert!(over(charge(path, 1, 1), RemoteBound::Bytes));
-        begin_run(limits, Duration::from_secs(60));
-        charge(path, 1, 10).expect("a new run's budget");
+        // Its run's budget refuses a fetch past it, naming the bound.
         assert!(matches!(
-            fake(100, false, None).0.range(0..1),
+            fake(100, false, None, 10).0.range(0..1),
             Err(Error::RemoteBudget {
-                bound: RemoteBound::Bytes,
+                bound: crate::error::RemoteBound::Bytes,
                 ..
             })
         ));
-        begin_run(limits, Duration::ZERO);
-        assert!(over(charge(path, 1, 0), RemoteBound::Deadline));
     }
 
     fn remote_bytes(len: usize) -> Vec<u8> {
