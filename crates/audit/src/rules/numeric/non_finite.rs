@@ -39,7 +39,14 @@ Lightning checkpoints
   the top-level `callbacks` key of a torch.save checkpoint whose weights are under
   `state_dict` (the layout Lightning writes) that holds ±Inf and no NaN is reported at
   info, whatever the configured level. NaN there, and anything in the weights, stays at
-  the rule's level.",
+  the rule's level.
+
+scikit-learn estimators
+  Some fitted attributes hold +Inf by their estimator's definition: OPTICS's
+  `reachability_` (the first point of the ordering, and any never reached) and
+  `core_distances_` (a point that is never a core point). Such an attribute, in a joblib
+  file or pickle that names its estimator's class, holding ±Inf and no NaN, is reported at
+  info, whatever the configured level.",
     check: check,
     at_most: at_most,
 });
@@ -60,6 +67,21 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             continue;
         }
         let numel = t.tensor_impl().layout().numel();
+        if let Some((estimator, why)) = sklearn_infinite(ctx.ckpt, t.name(), found) {
+            out.push(Draft {
+                tensors: vec![t.name().to_owned()],
+                storage: Some(t.tensor_impl().storage().id().index()),
+                message: format!(
+                    "'{}' holds {} +Inf, {} -Inf among {numel} elements: {estimator}'s fitted attribute, +Inf by definition ({why}); not a weight",
+                    t.name(),
+                    found.pos_inf,
+                    found.neg_inf,
+                ),
+                fix: "nothing to fix: the estimator defines the attribute so".into(),
+                ..Default::default()
+            });
+            continue;
+        }
         if let Some(callback) = lightning_placeholder(ctx.ckpt, t.name(), found) {
             out.push(Draft {
                 tensors: vec![t.name().to_owned()],
@@ -118,7 +140,8 @@ fn scale_draft(t: &Tensor, scales: &BlockScales, found: &NonFinite) -> Draft {
     }
 }
 
-/// Lightning placeholders are info, whatever TP401's configured level.
+/// Lightning placeholders and scikit-learn's infinite attributes are info, whatever TP401's
+/// configured level.
 fn at_most(ctx: &Context<'_>, draft: &Draft) -> Option<Severity> {
     let scans = ctx.scans.as_ref()?;
     let [name] = draft.tensors.as_slice() else {
@@ -135,12 +158,53 @@ fn at_most(ctx: &Context<'_>, draft: &Draft) -> Option<Severity> {
     of_name.peek()?;
     of_name
         .all(|(i, t)| {
-            scans
-                .get(&i)
-                .and_then(|found| lightning_placeholder(ctx.ckpt, t.name(), found))
-                .is_some()
+            scans.get(&i).is_some_and(|found| {
+                lightning_placeholder(ctx.ckpt, t.name(), found).is_some()
+                    || sklearn_infinite(ctx.ckpt, t.name(), found).is_some()
+            })
         })
         .then_some(Severity::Info)
+}
+
+/// scikit-learn's fitted attributes that hold +Inf by definition: the estimator class (as its
+/// pickle names it), the attribute, and where its documentation says so.
+const SKLEARN_INFINITE: [(&str, &str, &str, &str); 2] = [
+    (
+        "sklearn.cluster._optics",
+        "OPTICS",
+        "reachability_",
+        "the first point of the ordering, and any never reached",
+    ),
+    (
+        "sklearn.cluster._optics",
+        "OPTICS",
+        "core_distances_",
+        "a point that is never a core point",
+    ),
+];
+
+/// The estimator and the reason, when `name` is one of [`SKLEARN_INFINITE`]'s attributes (at
+/// the root or under an enclosing estimator's path) in a pickle naming its class, holding
+/// ±Inf and no NaN.
+fn sklearn_infinite(
+    ckpt: &Checkpoint,
+    name: &str,
+    found: &NonFinite,
+) -> Option<(&'static str, &'static str)> {
+    if found.nan > 0 || !matches!(ckpt.format, Format::Joblib | Format::Pickle) {
+        return None;
+    }
+    let attribute = name.rsplit('.').next()?;
+    SKLEARN_INFINITE
+        .iter()
+        .find(|(module, class, attr, _)| {
+            *attr == attribute
+                && ckpt
+                    .unsafe_globals
+                    .iter()
+                    .any(|g| g.module == *module && g.name == *class)
+        })
+        .map(|(_, class, _, why)| (*class, *why))
 }
 
 /// The callback whose state holds `name`, when `name` is a Lightning callback's ±Inf
@@ -262,7 +326,8 @@ mod tests {
         audit(ckpt, "hand-made.ckpt", config, &Options::default(), None)
             .findings
             .into_iter()
-            .map(|f| (f.tensors[0].clone(), f.severity))
+            // A tensor's findings (an unsafe global's TP501 names none).
+            .filter_map(|f| Some((f.tensors.first()?.clone(), f.severity)))
             .collect()
     }
 
@@ -307,5 +372,50 @@ mod tests {
             severities(&lightning(1.0, f32::INFINITY, true), &strict),
             [(kth.to_owned(), Severity::Info)]
         );
+    }
+
+    /// A joblib file holding `name` = [1.0, `value`], naming OPTICS's class when `optics`.
+    fn estimator(name: &str, value: f32, optics: bool) -> Checkpoint {
+        let s = storage_of(0, float32s(&[1.0, value]), "cpu");
+        let mut ckpt = checkpoint(vec![tensor(name, &s, &[2], &[1], 0, Device::Cpu)], vec![s]);
+        ckpt.format = tensorplay_engine::Format::Joblib;
+        if optics {
+            ckpt.unsafe_globals
+                .push(tensorplay_engine::pickle::UnsafeGlobal {
+                    module: "sklearn.cluster._optics".into(),
+                    name: "OPTICS".into(),
+                    member: "<pickle>".into(),
+                    position: 0,
+                    payload: String::new(),
+                });
+        }
+        ckpt
+    }
+
+    #[test]
+    fn an_estimator_s_attribute_infinite_by_definition_is_info_and_nothing_else_is() {
+        let default = Config::default();
+        let info = |name: &str| vec![(name.to_owned(), Severity::Info)];
+        let error = |name: &str| vec![(name.to_owned(), Severity::Error)];
+        let nested = "steps.0.1.core_distances_";
+        assert_eq!(
+            severities(&estimator("reachability_", f32::INFINITY, true), &default),
+            info("reachability_")
+        );
+        assert_eq!(
+            severities(&estimator(nested, f32::INFINITY, true), &default),
+            info(nested)
+        );
+        // NaN is never by definition; nor is another attribute, or one of another estimator.
+        for (name, value, optics) in [
+            ("reachability_", f32::NAN, true),
+            ("coef_", f32::INFINITY, true),
+            ("reachability_", f32::INFINITY, false),
+        ] {
+            assert_eq!(
+                severities(&estimator(name, value, optics), &default),
+                error(name)
+            );
+        }
     }
 }
