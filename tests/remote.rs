@@ -337,6 +337,36 @@ fn a_large_safetensors_file_is_audited_reading_under_one_percent_of_it() {
 }
 
 #[test]
+fn a_large_array_is_audited_reading_its_header_and_a_deep_read_fetches_it_once() {
+    // 64 MiB of float32 zeros behind an .npy header: the audit asks for the header alone, and
+    // no byte it does not ask for is fetched.
+    let dir = crate::common::TempDir::new("remote-npy");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (16777216,), }";
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let padded = (10 + header.len() + 1).div_ceil(64) * 64 - 10;
+    bytes.extend_from_slice(&(padded as u16).to_le_bytes());
+    bytes.extend_from_slice(format!("{header:<width$}\n", width = padded - 1).as_bytes());
+    bytes.resize(bytes.len() + (64 << 20), 0);
+    std::fs::write(dir.0.join("big.npy"), &bytes).unwrap();
+    let server = RangeServer::start(&dir.0);
+    let url = server.url("big.npy");
+    let out = audit(&[&url], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("read 128.0 KiB of 64.0 MiB in 1 request"),
+        "{}",
+        stderr(&out)
+    );
+    // --deep reads every byte, each once, in requests that grow as the scan goes on.
+    let out = audit(&["--deep", &url], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let remote = &report["files"][0]["remote"];
+    assert_eq!(remote["bytes_read"], bytes.len() as u64, "{remote}");
+    assert!(remote["requests"].as_u64().unwrap() <= 12, "{remote}");
+}
+
+#[test]
 fn a_sharded_index_s_note_counts_its_shards() {
     use tensorplay_audit::text::{human_bytes, plural};
     let server = server();

@@ -150,7 +150,9 @@ pub fn load(path: &Path, options: &AuditOptions) -> Result<Loaded, Failure> {
     let checkpoint = tensorplay_engine::load::probe(path)
         .and_then(|probe| tensorplay_engine::load::read_with(probe, limits))
         .map_err(fail)?;
-    let report = judged(&settings, &checkpoint, &shown);
+    // Values a remote object could not fetch for the scan fail the load, with the reason.
+    let report = tensorplay_engine::files::checked(path, judged(&settings, &checkpoint, &shown))
+        .map_err(fail)?;
     Ok(Loaded { report, checkpoint })
 }
 

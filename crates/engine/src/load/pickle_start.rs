@@ -80,6 +80,20 @@ pub(crate) fn stream_end(bytes: &[u8]) -> Option<usize> {
     }
 }
 
+/// [`stream_end`] of a stream's first bytes: `Some(None)` where the walk stopped short of a
+/// STOP for any reason but their end, `None` when they end before it decided.
+pub(crate) fn stream_end_in(prefix: Prefix<'_>) -> Option<Option<usize>> {
+    let mut walk = Walk::new(prefix.bytes);
+    loop {
+        match walk.step() {
+            Ok(()) => {}
+            Err(End::Stop) => return Some(Some(walk.pos)),
+            Err(End::OutOfPrefix) if !prefix.whole => return None,
+            Err(_) => return Some(None),
+        }
+    }
+}
+
 /// The globals CPython would resolve running `bytes` from their start, as `(module, name,
 /// offset of the opcode)`: GLOBAL's and INST's names, and STACK_GLOBAL's where both operands
 /// are strings the walk has seen (pushed, or fetched from the memo). Nothing is built or

@@ -7,13 +7,15 @@
 
 use super::{add_member, storage_record, Member, StorageRecord, StorageSource};
 use crate::error::{Error, Result};
+use crate::files::HEAD;
 use crate::load::limits::Meter;
 use crate::load::pickle_start;
+use crate::load::sniff::Prefix;
 use crate::load::table::{Accepts, FileReader, FileRule, Row};
 use crate::load::{Sink, Sniffed};
 use crate::pickle::weights_only::{replay, Persistent};
 use crate::pickle::{unpickle, Budget, Loader, Node, Unpickled, UnsafeGlobal, WeightsOnly};
-use crate::{DType, DataPtr, Format, HostBuffer};
+use crate::{DType, DataPtr, Format, HostBackend, HostBuffer};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
@@ -108,6 +110,30 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
     }
 }
 
+/// The bytes from `pos` on that hold the pickle starting there. Of a remote object, as little
+/// as reaches its STOP, walked as CPython runs it (fetched four times as much each time it
+/// does not); the rest of the file when the walk stops short of a STOP (a pickle CPython
+/// refuses, one too large to walk), so the machine meets what it would in the whole file.
+fn pickle_at(buffer: &HostBuffer, pos: u64) -> Result<&[u8]> {
+    let len = buffer.len();
+    if buffer.backend() != HostBackend::Remote {
+        return buffer.range(pos..len);
+    }
+    let mut read = HEAD;
+    loop {
+        let end = pos.saturating_add(read).min(len);
+        let prefix = Prefix {
+            bytes: buffer.range(pos..end)?,
+            whole: end == len,
+        };
+        match pickle_start::stream_end_in(prefix) {
+            Some(Some(_)) => return Ok(prefix.bytes),
+            Some(None) => return buffer.range(pos..len),
+            None => read = read.saturating_mul(4),
+        }
+    }
+}
+
 /// A pickle of the stream and where it starts.
 type Parsed = (u64, Unpickled);
 
@@ -125,10 +151,13 @@ impl Pickles {
         let mut read = Vec::with_capacity(PICKLES.len());
         let mut pos = 0u64;
         for name in PICKLES {
-            let rest = usize::try_from(pos)
-                .ok()
-                .and_then(|p| buffer.bytes().get(p..))
-                .unwrap_or_default();
+            let rest = match pickle_at(buffer, pos) {
+                Ok(rest) => rest,
+                Err(e) => {
+                    read.push(Err(e));
+                    break;
+                }
+            };
             match unpickle(rest, buffer.source(), name, pos, Loader::Python, budget) {
                 Ok(u) => {
                     let at = pos;
@@ -154,10 +183,9 @@ impl Pickles {
             } else {
                 Persistent::Refused
             };
-            let stream = usize::try_from(*at)
-                .ok()
-                .zip(usize::try_from(at.saturating_add(u.len)).ok())
-                .and_then(|(from, to)| buffer.bytes().get(from..to))
+            // Read already, so in memory: no fetch fails here.
+            let stream = buffer
+                .range(*at..at.saturating_add(u.len))
                 .unwrap_or_default();
             if let Err(reason) = replay(stream, persistent) {
                 return WeightsOnly::refuses(name, reason);
@@ -342,9 +370,10 @@ impl Stream<'_> {
     /// One storage at `pos`: its element count, then its bytes.
     fn storage(&self, key: &str, dtypes: &HashMap<String, DType>) -> Result<(u64, Range<u64>)> {
         let at = self.pos;
-        let count_bytes = usize::try_from(at)
-            .ok()
-            .and_then(|p| self.buffer.bytes().get(p..p.checked_add(8)?))
+        let count_bytes = self
+            .buffer
+            .range(at..at.saturating_add(8))?
+            .get(..8)
             .ok_or_else(|| {
                 self.err(
                     STORAGES,
