@@ -499,22 +499,25 @@ fn audit_one(
         Vec::new()
     };
     let why_not = crate::inventory::why_not_hashed(&path, options.metadata_only);
+    let read = |target| {
+        audit_read(
+            target,
+            shown,
+            config,
+            options,
+            deferrable,
+            gpu,
+            gpu_lock,
+            shared_sets,
+        )
+    };
     if !remote {
         let (audited, gathered) = std::thread::scope(|scope| {
             // For a bill of materials: the files' digests, hashed beside the audit.
             let hashing = options
                 .inventory
                 .then(|| scope.spawn(|| crate::inventory::gather(&path, &parts, why_not)));
-            let audited = audit_read(
-                target,
-                shown,
-                config,
-                options,
-                deferrable,
-                gpu,
-                gpu_lock,
-                shared_sets,
-            );
+            let audited = read(target);
             (audited, hashing.map(|h| h.join()))
         });
         let mut audited = audited?;
@@ -528,17 +531,7 @@ fn audit_one(
     }
     // Remote: bytes a scan asked for and could not have fetched (a storage's, under --deep)
     // fail the audit here, with the reason they could not be.
-    let audited = audit_read(
-        target,
-        shown,
-        config,
-        options,
-        deferrable,
-        gpu,
-        gpu_lock,
-        shared_sets,
-    );
-    let mut audited = match files::checked(&path, audited) {
+    let mut audited = match files::checked(&path, read(target)) {
         Ok(audited) => audited,
         Err(e) => read_failure_with(shown, &e, config)
             .map(|file| Audited::Judged(Box::new(file)))
