@@ -17,8 +17,42 @@ use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-/// Memo keys are the stream's small integers: hashed fast, not with SipHash.
-type Keys = HashSet<u32, foldhash::fast::RandomState>;
+/// A set of memo keys. Picklers number them from 0, one per memoized value, so a key is
+/// below the stream's length: those are bits (a `torch.save` stream looks one up per value),
+/// any other is hashed.
+#[derive(Default)]
+struct Keys {
+    bits: Vec<u64>,
+    far: HashSet<u32, foldhash::fast::RandomState>,
+}
+
+impl Keys {
+    /// Room for the keys below `near` as bits.
+    fn new(near: usize) -> Keys {
+        Keys {
+            bits: vec![0; near.div_ceil(64)],
+            far: HashSet::default(),
+        }
+    }
+
+    fn insert(&mut self, key: u32) {
+        let (word, bit) = (key as usize / 64, key % 64);
+        match self.bits.get_mut(word) {
+            Some(w) => *w |= 1 << bit,
+            None => {
+                self.far.insert(key);
+            }
+        }
+    }
+
+    fn contains(&self, key: u32) -> bool {
+        let (word, bit) = (key as usize / 64, key % 64);
+        match self.bits.get(word) {
+            Some(w) => w & (1 << bit) != 0,
+            None => self.far.contains(&key),
+        }
+    }
+}
 
 /// What `_rebuild_tensor`'s `set_` says of a tensor it rebuilds: torch checks, in signed 64-bit
 /// arithmetic, that the view fits its storage (`computeStorageNbytes`, `checkInBoundsForStorage`).
@@ -96,7 +130,7 @@ pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
 /// so a hundred thousand tensors' values no longer stay alive in the memo. Where this pass
 /// reads further than the replay (a GLOBAL name that does not decode), it only finds more.
 fn memo_gets(stream: &[u8]) -> Keys {
-    let mut gets = Keys::default();
+    let mut gets = Keys::new(stream.len());
     let u32_at = |at: usize| -> Option<u32> {
         let b = stream.get(at..at.checked_add(4)?)?;
         Some(u32::from_le_bytes(b.try_into().ok()?))
@@ -158,8 +192,12 @@ enum V<'a> {
     /// one is only a string.
     Str(&'a [u8]),
     LongStr,
-    Bytes(Rc<[u8]>),
-    Tuple(Rc<[V<'a>]>),
+    /// Bytes: only `_codecs.encode` makes them, and its result is not worked out (never a
+    /// persistent id's tag, then).
+    Bytes,
+    /// A tuple, by what any check reads of it: its items are not kept (a hundred thousand
+    /// tensors' tuples would each cost an allocation).
+    Tuple(Tuple<'a>),
     /// Its length: SETITEM on a list assigns an index.
     List(Rc<Cell<u64>>),
     /// A plain dict, and whether an item was ever set in it (BUILD skips a falsy state).
@@ -171,6 +209,72 @@ enum V<'a> {
     Object(Type),
     /// What `persistent_load` returns: a `TypedStorage`.
     Storage,
+}
+
+/// What the checks read of a tuple: its length, whether it hashes (its items are immutable
+/// kinds, so this is known when it is made), and its first two items (a persistent id's
+/// tag and storage type, `_rebuild_from_type_v2`'s type).
+#[derive(Debug, Clone)]
+struct Tuple<'a> {
+    len: usize,
+    hashable: bool,
+    head: [Item<'a>; 2],
+}
+
+impl<'a> Tuple<'a> {
+    const EMPTY: Tuple<'static> = Tuple {
+        len: 0,
+        hashable: true,
+        head: [Item::Missing, Item::Missing],
+    };
+
+    fn of(items: &[V<'a>]) -> Tuple<'a> {
+        let item = |i: usize| items.get(i).map_or(Item::Missing, Item::of);
+        Tuple {
+            len: items.len(),
+            hashable: items.iter().all(hashable),
+            head: [item(0), item(1)],
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&Item<'a>> {
+        self.head
+            .get(i)
+            .filter(|item| !matches!(item, Item::Missing))
+    }
+}
+
+/// A tuple's item, as much of it as the checks read: a global, a string's text, an int's
+/// value (for their messages), else the item's type.
+#[derive(Debug, Clone)]
+enum Item<'a> {
+    Missing,
+    Global(Rc<Named>),
+    Str(&'a [u8]),
+    Int(i64),
+    Other(&'static str),
+}
+
+impl<'a> Item<'a> {
+    fn of(v: &V<'a>) -> Item<'a> {
+        match v {
+            V::Global(named) => Item::Global(Rc::clone(named)),
+            V::Str(s) => Item::Str(s),
+            V::Int(Some(i)) => Item::Int(*i),
+            other => Item::Other(type_name(other)),
+        }
+    }
+
+    /// [`describe`] of the item it was made from.
+    fn describe(&self) -> String {
+        match self {
+            Item::Global(full) => full.to_string(),
+            Item::Str(s) => String::from_utf8_lossy(s).into_owned(),
+            Item::Int(i) => i.to_string(),
+            Item::Other(name) => (*name).to_owned(),
+            Item::Missing => "missing".to_owned(),
+        }
+    }
 }
 
 impl<'a> V<'a> {
@@ -293,7 +397,6 @@ struct Machine<'a> {
     memo: HashMap<u32, V<'a>, foldhash::fast::RandomState>,
     /// The keys worth memoizing (every key when `None`): a value never fetched is not kept.
     gets: Option<Keys>,
-    empty_tuple: Rc<[V<'a>]>,
     persistent: Persistent,
 }
 
@@ -314,7 +417,6 @@ impl<'a> Machine<'a> {
             marks: Vec::new(),
             memo: HashMap::default(),
             gets,
-            empty_tuple: Rc::from([]),
             persistent,
         }
     }
@@ -442,7 +544,7 @@ impl<'a> Machine<'a> {
                     let result = match full.kind {
                         Global::Class(Type::Set) => V::Set,
                         Global::Class(t) | Global::Function(t) => V::Object(t),
-                        Global::Encode => V::Bytes(Rc::from(&[][..])),
+                        Global::Encode => V::Bytes,
                         Global::FromType => from_type(&args)?,
                         Global::Value => {
                             return Err(format!("TypeError: '{full}' is not callable"))
@@ -502,8 +604,10 @@ impl<'a> Machine<'a> {
                 MARK => self.marks.push(self.stack.len()),
                 TUPLE => {
                     let start = self.pop_mark()?;
-                    let items: Rc<[V]> = self.stack.drain(start.min(self.stack.len())..).collect();
-                    self.stack.push(V::Tuple(items));
+                    let start = start.min(self.stack.len());
+                    let tuple = Tuple::of(self.stack.get(start..).unwrap_or_default());
+                    self.stack.truncate(start);
+                    self.stack.push(V::Tuple(tuple));
                 }
                 TUPLE1 | TUPLE2 | TUPLE3 => {
                     let n = usize::from(op - TUPLE1 + 1);
@@ -513,14 +617,14 @@ impl<'a> Machine<'a> {
                         .checked_sub(n)
                         .filter(|&at| at >= self.floor())
                         .ok_or_else(|| index_error("list index out of range"))?;
-                    // Straight into the tuple: one allocation, not a Vec and its copy.
-                    let items: Rc<[V]> = self.stack.drain(at..).collect();
-                    self.stack.push(V::Tuple(items));
+                    let tuple = Tuple::of(self.stack.get(at..).unwrap_or_default());
+                    self.stack.truncate(at);
+                    self.stack.push(V::Tuple(tuple));
                 }
                 NONE => self.stack.push(V::None),
                 NEWFALSE | NEWTRUE => self.stack.push(V::Bool),
                 // One `()`, as in Python: `torch.save` writes one per tensor.
-                EMPTY_TUPLE => self.stack.push(V::Tuple(Rc::clone(&self.empty_tuple))),
+                EMPTY_TUPLE => self.stack.push(V::Tuple(Tuple::EMPTY)),
                 EMPTY_LIST => self.stack.push(V::List(Rc::new(Cell::new(0)))),
                 EMPTY_DICT => self.stack.push(V::Dict(Rc::new(Cell::new(false)))),
                 EMPTY_SET => self.stack.push(V::Set),
@@ -585,7 +689,7 @@ impl<'a> Machine<'a> {
                     };
                     // A value never fetched is not kept (nor cloned); the empty stack still
                     // fails as torch's does.
-                    let keep = self.gets.as_ref().is_none_or(|gets| gets.contains(&index));
+                    let keep = self.gets.as_ref().is_none_or(|gets| gets.contains(index));
                     let top = self.top()?;
                     if keep {
                         let top = top.clone();
@@ -624,9 +728,9 @@ impl<'a> Machine<'a> {
 
     /// BINPERSID: the unpickler's check, then the `persistent_load` torch.load installs.
     fn persistent_load(&self, pid: &V<'a>) -> Result<V<'a>, String> {
-        let items: &[V<'a>] = match pid {
+        let items: &Tuple<'a> = match pid {
             V::Tuple(items) => items,
-            V::Int(_) => &[],
+            V::Int(_) => &Tuple::EMPTY,
             other => {
                 return Err(format!(
                     "persistent_load id must be tuple or int, but got {}",
@@ -634,16 +738,11 @@ impl<'a> Machine<'a> {
                 ))
             }
         };
-        if let Some(tag) = items.first() {
-            let is_storage = match tag {
-                V::Str(s) => *s == b"storage",
-                V::Bytes(b) => &**b == b"storage",
-                _ => false,
-            };
-            if !is_storage {
+        if let Some(tag) = items.get(0) {
+            if !matches!(tag, Item::Str(b"storage")) {
                 return Err(format!(
                     "Only persistent_load of storage is allowed, but got {}",
-                    describe(tag)
+                    tag.describe()
                 ));
             }
         }
@@ -657,21 +756,21 @@ impl<'a> Machine<'a> {
         if !matches!(pid, V::Tuple(_)) {
             return Err("TypeError: a persistent id is an int, not a tuple".into());
         }
-        if items.len() != fields {
+        if items.len != fields {
             return Err(format!(
                 "ValueError: a storage's persistent id has {} fields, not {fields}",
-                items.len()
+                items.len
             ));
         }
         match items.get(1) {
-            Some(V::Global(full))
+            Some(Item::Global(full))
                 if full.ends_with("Storage") && &*full.full != "torch.storage.TypedStorage" =>
             {
                 Ok(V::Storage)
             }
             other => Err(format!(
                 "AttributeError: the storage type of a persistent id is {}",
-                other.map_or("missing".into(), describe)
+                other.map_or("missing".into(), Item::describe)
             )),
         }
     }
@@ -745,7 +844,7 @@ fn python2_names<'a>(module: &'a str, name: &'a str) -> (&'a str, &'a str) {
 /// `func(*args)` / `cls.__new__(cls, *args)` need an iterable.
 fn iterable(args: &V) -> Result<(), String> {
     match args {
-        V::Tuple(_) | V::List(_) | V::Dict(_) | V::Set | V::Str(_) | V::LongStr | V::Bytes(_) => {
+        V::Tuple(_) | V::List(_) | V::Dict(_) | V::Set | V::Str(_) | V::LongStr | V::Bytes => {
             Ok(())
         }
         V::Object(Type::OrderedDict | Type::Counter | Type::Size | Type::Set) => Ok(()),
@@ -763,15 +862,15 @@ fn from_type<'a>(args: &V<'a>) -> Result<V<'a>, String> {
         _ => None,
     };
     match new_type {
-        Some(V::Global(full)) if &*full.full == "torch.nn.parameter.Parameter" => {
+        Some(Item::Global(full)) if &*full.full == "torch.nn.parameter.Parameter" => {
             Ok(V::Object(Type::Parameter))
         }
-        Some(V::Global(named)) if matches!(named.kind, Global::Class(Type::Tensor)) => {
+        Some(Item::Global(named)) if matches!(named.kind, Global::Class(Type::Tensor)) => {
             Ok(V::Object(Type::Tensor))
         }
         other => Err(format!(
             "TypeError: _rebuild_from_type_v2 cannot make a tensor a {}",
-            other.map_or("missing type".into(), describe)
+            other.map_or("missing type".into(), Item::describe)
         )),
     }
 }
@@ -822,7 +921,7 @@ fn build(inst: &V, state: &V) -> Result<(), String> {
 fn falsy(v: &V) -> bool {
     match v {
         V::None => true,
-        V::Tuple(items) => items.is_empty(),
+        V::Tuple(items) => items.len == 0,
         V::Str(s) => s.is_empty(),
         V::Int(Some(0)) => true,
         V::List(len) => len.get() == 0,
@@ -871,7 +970,7 @@ fn hashable(v: &V) -> bool {
     match v {
         V::List(_) | V::Dict(_) | V::Set => false,
         V::Object(Type::OrderedDict | Type::Counter | Type::Bytearray | Type::Set) => false,
-        V::Tuple(items) => items.iter().all(hashable),
+        V::Tuple(items) => items.hashable,
         _ => true,
     }
 }
@@ -884,7 +983,7 @@ fn type_name(v: &V) -> &'static str {
         V::Int(_) => "<class 'int'>",
         V::Float => "<class 'float'>",
         V::Str(_) | V::LongStr => "<class 'str'>",
-        V::Bytes(_) => "<class 'bytes'>",
+        V::Bytes => "<class 'bytes'>",
         V::Tuple(_) => "<class 'tuple'>",
         V::List(_) => "<class 'list'>",
         V::Dict(_) => "<class 'dict'>",
