@@ -1011,6 +1011,11 @@ fn describe(v: &V) -> String {
 /// Whether `bytes` decode as UTF-8 with surrogates allowed (`"surrogatepass"`), which Rust's
 /// `str` refuses.
 fn surrogatepass(bytes: &[u8]) -> bool {
+    // A short ASCII string (a tensor's name, a storage key) is settled without the general
+    // validator's setup.
+    if bytes.len() <= 32 && bytes.iter().all(u8::is_ascii) {
+        return true;
+    }
     let mut rest = bytes;
     loop {
         match std::str::from_utf8(rest) {
