@@ -203,8 +203,8 @@ enum V<'a> {
     /// A plain dict, and whether an item was ever set in it (BUILD skips a falsy state).
     Dict(Rc<Cell<bool>>),
     Set,
-    /// An allowlisted global, by its full name.
-    Global(Rc<Named>),
+    /// An allowlisted global.
+    Global(G),
     /// An instance of an allowlisted class.
     Object(Type),
     /// What `persistent_load` returns: a `TypedStorage`.
@@ -249,7 +249,7 @@ impl<'a> Tuple<'a> {
 #[derive(Debug, Clone)]
 enum Item<'a> {
     Missing,
-    Global(Rc<Named>),
+    Global(G),
     Str(&'a [u8]),
     Int(i64),
     Other(&'static str),
@@ -258,7 +258,7 @@ enum Item<'a> {
 impl<'a> Item<'a> {
     fn of(v: &V<'a>) -> Item<'a> {
         match v {
-            V::Global(named) => Item::Global(Rc::clone(named)),
+            V::Global(g) => Item::Global(*g),
             V::Str(s) => Item::Str(s),
             V::Int(Some(i)) => Item::Int(*i),
             other => Item::Other(type_name(other)),
@@ -266,9 +266,9 @@ impl<'a> Item<'a> {
     }
 
     /// [`describe`] of the item it was made from.
-    fn describe(&self) -> String {
+    fn describe(&self, names: &Names) -> String {
         match self {
-            Item::Global(full) => full.to_string(),
+            Item::Global(g) => names.full(*g).to_owned(),
             Item::Str(s) => String::from_utf8_lossy(s).into_owned(),
             Item::Int(i) => i.to_string(),
             Item::Other(name) => (*name).to_owned(),
@@ -321,24 +321,39 @@ impl Type {
     }
 }
 
-/// An allowlisted global: its full name, and what it is to the unpickler (decided once, at
-/// its GLOBAL: `torch.save` calls the same two globals for every tensor).
-#[derive(Debug)]
-struct Named {
-    full: Box<str>,
+/// An allowlisted global: its full name's place in [`Names`], and what it is to the
+/// unpickler (decided once, at its GLOBAL: `torch.save` calls the same two globals for every
+/// tensor). Plain data: values holding it are copied and dropped for nothing.
+#[derive(Debug, Clone, Copy)]
+struct G {
+    name: u32,
     kind: Global,
 }
 
-impl std::ops::Deref for Named {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.full
-    }
+/// The full names of the globals resolved, each once: the allowlist is a fixed table, so
+/// this stays small however many GLOBALs a stream has.
+#[derive(Default)]
+struct Names {
+    full: Vec<Box<str>>,
+    index: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
 }
 
-impl std::fmt::Display for Named {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.full)
+impl Names {
+    fn intern(&mut self, full: String) -> G {
+        let kind = global(&full);
+        if let Some(&name) = self.index.get(full.as_str()) {
+            return G { name, kind };
+        }
+        // As many as the allowlist has names: far fewer than u32::MAX.
+        let name = u32::try_from(self.full.len()).unwrap_or(u32::MAX);
+        let full: Box<str> = full.into();
+        self.index.insert(full.clone(), name);
+        self.full.push(full);
+        G { name, kind }
+    }
+
+    fn full(&self, g: G) -> &str {
+        self.full.get(g.name as usize).map_or("", |full| full)
     }
 }
 
@@ -397,6 +412,7 @@ struct Machine<'a> {
     memo: HashMap<u32, V<'a>, foldhash::fast::RandomState>,
     /// The keys worth memoizing (every key when `None`): a value never fetched is not kept.
     gets: Option<Keys>,
+    names: Names,
     persistent: Persistent,
 }
 
@@ -417,6 +433,7 @@ impl<'a> Machine<'a> {
             marks: Vec::new(),
             memo: HashMap::default(),
             gets,
+            names: Names::default(),
             persistent,
         }
     }
@@ -506,17 +523,14 @@ impl<'a> Machine<'a> {
                     let module = self.line()?;
                     let name = self.line()?;
                     let full = resolve(&module, &name)?;
-                    let kind = global(&full);
-                    self.stack.push(V::Global(Rc::new(Named {
-                        full: full.into(),
-                        kind,
-                    })));
+                    let g = self.names.intern(full);
+                    self.stack.push(V::Global(g));
                 }
                 NEWOBJ => {
                     let args = self.pop()?;
                     let cls = self.pop()?;
                     let made = match &cls {
-                        V::Global(named) => match named.kind {
+                        V::Global(g) => match g.kind {
                             Global::Class(t) => Some(t),
                             _ => None,
                         },
@@ -525,7 +539,7 @@ impl<'a> Machine<'a> {
                     let Some(t) = made else {
                         return Err(format!(
                             "Can only create new object for nn.Parameter or classes allowlisted via `add_safe_globals` but got {}",
-                            describe(&cls)
+                            describe(&cls, &self.names)
                         ));
                     };
                     iterable(&args)?;
@@ -534,20 +548,21 @@ impl<'a> Machine<'a> {
                 REDUCE => {
                     let args = self.pop()?;
                     let func = self.top()?.clone();
-                    let V::Global(full) = &func else {
+                    let V::Global(g) = func else {
                         return Err(format!(
                             "Trying to call reduce for unrecognized function {}",
-                            describe(&func)
+                            describe(&func, &self.names)
                         ));
                     };
                     iterable(&args)?;
-                    let result = match full.kind {
+                    let result = match g.kind {
                         Global::Class(Type::Set) => V::Set,
                         Global::Class(t) | Global::Function(t) => V::Object(t),
                         Global::Encode => V::Bytes,
-                        Global::FromType => from_type(&args)?,
+                        Global::FromType => from_type(&args, &self.names)?,
                         Global::Value => {
-                            return Err(format!("TypeError: '{full}' is not callable"))
+                            let full = self.names.full(g);
+                            return Err(format!("TypeError: '{full}' is not callable"));
                         }
                     };
                     *self.top()? = result;
@@ -742,7 +757,7 @@ impl<'a> Machine<'a> {
             if !matches!(tag, Item::Str(b"storage")) {
                 return Err(format!(
                     "Only persistent_load of storage is allowed, but got {}",
-                    tag.describe()
+                    tag.describe(&self.names)
                 ));
             }
         }
@@ -763,14 +778,15 @@ impl<'a> Machine<'a> {
             ));
         }
         match items.get(1) {
-            Some(Item::Global(full))
-                if full.ends_with("Storage") && &*full.full != "torch.storage.TypedStorage" =>
+            Some(Item::Global(g))
+                if self.names.full(*g).ends_with("Storage")
+                    && self.names.full(*g) != "torch.storage.TypedStorage" =>
             {
                 Ok(V::Storage)
             }
             other => Err(format!(
                 "AttributeError: the storage type of a persistent id is {}",
-                other.map_or("missing".into(), Item::describe)
+                other.map_or("missing".into(), |item| item.describe(&self.names))
             )),
         }
     }
@@ -856,21 +872,21 @@ fn iterable(args: &V) -> Result<(), String> {
 }
 
 /// `_rebuild_from_type_v2(func, new_type, args, state)`: a tensor, made a `new_type`.
-fn from_type<'a>(args: &V<'a>) -> Result<V<'a>, String> {
+fn from_type<'a>(args: &V<'a>, names: &Names) -> Result<V<'a>, String> {
     let new_type = match args {
         V::Tuple(items) => items.get(1),
         _ => None,
     };
     match new_type {
-        Some(Item::Global(full)) if &*full.full == "torch.nn.parameter.Parameter" => {
+        Some(Item::Global(g)) if names.full(*g) == "torch.nn.parameter.Parameter" => {
             Ok(V::Object(Type::Parameter))
         }
-        Some(Item::Global(named)) if matches!(named.kind, Global::Class(Type::Tensor)) => {
+        Some(Item::Global(g)) if matches!(g.kind, Global::Class(Type::Tensor)) => {
             Ok(V::Object(Type::Tensor))
         }
         other => Err(format!(
             "TypeError: _rebuild_from_type_v2 cannot make a tensor a {}",
-            other.map_or("missing type".into(), Item::describe)
+            other.map_or("missing type".into(), |item| item.describe(names))
         )),
     }
 }
@@ -988,7 +1004,7 @@ fn type_name(v: &V) -> &'static str {
         V::List(_) => "<class 'list'>",
         V::Dict(_) => "<class 'dict'>",
         V::Set => "<class 'set'>",
-        V::Global(named) => match named.kind {
+        V::Global(g) => match g.kind {
             Global::Class(_) => "<class 'type'>",
             Global::Value => "<class 'object'>",
             _ => "<class 'function'>",
@@ -999,9 +1015,9 @@ fn type_name(v: &V) -> &'static str {
 }
 
 /// A value as torch's messages show it: a global by name, a string quoted, else its type.
-fn describe(v: &V) -> String {
+fn describe(v: &V, names: &Names) -> String {
     match v {
-        V::Global(full) => full.to_string(),
+        V::Global(g) => names.full(*g).to_owned(),
         V::Str(s) => String::from_utf8_lossy(s).into_owned(),
         V::Int(Some(i)) => i.to_string(),
         other => type_name(other).to_owned(),
