@@ -10,6 +10,7 @@ use super::literals::{
 };
 use super::memo::Memo;
 use super::opcodes::*;
+use super::weights_only::Keys;
 use super::{Budget, UnsafeGlobal};
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -37,6 +38,9 @@ pub struct Unpickled {
     pub inline: Vec<InlineArray>,
     /// How many objects had data after their BUILD ([`Inline`]), arrays or not.
     pub inlined: usize,
+    /// The memo keys GET, BINGET and LONG_BINGET fetched (those that fit 32 bits), for the
+    /// weights-only replay ([`super::weights_only::replay_read`]).
+    pub(crate) fetched: Keys,
 }
 
 /// Runs one pickle stream from the start of `bytes`, stopping at its `STOP`.
@@ -147,6 +151,7 @@ fn run_stream(
         torchscript_classes: m.torchscript_classes,
         inline: m.inline_arrays,
         inlined: m.inlined,
+        fetched: m.fetched,
     })
 }
 
@@ -201,6 +206,7 @@ pub(super) struct Machine<'a> {
     inline: Option<&'a dyn Inline>,
     inline_arrays: Vec<InlineArray>,
     inlined: usize,
+    fetched: Keys,
 }
 
 impl<'a> Machine<'a> {
@@ -242,6 +248,8 @@ impl<'a> Machine<'a> {
             inline: None,
             inline_arrays: Vec::new(),
             inlined: 0,
+            // Keys are numbered in order, so they lie below the stream's length.
+            fetched: Keys::new(bytes.len()),
         }
     }
 
@@ -490,6 +498,9 @@ impl<'a> Machine<'a> {
     }
 
     fn memo_get(&mut self, key: u64) -> Result<()> {
+        if let Ok(key) = u32::try_from(key) {
+            self.fetched.insert(key);
+        }
         let id = self
             .memo
             .get(key)

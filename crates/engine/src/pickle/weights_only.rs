@@ -20,37 +20,51 @@ use std::rc::Rc;
 /// A set of memo keys. Picklers number them from 0, one per memoized value, so a key is
 /// below the stream's length: those are bits (a `torch.save` stream looks one up per value),
 /// any other is hashed.
-#[derive(Default)]
-struct Keys {
+#[derive(Debug, Default)]
+pub(crate) struct Keys {
+    /// Keys below this are bits.
+    near: usize,
+    /// Grown to the largest key inserted, not sized for `near` at once: a large stream that
+    /// fetches few keys (or none) costs no more than those.
     bits: Vec<u64>,
     far: HashSet<u32, foldhash::fast::RandomState>,
 }
 
 impl Keys {
-    /// Room for the keys below `near` as bits.
-    fn new(near: usize) -> Keys {
+    /// Room for the keys below `near` as bits, at most 2 MiB of them (16M keys, a memo far
+    /// larger than any checkpoint's): a huge stream's keys past that are hashed.
+    pub(crate) fn new(near: usize) -> Keys {
         Keys {
-            bits: vec![0; near.div_ceil(64)],
+            near: near.min(1 << 24),
+            bits: Vec::new(),
             far: HashSet::default(),
         }
     }
 
-    fn insert(&mut self, key: u32) {
+    pub(crate) fn insert(&mut self, key: u32) {
         let (word, bit) = (key as usize / 64, key % 64);
-        match self.bits.get_mut(word) {
-            Some(w) => *w |= 1 << bit,
-            None => {
-                self.far.insert(key);
-            }
+        if key as usize >= self.near {
+            self.far.insert(key);
+            return;
+        }
+        if word >= self.bits.len() {
+            // Doubling: keys arrive in increasing order, and `near` bounds the growth.
+            let len = (word + 1)
+                .max(self.bits.len() * 2)
+                .min(self.near.div_ceil(64));
+            self.bits.resize(len, 0);
+        }
+        if let Some(w) = self.bits.get_mut(word) {
+            *w |= 1 << bit;
         }
     }
 
     fn contains(&self, key: u32) -> bool {
         let (word, bit) = (key as usize / 64, key % 64);
-        match self.bits.get(word) {
-            Some(w) => w & (1 << bit) != 0,
-            None => self.far.contains(&key),
+        if key as usize >= self.near {
+            return self.far.contains(&key);
         }
+        self.bits.get(word).is_some_and(|w| w & (1 << bit) != 0)
     }
 }
 
@@ -121,6 +135,19 @@ pub enum Persistent {
 pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
     let gets = memo_gets(stream);
     Machine::new(stream, persistent, Some(gets)).run()
+}
+
+/// [`replay`] of a stream the pickle machine read to its STOP without a refusal, given the
+/// memo keys that reading fetched ([`Unpickled::fetched`](super::Unpickled::fetched)): they
+/// hold every key the replay fetches, so the stream is not stepped over again to find them.
+/// Up to where the replay stops (at STOP, a FRAME, or sooner) both read the same opcodes:
+/// neither has met a FRAME, and every operand the replay reads the machine read whole.
+pub(crate) fn replay_read(
+    stream: &[u8],
+    persistent: Persistent,
+    fetched: Keys,
+) -> Result<(), String> {
+    Machine::new(stream, persistent, Some(fetched)).run()
 }
 
 /// The memo keys the replay will fetch (BINGET, LONG_BINGET), found by stepping over its
