@@ -426,6 +426,8 @@ impl<'a> Machine<'a> {
             .ok_or_else(|| self.err(format!("more than {max} values: budget exceeded")))
     }
 
+    /// Inlined, as [`Machine::charge`]: nearly every opcode pushes.
+    #[inline]
     fn push_id(&mut self, id: Id) -> Result<()> {
         self.charge(0)?;
         if self.stack.len() >= self.budget.max_stack {
