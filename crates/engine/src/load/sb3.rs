@@ -45,11 +45,14 @@ pub(crate) const ROW: Row = Row {
 /// Whether the archive has SB3's `data` member and its version record or a `.pth` member.
 pub(crate) fn is_sb3(archive: &Archive<'_>) -> Result<bool> {
     let entries = archive.zip.entries();
-    let data = entries.iter().any(|e| e.name == DATA);
-    let sb3 = entries
+    // Without `data` no member's name matters: a torch.save zip of many tensors is not
+    // scanned twice.
+    if !entries.iter().any(|e| e.name == DATA) {
+        return Ok(false);
+    }
+    Ok(entries
         .iter()
-        .any(|e| e.name == VERSION || pth_name(&e.name).is_some());
-    Ok(data && sb3)
+        .any(|e| e.name == VERSION || pth_name(&e.name).is_some()))
 }
 
 /// Reads the model's `.pth` members and `data` through `sink`.

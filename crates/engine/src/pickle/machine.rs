@@ -11,6 +11,7 @@ use super::literals::{
 use super::memo::Memo;
 use super::opcodes::*;
 use super::storage_bytes::BytesStorage;
+use super::weights_only::Keys;
 use super::{Budget, UnsafeGlobal};
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -41,6 +42,9 @@ pub struct Unpickled {
     /// Storages `torch.storage._load_from_bytes` returns, in stream order (not among
     /// `persistent`: the stream loads no persistent id for them).
     pub bytes_storages: Vec<BytesStorage>,
+    /// The memo keys GET, BINGET and LONG_BINGET fetched (those that fit 32 bits), for the
+    /// weights-only replay ([`super::weights_only::replay_read`]).
+    pub(crate) fetched: Keys,
 }
 
 /// Runs one pickle stream from the start of `bytes`, stopping at its `STOP`.
@@ -152,6 +156,7 @@ fn run_stream(
         inline: m.inline_arrays,
         inlined: m.inlined,
         bytes_storages: m.bytes_storages,
+        fetched: m.fetched,
     })
 }
 
@@ -207,6 +212,7 @@ pub(super) struct Machine<'a> {
     inline_arrays: Vec<InlineArray>,
     inlined: usize,
     pub(super) bytes_storages: Vec<BytesStorage>,
+    fetched: Keys,
 }
 
 impl<'a> Machine<'a> {
@@ -249,6 +255,8 @@ impl<'a> Machine<'a> {
             inline_arrays: Vec::new(),
             inlined: 0,
             bytes_storages: Vec::new(),
+            // Keys are numbered in order, so they lie below the stream's length.
+            fetched: Keys::new(bytes.len()),
         }
     }
 
@@ -425,6 +433,8 @@ impl<'a> Machine<'a> {
             .ok_or_else(|| self.err(format!("more than {max} values: budget exceeded")))
     }
 
+    /// Inlined, as [`Machine::charge`]: nearly every opcode pushes.
+    #[inline]
     fn push_id(&mut self, id: Id) -> Result<()> {
         self.charge(0)?;
         if self.stack.len() >= self.budget.max_stack {
@@ -497,6 +507,9 @@ impl<'a> Machine<'a> {
     }
 
     fn memo_get(&mut self, key: u64) -> Result<()> {
+        if let Ok(key) = u32::try_from(key) {
+            self.fetched.insert(key);
+        }
         let id = self
             .memo
             .get(key)
@@ -586,7 +599,9 @@ impl<'a> Machine<'a> {
         Ok(op)
     }
 
-    /// Runs one opcode other than STOP, by family.
+    /// Runs one opcode other than STOP, by family. Inlined into the loop: it runs once per
+    /// opcode, and its own frame cost as much as the dispatch.
+    #[inline(always)]
     fn step(&mut self, op: u8) -> Result<()> {
         match op {
             MARK | POP | POP_MARK | DUP => self.stack_op(op),

@@ -48,6 +48,13 @@ impl Memo {
             return;
         };
         let dense_len = self.dense.len() as u64;
+        // The next key in order, as picklers write them: no gap to fill, and no key can be
+        // sparse (a sparse key lies at or past the gap beyond the dense part).
+        if key == dense_len && self.sparse.is_empty() {
+            self.dense.push(Some(stored));
+            self.len += 1;
+            return;
+        }
         if key < dense_len.saturating_add(MAX_GAP) && !self.sparse.contains_key(&key) {
             // Bounded by the gap: at most MAX_GAP slots beyond the current length.
             let index = key as usize;

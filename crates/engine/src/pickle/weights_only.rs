@@ -17,8 +17,56 @@ use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-/// Memo keys are the stream's small integers: hashed fast, not with SipHash.
-type Keys = HashSet<u32, foldhash::fast::RandomState>;
+/// A set of memo keys. Picklers number them from 0, one per memoized value, so a key is
+/// below the stream's length: those are bits (a `torch.save` stream looks one up per value),
+/// any other is hashed.
+#[derive(Debug, Default)]
+pub(crate) struct Keys {
+    /// Keys below this are bits.
+    near: usize,
+    /// Grown to the largest key inserted, not sized for `near` at once: a large stream that
+    /// fetches few keys (or none) costs no more than those.
+    bits: Vec<u64>,
+    far: HashSet<u32, foldhash::fast::RandomState>,
+}
+
+impl Keys {
+    /// Room for the keys below `near` as bits, at most 2 MiB of them (16M keys, a memo far
+    /// larger than any checkpoint's): a huge stream's keys past that are hashed.
+    pub(crate) fn new(near: usize) -> Keys {
+        Keys {
+            near: near.min(1 << 24),
+            bits: Vec::new(),
+            far: HashSet::default(),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, key: u32) {
+        let (word, bit) = (key as usize / 64, key % 64);
+        if key as usize >= self.near {
+            self.far.insert(key);
+            return;
+        }
+        if word >= self.bits.len() {
+            // Doubling: keys arrive in increasing order, and `near` bounds the growth.
+            let len = (word + 1)
+                .max(self.bits.len() * 2)
+                .min(self.near.div_ceil(64));
+            self.bits.resize(len, 0);
+        }
+        if let Some(w) = self.bits.get_mut(word) {
+            *w |= 1 << bit;
+        }
+    }
+
+    fn contains(&self, key: u32) -> bool {
+        let (word, bit) = (key as usize / 64, key % 64);
+        if key as usize >= self.near {
+            return self.far.contains(&key);
+        }
+        self.bits.get(word).is_some_and(|w| w & (1 << bit) != 0)
+    }
+}
 
 /// What `_rebuild_tensor`'s `set_` says of a tensor it rebuilds: torch checks, in signed 64-bit
 /// arithmetic, that the view fits its storage (`computeStorageNbytes`, `checkInBoundsForStorage`).
@@ -89,6 +137,19 @@ pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
     Machine::new(stream, persistent, Some(gets)).run()
 }
 
+/// [`replay`] of a stream the pickle machine read to its STOP without a refusal, given the
+/// memo keys that reading fetched ([`Unpickled::fetched`](super::Unpickled::fetched)): they
+/// hold every key the replay fetches, so the stream is not stepped over again to find them.
+/// Up to where the replay stops (at STOP, a FRAME, or sooner) both read the same opcodes:
+/// neither has met a FRAME, and every operand the replay reads the machine read whole.
+pub(crate) fn replay_read(
+    stream: &[u8],
+    persistent: Persistent,
+    fetched: Keys,
+) -> Result<(), String> {
+    Machine::new(stream, persistent, Some(fetched)).run()
+}
+
 /// The memo keys the replay will fetch (BINGET, LONG_BINGET), found by stepping over its
 /// opcodes as its readers consume them (a short `read` ends it, `read_up_to` takes what is
 /// there, a GLOBAL's lines run to a newline or the end): the replay memoizes only these.
@@ -96,7 +157,7 @@ pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
 /// so a hundred thousand tensors' values no longer stay alive in the memo. Where this pass
 /// reads further than the replay (a GLOBAL name that does not decode), it only finds more.
 fn memo_gets(stream: &[u8]) -> Keys {
-    let mut gets = Keys::default();
+    let mut gets = Keys::new(stream.len());
     let u32_at = |at: usize| -> Option<u32> {
         let b = stream.get(at..at.checked_add(4)?)?;
         Some(u32::from_le_bytes(b.try_into().ok()?))
@@ -158,19 +219,89 @@ enum V<'a> {
     /// one is only a string.
     Str(&'a [u8]),
     LongStr,
-    Bytes(Rc<[u8]>),
-    Tuple(Rc<[V<'a>]>),
+    /// Bytes: only `_codecs.encode` makes them, and its result is not worked out (never a
+    /// persistent id's tag, then).
+    Bytes,
+    /// A tuple, by what any check reads of it: its items are not kept (a hundred thousand
+    /// tensors' tuples would each cost an allocation).
+    Tuple(Tuple<'a>),
     /// Its length: SETITEM on a list assigns an index.
     List(Rc<Cell<u64>>),
     /// A plain dict, and whether an item was ever set in it (BUILD skips a falsy state).
     Dict(Rc<Cell<bool>>),
     Set,
-    /// An allowlisted global, by its full name.
-    Global(Rc<Named>),
+    /// An allowlisted global.
+    Global(G),
     /// An instance of an allowlisted class.
     Object(Type),
     /// What `persistent_load` returns: a `TypedStorage`.
     Storage,
+}
+
+/// What the checks read of a tuple: its length, whether it hashes (its items are immutable
+/// kinds, so this is known when it is made), and its first two items (a persistent id's
+/// tag and storage type, `_rebuild_from_type_v2`'s type).
+#[derive(Debug, Clone)]
+struct Tuple<'a> {
+    len: usize,
+    hashable: bool,
+    head: [Item<'a>; 2],
+}
+
+impl<'a> Tuple<'a> {
+    const EMPTY: Tuple<'static> = Tuple {
+        len: 0,
+        hashable: true,
+        head: [Item::Missing, Item::Missing],
+    };
+
+    fn of(items: &[V<'a>]) -> Tuple<'a> {
+        let item = |i: usize| items.get(i).map_or(Item::Missing, Item::of);
+        Tuple {
+            len: items.len(),
+            hashable: items.iter().all(hashable),
+            head: [item(0), item(1)],
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&Item<'a>> {
+        self.head
+            .get(i)
+            .filter(|item| !matches!(item, Item::Missing))
+    }
+}
+
+/// A tuple's item, as much of it as the checks read: a global, a string's text, an int's
+/// value (for their messages), else the item's type.
+#[derive(Debug, Clone)]
+enum Item<'a> {
+    Missing,
+    Global(G),
+    Str(&'a [u8]),
+    Int(i64),
+    Other(&'static str),
+}
+
+impl<'a> Item<'a> {
+    fn of(v: &V<'a>) -> Item<'a> {
+        match v {
+            V::Global(g) => Item::Global(*g),
+            V::Str(s) => Item::Str(s),
+            V::Int(Some(i)) => Item::Int(*i),
+            other => Item::Other(type_name(other)),
+        }
+    }
+
+    /// [`describe`] of the item it was made from.
+    fn describe(&self, names: &Names) -> String {
+        match self {
+            Item::Global(g) => names.full(*g).to_owned(),
+            Item::Str(s) => String::from_utf8_lossy(s).into_owned(),
+            Item::Int(i) => i.to_string(),
+            Item::Other(name) => (*name).to_owned(),
+            Item::Missing => "missing".to_owned(),
+        }
+    }
 }
 
 impl<'a> V<'a> {
@@ -217,24 +348,39 @@ impl Type {
     }
 }
 
-/// An allowlisted global: its full name, and what it is to the unpickler (decided once, at
-/// its GLOBAL: `torch.save` calls the same two globals for every tensor).
-#[derive(Debug)]
-struct Named {
-    full: Box<str>,
+/// An allowlisted global: its full name's place in [`Names`], and what it is to the
+/// unpickler (decided once, at its GLOBAL: `torch.save` calls the same two globals for every
+/// tensor). Plain data: values holding it are copied and dropped for nothing.
+#[derive(Debug, Clone, Copy)]
+struct G {
+    name: u32,
     kind: Global,
 }
 
-impl std::ops::Deref for Named {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.full
-    }
+/// The full names of the globals resolved, each once: the allowlist is a fixed table, so
+/// this stays small however many GLOBALs a stream has.
+#[derive(Default)]
+struct Names {
+    full: Vec<Box<str>>,
+    index: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
 }
 
-impl std::fmt::Display for Named {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.full)
+impl Names {
+    fn intern(&mut self, full: String) -> G {
+        let kind = global(&full);
+        if let Some(&name) = self.index.get(full.as_str()) {
+            return G { name, kind };
+        }
+        // As many as the allowlist has names: far fewer than u32::MAX.
+        let name = u32::try_from(self.full.len()).unwrap_or(u32::MAX);
+        let full: Box<str> = full.into();
+        self.index.insert(full.clone(), name);
+        self.full.push(full);
+        G { name, kind }
+    }
+
+    fn full(&self, g: G) -> &str {
+        self.full.get(g.name as usize).map_or("", |full| full)
     }
 }
 
@@ -293,7 +439,7 @@ struct Machine<'a> {
     memo: HashMap<u32, V<'a>, foldhash::fast::RandomState>,
     /// The keys worth memoizing (every key when `None`): a value never fetched is not kept.
     gets: Option<Keys>,
-    empty_tuple: Rc<[V<'a>]>,
+    names: Names,
     persistent: Persistent,
 }
 
@@ -314,7 +460,7 @@ impl<'a> Machine<'a> {
             marks: Vec::new(),
             memo: HashMap::default(),
             gets,
-            empty_tuple: Rc::from([]),
+            names: Names::default(),
             persistent,
         }
     }
@@ -404,17 +550,14 @@ impl<'a> Machine<'a> {
                     let module = self.line()?;
                     let name = self.line()?;
                     let full = resolve(&module, &name)?;
-                    let kind = global(&full);
-                    self.stack.push(V::Global(Rc::new(Named {
-                        full: full.into(),
-                        kind,
-                    })));
+                    let g = self.names.intern(full);
+                    self.stack.push(V::Global(g));
                 }
                 NEWOBJ => {
                     let args = self.pop()?;
                     let cls = self.pop()?;
                     let made = match &cls {
-                        V::Global(named) => match named.kind {
+                        V::Global(g) => match g.kind {
                             Global::Class(t) => Some(t),
                             _ => None,
                         },
@@ -423,7 +566,7 @@ impl<'a> Machine<'a> {
                     let Some(t) = made else {
                         return Err(format!(
                             "Can only create new object for nn.Parameter or classes allowlisted via `add_safe_globals` but got {}",
-                            describe(&cls)
+                            describe(&cls, &self.names)
                         ));
                     };
                     iterable(&args)?;
@@ -432,20 +575,21 @@ impl<'a> Machine<'a> {
                 REDUCE => {
                     let args = self.pop()?;
                     let func = self.top()?.clone();
-                    let V::Global(full) = &func else {
+                    let V::Global(g) = func else {
                         return Err(format!(
                             "Trying to call reduce for unrecognized function {}",
-                            describe(&func)
+                            describe(&func, &self.names)
                         ));
                     };
                     iterable(&args)?;
-                    let result = match full.kind {
+                    let result = match g.kind {
                         Global::Class(Type::Set) => V::Set,
                         Global::Class(t) | Global::Function(t) => V::Object(t),
-                        Global::Encode => V::Bytes(Rc::from(&[][..])),
-                        Global::FromType => from_type(&args)?,
+                        Global::Encode => V::Bytes,
+                        Global::FromType => from_type(&args, &self.names)?,
                         Global::Value => {
-                            return Err(format!("TypeError: '{full}' is not callable"))
+                            let full = self.names.full(g);
+                            return Err(format!("TypeError: '{full}' is not callable"));
                         }
                     };
                     *self.top()? = result;
@@ -502,8 +646,10 @@ impl<'a> Machine<'a> {
                 MARK => self.marks.push(self.stack.len()),
                 TUPLE => {
                     let start = self.pop_mark()?;
-                    let items: Rc<[V]> = self.stack.drain(start.min(self.stack.len())..).collect();
-                    self.stack.push(V::Tuple(items));
+                    let start = start.min(self.stack.len());
+                    let tuple = Tuple::of(self.stack.get(start..).unwrap_or_default());
+                    self.stack.truncate(start);
+                    self.stack.push(V::Tuple(tuple));
                 }
                 TUPLE1 | TUPLE2 | TUPLE3 => {
                     let n = usize::from(op - TUPLE1 + 1);
@@ -513,14 +659,14 @@ impl<'a> Machine<'a> {
                         .checked_sub(n)
                         .filter(|&at| at >= self.floor())
                         .ok_or_else(|| index_error("list index out of range"))?;
-                    // Straight into the tuple: one allocation, not a Vec and its copy.
-                    let items: Rc<[V]> = self.stack.drain(at..).collect();
-                    self.stack.push(V::Tuple(items));
+                    let tuple = Tuple::of(self.stack.get(at..).unwrap_or_default());
+                    self.stack.truncate(at);
+                    self.stack.push(V::Tuple(tuple));
                 }
                 NONE => self.stack.push(V::None),
                 NEWFALSE | NEWTRUE => self.stack.push(V::Bool),
                 // One `()`, as in Python: `torch.save` writes one per tensor.
-                EMPTY_TUPLE => self.stack.push(V::Tuple(Rc::clone(&self.empty_tuple))),
+                EMPTY_TUPLE => self.stack.push(V::Tuple(Tuple::EMPTY)),
                 EMPTY_LIST => self.stack.push(V::List(Rc::new(Cell::new(0)))),
                 EMPTY_DICT => self.stack.push(V::Dict(Rc::new(Cell::new(false)))),
                 EMPTY_SET => self.stack.push(V::Set),
@@ -585,7 +731,7 @@ impl<'a> Machine<'a> {
                     };
                     // A value never fetched is not kept (nor cloned); the empty stack still
                     // fails as torch's does.
-                    let keep = self.gets.as_ref().is_none_or(|gets| gets.contains(&index));
+                    let keep = self.gets.as_ref().is_none_or(|gets| gets.contains(index));
                     let top = self.top()?;
                     if keep {
                         let top = top.clone();
@@ -624,9 +770,9 @@ impl<'a> Machine<'a> {
 
     /// BINPERSID: the unpickler's check, then the `persistent_load` torch.load installs.
     fn persistent_load(&self, pid: &V<'a>) -> Result<V<'a>, String> {
-        let items: &[V<'a>] = match pid {
+        let items: &Tuple<'a> = match pid {
             V::Tuple(items) => items,
-            V::Int(_) => &[],
+            V::Int(_) => &Tuple::EMPTY,
             other => {
                 return Err(format!(
                     "persistent_load id must be tuple or int, but got {}",
@@ -634,16 +780,11 @@ impl<'a> Machine<'a> {
                 ))
             }
         };
-        if let Some(tag) = items.first() {
-            let is_storage = match tag {
-                V::Str(s) => *s == b"storage",
-                V::Bytes(b) => &**b == b"storage",
-                _ => false,
-            };
-            if !is_storage {
+        if let Some(tag) = items.get(0) {
+            if !matches!(tag, Item::Str(b"storage")) {
                 return Err(format!(
                     "Only persistent_load of storage is allowed, but got {}",
-                    describe(tag)
+                    tag.describe(&self.names)
                 ));
             }
         }
@@ -657,21 +798,22 @@ impl<'a> Machine<'a> {
         if !matches!(pid, V::Tuple(_)) {
             return Err("TypeError: a persistent id is an int, not a tuple".into());
         }
-        if items.len() != fields {
+        if items.len != fields {
             return Err(format!(
                 "ValueError: a storage's persistent id has {} fields, not {fields}",
-                items.len()
+                items.len
             ));
         }
         match items.get(1) {
-            Some(V::Global(full))
-                if full.ends_with("Storage") && &*full.full != "torch.storage.TypedStorage" =>
+            Some(Item::Global(g))
+                if self.names.full(*g).ends_with("Storage")
+                    && self.names.full(*g) != "torch.storage.TypedStorage" =>
             {
                 Ok(V::Storage)
             }
             other => Err(format!(
                 "AttributeError: the storage type of a persistent id is {}",
-                other.map_or("missing".into(), describe)
+                other.map_or("missing".into(), |item| item.describe(&self.names))
             )),
         }
     }
@@ -745,7 +887,7 @@ fn python2_names<'a>(module: &'a str, name: &'a str) -> (&'a str, &'a str) {
 /// `func(*args)` / `cls.__new__(cls, *args)` need an iterable.
 fn iterable(args: &V) -> Result<(), String> {
     match args {
-        V::Tuple(_) | V::List(_) | V::Dict(_) | V::Set | V::Str(_) | V::LongStr | V::Bytes(_) => {
+        V::Tuple(_) | V::List(_) | V::Dict(_) | V::Set | V::Str(_) | V::LongStr | V::Bytes => {
             Ok(())
         }
         V::Object(Type::OrderedDict | Type::Counter | Type::Size | Type::Set) => Ok(()),
@@ -757,21 +899,21 @@ fn iterable(args: &V) -> Result<(), String> {
 }
 
 /// `_rebuild_from_type_v2(func, new_type, args, state)`: a tensor, made a `new_type`.
-fn from_type<'a>(args: &V<'a>) -> Result<V<'a>, String> {
+fn from_type<'a>(args: &V<'a>, names: &Names) -> Result<V<'a>, String> {
     let new_type = match args {
         V::Tuple(items) => items.get(1),
         _ => None,
     };
     match new_type {
-        Some(V::Global(full)) if &*full.full == "torch.nn.parameter.Parameter" => {
+        Some(Item::Global(g)) if names.full(*g) == "torch.nn.parameter.Parameter" => {
             Ok(V::Object(Type::Parameter))
         }
-        Some(V::Global(named)) if matches!(named.kind, Global::Class(Type::Tensor)) => {
+        Some(Item::Global(g)) if matches!(g.kind, Global::Class(Type::Tensor)) => {
             Ok(V::Object(Type::Tensor))
         }
         other => Err(format!(
             "TypeError: _rebuild_from_type_v2 cannot make a tensor a {}",
-            other.map_or("missing type".into(), describe)
+            other.map_or("missing type".into(), |item| item.describe(names))
         )),
     }
 }
@@ -822,7 +964,7 @@ fn build(inst: &V, state: &V) -> Result<(), String> {
 fn falsy(v: &V) -> bool {
     match v {
         V::None => true,
-        V::Tuple(items) => items.is_empty(),
+        V::Tuple(items) => items.len == 0,
         V::Str(s) => s.is_empty(),
         V::Int(Some(0)) => true,
         V::List(len) => len.get() == 0,
@@ -871,7 +1013,7 @@ fn hashable(v: &V) -> bool {
     match v {
         V::List(_) | V::Dict(_) | V::Set => false,
         V::Object(Type::OrderedDict | Type::Counter | Type::Bytearray | Type::Set) => false,
-        V::Tuple(items) => items.iter().all(hashable),
+        V::Tuple(items) => items.hashable,
         _ => true,
     }
 }
@@ -884,12 +1026,12 @@ fn type_name(v: &V) -> &'static str {
         V::Int(_) => "<class 'int'>",
         V::Float => "<class 'float'>",
         V::Str(_) | V::LongStr => "<class 'str'>",
-        V::Bytes(_) => "<class 'bytes'>",
+        V::Bytes => "<class 'bytes'>",
         V::Tuple(_) => "<class 'tuple'>",
         V::List(_) => "<class 'list'>",
         V::Dict(_) => "<class 'dict'>",
         V::Set => "<class 'set'>",
-        V::Global(named) => match named.kind {
+        V::Global(g) => match g.kind {
             Global::Class(_) => "<class 'type'>",
             Global::Value => "<class 'object'>",
             _ => "<class 'function'>",
@@ -900,9 +1042,9 @@ fn type_name(v: &V) -> &'static str {
 }
 
 /// A value as torch's messages show it: a global by name, a string quoted, else its type.
-fn describe(v: &V) -> String {
+fn describe(v: &V, names: &Names) -> String {
     match v {
-        V::Global(full) => full.to_string(),
+        V::Global(g) => names.full(*g).to_owned(),
         V::Str(s) => String::from_utf8_lossy(s).into_owned(),
         V::Int(Some(i)) => i.to_string(),
         other => type_name(other).to_owned(),
@@ -912,6 +1054,11 @@ fn describe(v: &V) -> String {
 /// Whether `bytes` decode as UTF-8 with surrogates allowed (`"surrogatepass"`), which Rust's
 /// `str` refuses.
 fn surrogatepass(bytes: &[u8]) -> bool {
+    // A short ASCII string (a tensor's name, a storage key) is settled without the general
+    // validator's setup.
+    if bytes.len() <= 32 && bytes.iter().all(u8::is_ascii) {
+        return true;
+    }
     let mut rest = bytes;
     loop {
         match std::str::from_utf8(rest) {

@@ -16,7 +16,7 @@ use crate::load::pickle_start::{begins, begins_pickle, Begins};
 use crate::load::table::{Accepts, Row, ZipKind};
 use crate::load::zip::{Entry, Zip};
 use crate::load::{Scope, Sink};
-use crate::pickle::weights_only::{replay, Persistent};
+use crate::pickle::weights_only::{replay_read, Persistent};
 use crate::pickle::{unpickle, Loader, WeightsOnly};
 use crate::torchscript_code::TorchScriptCode;
 use crate::{DType, DataPtr, Format, HeldAs, HostBuffer};
@@ -312,9 +312,11 @@ fn add_pickle(
     let full_name = archive.full_name(name);
     let path = archive.buffer.source();
     let budget = archive.meter.pickle_budget();
-    let unpickled = unpickle(&bytes, path, &full_name, 0, loader, &budget)?;
+    let mut unpickled = unpickle(&bytes, path, &full_name, 0, loader, &budget)?;
     if loader == Loader::Python {
-        sink.weights_only(match replay(&bytes, Persistent::Zip) {
+        // Read to its STOP: the keys it fetched spare the replay finding its own.
+        let fetched = std::mem::take(&mut unpickled.fetched);
+        sink.weights_only(match replay_read(&bytes, Persistent::Zip, fetched) {
             Ok(()) => WeightsOnly::Loads,
             Err(reason) => WeightsOnly::refuses(&full_name, reason),
         });

@@ -166,7 +166,7 @@ fn an_empty_state_builds_a_tensor() {
 }
 
 mod memo_gets {
-    use super::super::{memo_gets, Machine, Persistent};
+    use super::super::{memo_gets, replay, Machine, Persistent};
     use crate::pickle::opcodes::*;
     use proptest::prelude::*;
 
@@ -223,6 +223,30 @@ mod memo_gets {
             let every = Machine::new(&stream, persistent, None).run();
             let fetched = Machine::new(&stream, persistent, Some(memo_gets(&stream))).run();
             prop_assert_eq!(every, fetched);
+        }
+
+        /// Where the pickle machine reads a stream to its STOP, the keys it fetched give the
+        /// replay the verdict and message it gives on its own.
+        #[test]
+        fn the_machines_fetched_keys_give_the_same_verdict(
+            ops in prop::collection::vec(op(), 0..40),
+            persistent in prop::sample::select(vec![Persistent::Zip, Persistent::Legacy]),
+        ) {
+            let stream = ops.concat();
+            let budget = crate::pickle::Budget::default();
+            let read = crate::pickle::unpickle(
+                &stream,
+                std::path::Path::new("t.pt"),
+                "data.pkl",
+                0,
+                crate::pickle::Loader::Python,
+                &budget,
+            );
+            if let Ok(unpickled) = read {
+                let alone = replay(&stream, persistent);
+                let given = super::super::replay_read(&stream, persistent, unpickled.fetched);
+                prop_assert_eq!(alone, given);
+            }
         }
     }
 }
