@@ -23,7 +23,7 @@ mod tests;
 
 use super::limits::Meter;
 use crate::error::{Error, Result};
-use crate::{inflate, HostBuffer};
+use crate::{inflate, HostBackend, HostBuffer};
 use std::borrow::Cow;
 use std::path::Path;
 
@@ -44,10 +44,9 @@ impl<'a> Zip<'a> {
     /// the directory will take in memory is held against `meter` before it is read. Only the
     /// parts read are asked of `buffer` (of a remote object, fetched).
     pub fn open(buffer: &'a HostBuffer, meter: &Meter) -> Result<Self> {
-        let path = buffer.source();
-        let file = File { path, buffer };
+        let file = File::new(buffer);
         let end = end::locate(&file)?;
-        meter.hold(path, directory_cost(&end), || {
+        meter.hold(file.path, directory_cost(&end), || {
             format!("the central directory's {} entries", end.count)
         })?;
         let mut entries = central::read(&file, &end)?;
@@ -184,9 +183,20 @@ fn directory_cost(end: &end::End) -> u64 {
 struct File<'a> {
     path: &'a Path,
     buffer: &'a HostBuffer,
+    /// A local file's bytes, sliced directly (a directory of many entries asks for many).
+    local: Option<&'a [u8]>,
 }
 
 impl<'a> File<'a> {
+    fn new(buffer: &'a HostBuffer) -> Self {
+        let local = (buffer.backend() != HostBackend::Remote).then(|| buffer.bytes());
+        File {
+            path: buffer.source(),
+            buffer,
+            local,
+        }
+    }
+
     fn len(&self) -> u64 {
         self.buffer.len()
     }
@@ -194,7 +204,13 @@ impl<'a> File<'a> {
     /// `len` bytes at `at`, or `None` when they run past the end or (of a remote object)
     /// cannot be fetched, which `files::checked` then reports.
     fn slice(&self, at: u64, len: u64) -> Option<&'a [u8]> {
-        let end = at.checked_add(len).filter(|&end| end <= self.len())?;
+        let end = at.checked_add(len)?;
+        if let Some(bytes) = self.local {
+            return bytes.get(usize::try_from(at).ok()?..usize::try_from(end).ok()?);
+        }
+        if end > self.len() {
+            return None;
+        }
         let bytes = self.buffer.range(at..end).ok()?;
         (bytes.len() as u64 == len).then_some(bytes)
     }

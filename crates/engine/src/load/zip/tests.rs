@@ -5,7 +5,6 @@ use super::{names, File, Zip};
 use crate::load::limits::{Meter, ReadLimits};
 use crate::HostBuffer;
 use std::io::Write;
-use std::path::Path;
 
 struct Member {
     name: &'static str,
@@ -529,10 +528,7 @@ fn the_directory_sorts_as_its_lowercased_names() {
         let names: Vec<String> = base.iter().map(|n| format!("{folder}{n}")).collect();
         let entries = named_entries(&names);
         let empty = HostBuffer::from_vec("t.pt", Vec::new());
-        let file = File {
-            path: Path::new("t.pt"),
-            buffer: &empty,
-        };
+        let file = File::new(&empty);
         let sorted = names::unique_names(&file, &entries).expect("unique");
         let mut expected: Vec<usize> = (0..names.len()).collect();
         expected.sort_by(|&a, &b| reference(&names[a], &names[b]).0.then(a.cmp(&b)));
@@ -558,10 +554,7 @@ fn the_search_finds_what_a_scan_ignoring_case_finds() {
     );
     let entries = named_entries(&names);
     let empty = HostBuffer::from_vec("t.pt", Vec::new());
-    let file = File {
-        path: Path::new("t.pt"),
-        buffer: &empty,
-    };
+    let file = File::new(&empty);
     let sorted = names::unique_names(&file, &entries).expect("unique");
     let mut queries: Vec<(Vec<&str>, String)> = Vec::new();
     for i in 0..400 {
