@@ -68,33 +68,19 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         }
         let numel = t.tensor_impl().layout().numel();
         if let Some((estimator, why)) = sklearn_infinite(ctx.ckpt, t.name(), found) {
-            out.push(Draft {
-                tensors: vec![t.name().to_owned()],
-                storage: Some(t.tensor_impl().storage().id().index()),
-                message: format!(
-                    "'{}' holds {} +Inf, {} -Inf among {numel} elements: {estimator}'s fitted attribute, +Inf by definition ({why}); not a weight",
-                    t.name(),
-                    found.pos_inf,
-                    found.neg_inf,
-                ),
-                fix: "nothing to fix: the estimator defines the attribute so".into(),
-                ..Default::default()
-            });
+            let what = format!("{estimator}'s fitted attribute, +Inf by definition ({why})");
+            out.push(by_design(
+                t,
+                found,
+                &what,
+                "the estimator defines the attribute so",
+            ));
             continue;
         }
         if let Some(callback) = lightning_placeholder(ctx.ckpt, t.name(), found) {
-            out.push(Draft {
-                tensors: vec![t.name().to_owned()],
-                storage: Some(t.tensor_impl().storage().id().index()),
-                message: format!(
-                    "'{}' holds {} +Inf, {} -Inf among {numel} elements: Lightning callback state ({callback}), where ±Inf is the placeholder score kept until a monitored value beats it; not a weight",
-                    t.name(),
-                    found.pos_inf,
-                    found.neg_inf,
-                ),
-                fix: "nothing to fix: the callback replaces the placeholder once it monitors a value".into(),
-                ..Default::default()
-            });
+            let what = format!("Lightning callback state ({callback}), where ±Inf is the placeholder score kept until a monitored value beats it");
+            let fix = "the callback replaces the placeholder once it monitors a value";
+            out.push(by_design(t, found, &what, fix));
             continue;
         }
         out.push(Draft {
@@ -112,6 +98,23 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             fix: "find the step that diverged and re-save from the last healthy checkpoint".into(),
             ..Default::default()
         });
+    }
+}
+
+/// A finding on ±Inf that `what` holds by design, not as a weight: nothing to fix, as `why`.
+fn by_design(t: &Tensor, found: &NonFinite, what: &str, why: &str) -> Draft {
+    Draft {
+        tensors: vec![t.name().to_owned()],
+        storage: Some(t.tensor_impl().storage().id().index()),
+        message: format!(
+            "'{}' holds {} +Inf, {} -Inf among {} elements: {what}; not a weight",
+            t.name(),
+            found.pos_inf,
+            found.neg_inf,
+            t.tensor_impl().layout().numel(),
+        ),
+        fix: format!("nothing to fix: {why}"),
+        ..Default::default()
     }
 }
 
