@@ -26,6 +26,7 @@ pub(super) use header::{type_string, Descr};
 use header::{Header, MAX_HEADER_CHARS};
 use std::borrow::Cow;
 use std::collections::HashSet;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -77,31 +78,39 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
         member: None,
     };
     let mark = sink.global_mark();
-    let bytes = match mapped_header(&source, buffer)? {
-        Some(head) => Cow::Owned(head),
-        None => Cow::Borrowed(buffer.bytes()),
+    let bytes = match mapped_header(&source, buffer, 0..buffer.len())? {
+        Some(head) => head,
+        None => buffer.bytes(),
     };
     let len = buffer.len();
+    let bytes = Cow::Borrowed(bytes);
     if let Err(e) = add_array(&source, ROOT_NAME, bytes, len, Some(0), buffer, sink) {
         return Err(e.with_unsafe_globals(sink.take_unsafe_globals(mark)));
     }
     Ok(Format::Numpy)
 }
 
-/// The header of `.npy` bytes whose array is mapped as it lies, which is all a reading of
-/// them needs (of a remote object, only that is fetched); `None` when the array is read
-/// otherwise, or its header is refused: then the whole bytes are read.
-fn mapped_header(source: &Source<'_>, buffer: &HostBuffer) -> Result<Option<Vec<u8>>> {
-    let head = header_bytes(buffer)?;
+/// The header of the `.npy` bytes at `array` in `buffer`, when their array is mapped as it
+/// lies, which is all a reading of them needs (of a remote object, only that is fetched);
+/// `None` when the array is read otherwise, or its header is refused: then the whole bytes
+/// are read.
+fn mapped_header<'b>(
+    source: &Source<'_>,
+    buffer: &'b HostBuffer,
+    array: Range<u64>,
+) -> Result<Option<&'b [u8]>> {
+    let head = header_bytes(buffer, array)?;
     let mapped = read_header(source, head)
         .is_ok_and(|(header, _)| matches!(header.descr, Descr::Plain { swap: false, .. }));
-    Ok(mapped.then(|| head.to_vec()))
+    Ok(mapped.then_some(head))
 }
 
-/// The magic string, version, header length and header of `.npy` bytes as their first bytes
-/// declare them (all of them when they declare none that numpy reads).
-fn header_bytes(buffer: &HostBuffer) -> Result<&[u8]> {
-    let first = buffer.range(0..12)?;
+/// The magic string, version, header length and header of the `.npy` bytes at `array` in
+/// `buffer` as their first bytes declare them (all of them when they declare none that numpy
+/// reads).
+fn header_bytes(buffer: &HostBuffer, array: Range<u64>) -> Result<&[u8]> {
+    let at = |offset: u64| array.start.saturating_add(offset).min(array.end);
+    let first = buffer.range(array.start..at(12))?;
     let width = match (first.get(6), first.get(7)) {
         (Some(&major), Some(&minor)) => length_field(major, minor).map(|(width, _)| width),
         _ => None,
@@ -112,10 +121,7 @@ fn header_bytes(buffer: &HostBuffer) -> Result<&[u8]> {
             .copy_from_slice(first.get(8..8 + width)?);
         Some(u64::from(u32::from_le_bytes(le)) + 8 + width as u64)
     });
-    match declared {
-        Some(end) => buffer.range(0..end),
-        None => Ok(buffer.bytes()),
-    }
+    buffer.range(array.start..declared.map_or(array.end, at))
 }
 
 /// Whether a zip archive is an `.npz`: every member is named `*.npy` (what `np.savez`
@@ -162,21 +168,21 @@ pub(crate) fn read_archive(archive: Archive<'_>, sink: &mut Sink<'_>) -> Result<
         };
         // A stored member whose array is mapped where it lies needs its header alone.
         let stored = entry.is_stored().then(|| entry.data_start());
-        let head = stored
-            .and_then(|at| HostBuffer::window(archive.buffer, at..at.checked_add(entry.size)?))
-            .map(|member| mapped_header(&source, &member).map(|head| (head, member)))
-            .transpose()?;
+        let head = match stored.and_then(|at| Some(at..at.checked_add(entry.size)?)) {
+            Some(member) => mapped_header(&source, archive.buffer, member)?,
+            None => None,
+        };
         let read = match head {
-            Some((Some(head), _)) => add_array(
+            Some(head) => add_array(
                 &source,
                 key,
-                Cow::Owned(head),
+                Cow::Borrowed(head),
                 entry.size,
                 stored,
                 archive.buffer,
                 sink,
             ),
-            _ => archive.inflate(entry).and_then(|bytes| {
+            None => archive.inflate(entry).and_then(|bytes| {
                 let len = bytes.len() as u64;
                 add_array(&source, key, bytes, len, stored, archive.buffer, sink)
             }),
