@@ -108,6 +108,30 @@ fn tensor_names_count_against_the_budget() {
 }
 
 #[test]
+fn listing_the_pairs_of_long_tied_names_is_refused_within_the_budget() {
+    // 8 001 names of 8 KB tied to one tensor: 32 million identical pairs, whose relations fit
+    // the budget but whose listing, both names a pair, is half a terabyte (it once grew past
+    // 17 GB of memory in 30 s).
+    let path = "fixtures/hostile/fuzz/long_names.pt";
+    for extra in [&[][..], &["--format", "json"], &["--max-memory", "4GiB"]] {
+        let mut args = vec!["views", path];
+        args.extend_from_slice(extra);
+        let out = tensorplay(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stdout(&out).is_empty());
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("{path}: exceeds the memory budget (--max-memory)"))
+                && err.ends_with(
+                    "for relating the views of shared storages (8001 tensors view storage 0)\n"
+                ),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn building_names_for_a_shared_graph_is_bounded_work() {
     // 9 million visits under a 16 KB key: 144 GB of names built before the fix (10 s).
     let path = "fixtures/hostile/fuzz/name_walk.pkl";

@@ -88,6 +88,9 @@ const VIEW_BYTES: u64 = 2
         + std::mem::size_of::<View<'static>>()
         + std::mem::size_of::<(u32, &Range<u64>)>()) as u64;
 
+/// What a listed pair's line takes beyond its names (the JSON of `views`, indented).
+const LISTED_PAIR_BYTES: u64 = 128;
+
 /// What an audit's finding about two overlapping views may take beyond their names (TP101
 /// reports each partly overlapping pair).
 const FINDING_BYTES: u64 = 256;
@@ -101,6 +104,29 @@ const FINDING_BYTES: u64 = 256;
 /// shares some but not all of them a finding and its names in up to six strings; disjoint
 /// views (a flat buffer) cost only their views.
 pub fn check_budget(ckpt: &Checkpoint, path: &Path, limit: u64) -> Result<()> {
+    check(ckpt, path, limit, storage_cost)
+}
+
+/// [`check_budget`] for a listing of every pair ([`shared_storages`] rendered by `views`):
+/// each listed pair names both tensors, so its text grows with the names of every pair,
+/// identical ones too: eight thousand names of 8 KB tied to one tensor list 32 million pairs
+/// and half a terabyte of names, though their relations alone fit a gigabyte.
+pub fn check_listing_budget(ckpt: &Checkpoint, path: &Path, limit: u64) -> Result<()> {
+    check(ckpt, path, limit, |views| {
+        let pairs = pair_counts(views);
+        storage_cost(views)
+            .saturating_add(pairs.listed().saturating_mul(LISTED_PAIR_BYTES))
+            // A name may take six times its length once escaped (`\u0000`).
+            .saturating_add(pairs.listed_named().saturating_mul(6))
+    })
+}
+
+fn check(
+    ckpt: &Checkpoint,
+    path: &Path,
+    limit: u64,
+    cost: impl Fn(&[BudgetView]) -> u64,
+) -> Result<()> {
     // Only storages with two views or more cost anything.
     let views_of = views_per_storage(ckpt);
     // (storage, byte range, name bytes) per view, sorted so views of one storage, and views
@@ -127,7 +153,7 @@ pub fn check_budget(ckpt: &Checkpoint, path: &Path, limit: u64) -> Result<()> {
         if n < 2 {
             continue;
         }
-        needed = needed.saturating_add(storage_cost(storage));
+        needed = needed.saturating_add(cost(storage));
         largest = largest.max((n, storage[0].0));
     }
     if needed > limit {
@@ -157,12 +183,19 @@ struct PairCounts {
     overlapping: u64,
     /// Over those pairs, the length of both names.
     named: u64,
+    /// Over the identical pairs, the length of both names.
+    identical_named: u64,
 }
 
 impl PairCounts {
     /// Every pair [`SharedStorage::relations`] lists.
     fn listed(&self) -> u64 {
         self.identical.saturating_add(self.overlapping)
+    }
+
+    /// Over every pair listed, the length of both names.
+    fn listed_named(&self) -> u64 {
+        self.identical_named.saturating_add(self.named)
     }
 }
 
@@ -195,6 +228,11 @@ fn pair_counts(views: &[BudgetView]) -> PairCounts {
             let before = ends.partition_point(|&e| e <= range.start) as u64;
             let after = m - starts.partition_point(|&s| s < range.end) as u64;
             counts.identical = counts.identical.saturating_add(g.saturating_mul(g - 1) / 2);
+            // Each name is in a pair with each of the group's others.
+            let names = same.iter().fold(0u64, |acc, v| acc.saturating_add(v.2));
+            counts.identical_named = counts
+                .identical_named
+                .saturating_add(names.saturating_mul(g - 1));
             m.saturating_sub(g)
                 .saturating_sub(before)
                 .saturating_sub(after)
@@ -381,6 +419,12 @@ mod tests {
                 .map(|&(i, j, _)| (i.to_string().len() + j.to_string().len()) as u64)
                 .sum();
             prop_assert_eq!(counts.named, named);
+            // And every pair listed, both names: what `views` prints of them.
+            let listed: u64 = swept
+                .iter()
+                .map(|&(i, j, _)| (i.to_string().len() + j.to_string().len()) as u64)
+                .sum();
+            prop_assert_eq!(counts.listed_named(), listed);
         }
     }
 

@@ -19,14 +19,22 @@ pub struct ViewsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     format: OutputFormat,
+    /// Memory reading the file and listing its views may take [default: 1GiB].
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    max_memory: Option<u64>,
 }
 
 pub fn run(args: &ViewsArgs) -> anyhow::Result<ExitStatus> {
     let file = args.remote.resolve(&args.file)?;
-    let checkpoint = load::open(&file)?;
-    // Every pair of views of a storage that share bytes is listed (all of them, when every
-    // view is one alias): refuse before that takes more than a read may.
-    views::check_budget(&checkpoint, &file, load::DEFAULT_MAX_MEMORY)?;
+    let max_memory = args.max_memory.unwrap_or(load::DEFAULT_MAX_MEMORY);
+    let limits = load::ReadLimits {
+        max_memory,
+        ..load::ReadLimits::default()
+    };
+    let checkpoint = load::read_with(load::probe(&file)?, limits)?;
+    // Every pair of views of a storage that share bytes is listed with both names (all of
+    // them, when every view is one alias): refuse before that takes more than a read may.
+    views::check_listing_budget(&checkpoint, &file, max_memory)?;
     let shared = views::shared_storages(&checkpoint);
     let rendered = match args.format {
         OutputFormat::Text => text::render(&checkpoint, &shared),
