@@ -73,7 +73,7 @@ pub(crate) fn named_tensors(
         deferred: Vec::new(),
         out: Named::default(),
     };
-    walk.visit(root, String::new())?;
+    walk.visit(root, "")?;
     walk.module_attributes()?;
     Ok(walk.out)
 }
@@ -99,7 +99,7 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn visit(&mut self, id: Id, name: String) -> Result<(), Stop> {
+    fn visit(&mut self, id: Id, name: &str) -> Result<(), Stop> {
         self.count_visit()?;
         if self.path.len() >= self.budget.max_depth {
             return Err(Stop::Graph(format!(
@@ -111,7 +111,7 @@ impl Walk<'_> {
             return Ok(());
         }
         self.path.push(id);
-        let result = self.children(id, &name);
+        let result = self.children(id, name);
         self.path.pop();
         result
     }
@@ -152,7 +152,7 @@ impl Walk<'_> {
             self.out.left_out.names.len(),
             self.out.left_out.count,
         );
-        self.visit(id, name.clone())?;
+        self.visit(id, &name)?;
         if self.found() == found {
             let left_out = &mut self.out.left_out;
             left_out.names.truncate(named);
@@ -190,7 +190,7 @@ impl Walk<'_> {
                 self.out.storages.len(),
             );
             let left_out = (self.out.left_out.names.len(), self.out.left_out.count);
-            self.visit(id, name)?;
+            self.visit(id, &name)?;
             // What this attribute adds: only tensors on storages not named before (sparse,
             // nested and wrapper tensors are not among them: their components are left as
             // the state names them), and no left-out names (the module's state is what it
@@ -304,7 +304,7 @@ impl Walk<'_> {
                 self.place = self.held_as().map(|h| (h, self.path.len()));
                 for (role, &part) in QUANTIZER_ROLES.iter().zip(parts) {
                     let part_name = self.join(&name, (*role).to_owned())?;
-                    self.visit(part, part_name)?;
+                    self.visit(part, &part_name)?;
                 }
                 self.place = outer;
             }
@@ -313,7 +313,7 @@ impl Walk<'_> {
                 self.charge(&name)?;
                 for (role, part) in &spec.components {
                     let part_name = self.join(&name, role.clone())?;
-                    self.visit(*part, part_name)?;
+                    self.visit(*part, &part_name)?;
                 }
                 if let Some(state) = spec.state {
                     self.wrapper_state(state, &name, &spec.components)?;
@@ -432,7 +432,7 @@ impl Walk<'_> {
                 }
                 Ok(())
             }
-            _ => self.visit(state, name.to_owned()),
+            _ => self.visit(state, name),
         }
     }
 
@@ -457,7 +457,7 @@ impl Walk<'_> {
             let name = self.join(name, key)?;
             let left_out = (self.out.left_out.names.len(), self.out.left_out.count);
             let found = self.found();
-            self.visit(arg, name)?;
+            self.visit(arg, &name)?;
             if self.found() == found {
                 self.out.left_out.names.truncate(left_out.0);
                 self.out.left_out.count = left_out.1;
@@ -517,7 +517,7 @@ impl Walk<'_> {
                 }
                 Ok(())
             }
-            _ => self.visit(id, name.to_owned()),
+            _ => self.visit(id, name),
         }
     }
 }

@@ -213,7 +213,6 @@ fn add_unpickled(
         .collect();
     drop(std::mem::take(heap));
     let storages = records.storages(&member, source, sink)?;
-    drop(records);
     let dtypes = add_tensors(&member, specs, &storages, !composites.is_empty(), sink)?;
     add_composites(&member, composites, dtypes, sink)?;
     for (name, bytes) in nested {
@@ -391,14 +390,14 @@ impl StorageRecords {
 
     /// One storage per record, its bytes from `source`, added through `sink` in record order.
     fn storages(
-        &self,
+        self,
         member: &Member<'_>,
         source: &mut dyn StorageSource,
         sink: &mut Sink<'_>,
     ) -> Result<Vec<Arc<Storage>>> {
         let mut storages = Vec::with_capacity(self.records.len());
-        let records = self.records.iter().zip(&self.saved_alone);
-        for (((record, dtype), &alone), from_bytes) in records.zip(&self.from_bytes) {
+        let records = self.records.into_iter().zip(self.saved_alone);
+        for (((record, dtype), alone), from_bytes) in records.zip(self.from_bytes) {
             // An untyped storage saved as itself is bytes, as `UntypedStorage` reads.
             let bytes = alone.then_some(DType::UInt8);
             let dtype = dtype.or(record.class_dtype).or(bytes).ok_or_else(|| {
@@ -416,7 +415,7 @@ impl StorageRecords {
             let data_ptr = match from_bytes {
                 // Its tensors may read its elements as another dtype (`_rebuild_tensor_v3`),
                 // never past the bytes there are.
-                Some(ptr) if ptr.len() == nbytes => ptr.clone(),
+                Some(ptr) if ptr.len() == nbytes => ptr,
                 Some(ptr) => {
                     return Err(member.err(
                         None,
@@ -427,16 +426,16 @@ impl StorageRecords {
                         ),
                     ))
                 }
-                None => match source.data_ptr(record, dtype, nbytes)? {
+                None => match source.data_ptr(&record, dtype, nbytes)? {
                     Some(ptr) => ptr,
                     None => DataPtr::none(Device::parse(&record.location)),
                 },
             };
             storages.push(sink.add_storage(NewStorage {
-                key: record.key.as_str().into(),
+                key: record.key.into(),
                 dtype,
                 nbytes,
-                location: record.location.clone(),
+                location: record.location,
                 data_ptr,
                 saved_alone: alone,
             }));
