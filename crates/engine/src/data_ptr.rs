@@ -10,10 +10,13 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct DataPtr {
     // No address field: a host address is the buffer's plus the range start, any other is 0;
-    // a million storages hold 8 bytes less each.
-    device: Device,
+    // and no device beside the owner: bytes in host memory or the file are on the CPU, and
+    // only an owner of nothing says where. A million storages hold 24 bytes less each.
     owner: Owner,
 }
+
+/// Where the bytes of a host or deferred owner are.
+static CPU: Device = Device::Cpu;
 
 /// What keeps a DataPtr's bytes alive.
 #[derive(Debug, Clone)]
@@ -25,8 +28,8 @@ pub enum Owner {
         /// The range inside it.
         range: Range<u64>,
     },
-    /// Nothing: the storage has no bytes (meta tensors).
-    None,
+    /// Nothing: the storage has no bytes (meta tensors), on this device.
+    None(Device),
     /// Bytes left compressed in the file (a deflated zip record). Never held whole: a scan
     /// inflates them piece by piece, and `--metadata-only` not at all. Boxed: the rare case
     /// keeps every storage's owner small.
@@ -57,7 +60,6 @@ impl DataPtr {
             });
         }
         Ok(DataPtr {
-            device: Device::Cpu,
             owner: Owner::Host { buffer, range },
         })
     }
@@ -68,7 +70,6 @@ impl DataPtr {
         let len = bytes.len() as u64;
         let buffer = HostBuffer::from_vec(source, bytes);
         DataPtr {
-            device: Device::Cpu,
             owner: Owner::Host {
                 buffer,
                 range: 0..len,
@@ -80,7 +81,6 @@ impl DataPtr {
     /// [`bytes`](Self::bytes) has none, [`len`](Self::len) is the declared `len`.
     pub fn deferred(buffer: Arc<HostBuffer>, compressed: Range<u64>, len: u64) -> Self {
         DataPtr {
-            device: Device::Cpu,
             owner: Owner::Deferred(Box::new(Deferred {
                 buffer,
                 compressed,
@@ -92,8 +92,7 @@ impl DataPtr {
     /// A DataPtr that owns nothing, for storages without bytes, on `device`.
     pub fn none(device: Device) -> Self {
         DataPtr {
-            device,
-            owner: Owner::None,
+            owner: Owner::None(device),
         }
     }
 
@@ -102,7 +101,7 @@ impl DataPtr {
         match &self.owner {
             // Host addresses fit u64 on every supported target; the sum stays inside the buffer.
             Owner::Host { buffer, range } => buffer.address() + range.start,
-            Owner::None | Owner::Deferred(_) => 0,
+            Owner::None(_) | Owner::Deferred(_) => 0,
         }
     }
 
@@ -111,13 +110,16 @@ impl DataPtr {
         match &self.owner {
             Owner::Host { buffer, .. } => Some(buffer.source()),
             Owner::Deferred(d) => Some(d.buffer.source()),
-            Owner::None => None,
+            Owner::None(_) => None,
         }
     }
 
     /// The device the bytes really are on.
     pub fn device(&self) -> &Device {
-        &self.device
+        match &self.owner {
+            Owner::None(device) => device,
+            Owner::Host { .. } | Owner::Deferred(_) => &CPU,
+        }
     }
 
     /// What owns the bytes.
@@ -133,7 +135,7 @@ impl DataPtr {
                 let bytes = buffer.range(range.clone()).ok()?;
                 (bytes.len() as u64 == range.end - range.start).then_some(bytes)
             }
-            Owner::None | Owner::Deferred(_) => None,
+            Owner::None(_) | Owner::Deferred(_) => None,
         }
     }
 
@@ -142,7 +144,7 @@ impl DataPtr {
         match &self.owner {
             Owner::Host { range, .. } => range.end - range.start,
             Owner::Deferred(d) => d.len,
-            Owner::None => 0,
+            Owner::None(_) => 0,
         }
     }
 

@@ -475,7 +475,7 @@ fn load(
     for storage in &ckpt.storages {
         let data_ptr = storage.data_ptr();
         let bytes = match (data_ptr.owner(), data_ptr.bytes()) {
-            (Owner::None, _) => None,
+            (Owner::None(_), _) => None,
             (_, Some(bytes)) => Some(PyByteArray::new(py, bytes).unbind()),
             (_, None) => {
                 return Err(refuse(format!(

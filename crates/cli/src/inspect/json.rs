@@ -270,7 +270,7 @@ fn storage_json<'a>(storage: &'a Storage, tensors: Vec<&'a str>) -> StorageJson<
             offset: Some(d.buffer.file_offset().saturating_add(d.compressed.start)),
             device: ptr.device().to_string(),
         },
-        Owner::None => DataPtrJson {
+        Owner::None(_) => DataPtrJson {
             backend: "none",
             file: None,
             offset: None,

@@ -152,7 +152,7 @@ pub fn render(snapshot: &Snapshot<'_>, addresses: bool) -> anyhow::Result<String
                     buffer.file_offset().saturating_add(range.start)
                 )
             }
-            Owner::None => "none".to_owned(),
+            Owner::None(_) => "none".to_owned(),
             Owner::Deferred(d) => format!(
                 "deflated ({} @ {})",
                 d.buffer.source().display(),

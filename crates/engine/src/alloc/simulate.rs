@@ -62,7 +62,7 @@ pub fn simulate_load(
     for storage in &ckpt.storages {
         // Bytes left compressed (`--metadata-only`) are still loaded by torch: only a storage
         // without bytes (meta) takes no memory.
-        if matches!(storage.data_ptr().owner(), Owner::None) || storage.nbytes() == 0 {
+        if matches!(storage.data_ptr().owner(), Owner::None(_)) || storage.nbytes() == 0 {
             continue;
         }
         // The simulated backend cannot fail otherwise: an error is out-of-memory.
