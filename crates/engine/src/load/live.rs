@@ -91,7 +91,7 @@ pub fn checkpoint(
                 key: storage.key.into(),
                 dtype: storage.dtype,
                 nbytes: storage.nbytes,
-                location: storage.location,
+                location: storage.location.into(),
                 data_ptr,
                 saved_alone: false,
             }));

@@ -14,6 +14,7 @@ use crate::{
     StorageId, Tensor, TensorImpl, WeightsOnly,
 };
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -143,7 +144,8 @@ pub(crate) struct NewStorage {
     pub key: Arc<str>,
     pub dtype: DType,
     pub nbytes: u64,
-    pub location: String,
+    /// Borrowed where it is a common spelling (`cpu`): a million storages make no string.
+    pub location: Cow<'static, str>,
     pub data_ptr: DataPtr,
     /// The file holds it as an object of its own, not only through tensors.
     pub saved_alone: bool,

@@ -523,6 +523,14 @@ impl<'a> Machine<'a> {
             .ok_or_else(|| index_error("pop from empty list"))
     }
 
+    /// [`Self::top`], to read.
+    fn peek(&self) -> Result<&V<'a>, String> {
+        self.stack
+            .get(self.floor()..)
+            .and_then(<[V<'a>]>::last)
+            .ok_or_else(|| index_error("list index out of range"))
+    }
+
     fn top(&mut self) -> Result<&mut V<'a>, String> {
         let floor = self.floor();
         self.stack
@@ -574,12 +582,14 @@ impl<'a> Machine<'a> {
                 }
                 REDUCE => {
                     let args = self.pop()?;
-                    let func = self.top()?.clone();
-                    let V::Global(g) = func else {
-                        return Err(format!(
-                            "Trying to call reduce for unrecognized function {}",
-                            describe(&func, &self.names)
-                        ));
+                    let g = match self.peek()? {
+                        V::Global(g) => *g,
+                        func => {
+                            let func = describe(func, &self.names);
+                            return Err(format!(
+                                "Trying to call reduce for unrecognized function {func}"
+                            ));
+                        }
                     };
                     iterable(&args)?;
                     let result = match g.kind {
@@ -596,8 +606,7 @@ impl<'a> Machine<'a> {
                 }
                 BUILD => {
                     let state = self.pop()?;
-                    let inst = self.top()?.clone();
-                    build(&inst, &state)?;
+                    build(self.peek()?, &state)?;
                 }
                 APPEND => {
                     self.pop()?;

@@ -103,7 +103,7 @@ impl StorageSource for InlineStorages<'_> {
         let path = self.buffer.source();
         let array = self
             .arrays
-            .get(&record.key)
+            .get(&*record.key)
             .ok_or_else(|| Error::Malformed {
                 path: path.to_owned(),
                 part: format!("storage '{}'", record.key),

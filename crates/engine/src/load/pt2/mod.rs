@@ -490,7 +490,7 @@ impl ModelReader<'_, '_, '_> {
             key: member.into(),
             dtype: spec.dtype,
             nbytes: size,
-            location: spec.device.to_string(),
+            location: spec.device.to_string().into(),
             data_ptr,
             saved_alone: false,
         }))

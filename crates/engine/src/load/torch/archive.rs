@@ -417,7 +417,7 @@ impl StorageSource for Records<'_, '_> {
         let folder = self.folder;
         let full = |archive: &Archive<'_>| {
             let name = if folder.is_empty() {
-                Cow::Borrowed(record.key.as_str())
+                Cow::Borrowed(&*record.key)
             } else {
                 Cow::Owned(format!("{folder}/{}", record.key))
             };

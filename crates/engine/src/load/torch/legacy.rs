@@ -303,7 +303,7 @@ fn one_storage(
             storages.len()
         )));
     }
-    let Some((count, range)) = storages.get(&record.key) else {
+    let Some((count, range)) = storages.get(&*record.key) else {
         return Err(fail(format!(
             "storage '{}' is not in the key list",
             record.key
@@ -428,7 +428,7 @@ fn storage_dtypes(main: &Unpickled) -> HashMap<String, DType> {
                 ..
             })) = storage_record(&main.heap, *pid)
             {
-                dtypes.insert(key, dtype);
+                dtypes.insert(String::from(&*key), dtype);
             }
         }
     }
@@ -458,7 +458,7 @@ impl StorageSource for Ranges<'_> {
             position: self.at,
             detail,
         };
-        let Some((count, range)) = self.storages.get(&record.key) else {
+        let Some((count, range)) = self.storages.get(&*record.key) else {
             if record.location == "meta" {
                 return Ok(None);
             }

@@ -15,6 +15,7 @@ use crate::{
     TensorImpl,
 };
 use hashbrown::HashTable;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::path::Path;
@@ -24,12 +25,13 @@ pub(crate) use torchscript::Declared;
 /// A storage as a persistent id describes it: `('storage', type, key, location, numel[, view])`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StorageRecord {
-    /// The key as recorded (`data/<key>` in a zip, a pointer value in legacy files).
-    pub key: String,
+    /// The key as recorded (`data/<key>` in a zip, a pointer value in legacy files): its
+    /// storage's key, shared.
+    pub key: Arc<str>,
     /// The storage class's dtype; `None` for `UntypedStorage`, whose numel counts bytes.
     pub class_dtype: Option<DType>,
     /// The location string as recorded.
-    pub location: String,
+    pub location: Cow<'static, str>,
     /// Elements (typed) or bytes (untyped).
     pub numel: u64,
 }
@@ -76,6 +78,18 @@ impl Member<'_> {
     }
 }
 
+/// A location as recorded, borrowed where it is one torch writes for most storages.
+fn location_text(location: &str) -> Cow<'static, str> {
+    const COMMON: [&str; 11] = [
+        "cpu", "cuda:0", "cuda", "meta", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5",
+        "cuda:6", "cuda:7",
+    ];
+    match COMMON.iter().find(|&&common| common == location) {
+        Some(common) => Cow::Borrowed(common),
+        None => Cow::Owned(location.to_owned()),
+    }
+}
+
 /// Parses a persistent id. `None` for ids that name no storage (legacy `'module'` ids).
 pub(crate) fn storage_record(
     heap: &Heap,
@@ -118,14 +132,14 @@ pub(crate) fn storage_record(
         _ => return Err("storage type is not a class name".into()),
     };
     let key = match heap.get(key) {
-        Node::Str(s) => String::from(&**s),
-        Node::Int(v) => v.to_string(),
+        Node::Str(s) => Arc::from(&**s),
+        Node::Int(v) => v.to_string().into(),
         _ => return Err("storage key is not a string".into()),
     };
-    let location = heap
-        .str(location)
-        .ok_or("storage location is not a string")?
-        .to_owned();
+    let location = location_text(
+        heap.str(location)
+            .ok_or("storage location is not a string")?,
+    );
     let numel = heap
         .int(numel)
         .and_then(|v| u64::try_from(v).ok())
@@ -261,7 +275,7 @@ fn storages_from_bytes(member: &mut Member<'_>, sink: &mut Sink<'_>) -> Result<V
             }
         };
         // Keyed by the call: each is a storage of its own, whatever key the bytes record.
-        record.key = key;
+        record.key = key.into();
         storages.push((call.node, record, data));
     }
     Ok(storages)
@@ -295,7 +309,7 @@ impl StorageRecords {
         let key_hash = |records: &[(StorageRecord, Option<DType>)], i: u32| {
             records
                 .get(i as usize)
-                .map_or(0, |(r, _)| keys.hash_one(r.key.as_str()))
+                .map_or(0, |(r, _)| keys.hash_one(&*r.key))
         };
         let mut by_key: HashTable<u32> = HashTable::with_capacity(ids);
         let mut record_of = IdMap::with_capacity_and_hasher(ids, Default::default());
@@ -305,7 +319,7 @@ impl StorageRecords {
             };
             let record = storage_record(heap, *pid).map_err(|e| member.err(None, e))?;
             let Some(record) = record else { continue };
-            let hash = keys.hash_one(record.key.as_str());
+            let hash = keys.hash_one(&*record.key);
             let same_key = |&i: &u32| {
                 records
                     .get(i as usize)
@@ -336,7 +350,7 @@ impl StorageRecords {
         let mut data = vec![None; records.len()];
         for (node, record, ptr) in from_bytes {
             // A key of the stream's own ids would be two storages under one key.
-            let hash = keys.hash_one(record.key.as_str());
+            let hash = keys.hash_one(&*record.key);
             let same_key = |&i: &u32| {
                 records
                     .get(i as usize)
@@ -432,7 +446,7 @@ impl StorageRecords {
                 },
             };
             storages.push(sink.add_storage(NewStorage {
-                key: record.key.into(),
+                key: record.key,
                 dtype,
                 nbytes,
                 location: record.location,
@@ -650,7 +664,7 @@ fn meta_storage(
         key: "".into(),
         dtype,
         nbytes,
-        location: location.to_owned(),
+        location: location_text(location),
         data_ptr: DataPtr::none(Device::parse(location)),
         saved_alone: false,
     }))
