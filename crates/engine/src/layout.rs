@@ -29,16 +29,31 @@ fn contiguous_strides(sizes: &[u64], strides: &mut [u64]) -> Result<u64> {
         // Indices are in range by the loop bounds; sizes and strides have one length.
         strides[i - 1] = strides[i]
             .checked_mul(sizes[i].max(1))
-            .ok_or(Error::Overflow {
-                what: "contiguous strides",
-            })?;
+            .ok_or_else(strides_overflow)?;
     }
+    contiguous_count(sizes)
+}
+
+// Built only on failure: an `Error` made and dropped on every success cost more than the
+// arithmetic.
+fn strides_overflow() -> Error {
+    Error::Overflow {
+        what: "contiguous strides",
+    }
+}
+
+/// The element count of `sizes`, checked.
+fn contiguous_count(sizes: &[u64]) -> Result<u64> {
     sizes
         .iter()
         .try_fold(1u64, |acc, &s| acc.checked_mul(s))
-        .ok_or(Error::Overflow {
-            what: "element count",
-        })
+        .ok_or_else(count_overflow)
+}
+
+fn count_overflow() -> Error {
+    Error::Overflow {
+        what: "element count",
+    }
 }
 
 /// Sizes or strides of one layout.
@@ -108,8 +123,14 @@ impl Layout {
 
     /// The element count of [`Layout::contiguous`]`(sizes)`, or its error, without building it.
     pub fn contiguous_numel(sizes: &[u64]) -> Result<u64> {
-        let mut strides: Dims = smallvec::smallvec![1u64; sizes.len()];
-        contiguous_strides(sizes, &mut strides)
+        // The strides' checks, in their order, without a list to hold them.
+        let mut stride = 1u64;
+        for &size in sizes.iter().skip(1).rev() {
+            stride = stride
+                .checked_mul(size.max(1))
+                .ok_or_else(strides_overflow)?;
+        }
+        contiguous_count(sizes)
     }
 
     /// Sizes per dimension.
