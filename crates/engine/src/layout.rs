@@ -154,22 +154,6 @@ impl Layout {
         self.sizes().iter().fold(1, |acc, &s| acc.saturating_mul(s))
     }
 
-    /// One past the highest element index the view reaches (checked by construction);
-    /// `storage_offset` when empty.
-    fn element_end(&self) -> u64 {
-        if self.numel() == 0 {
-            return self.storage_offset;
-        }
-        let last = self
-            .sizes()
-            .iter()
-            .zip(self.strides())
-            .fold(self.storage_offset, |acc, (&size, &stride)| {
-                (size - 1).saturating_mul(stride).saturating_add(acc)
-            });
-        last.saturating_add(1)
-    }
-
     /// PyTorch's `is_contiguous()`: C order, ignoring size-1 dimensions; empty tensors are contiguous.
     pub fn is_contiguous(&self) -> bool {
         if self.numel() == 0 {
@@ -191,7 +175,18 @@ impl Layout {
 
     /// Element indices the view touches: lowest, and one past the highest. `None` when empty.
     pub fn element_range(&self) -> Option<Range<u64>> {
-        (self.numel() > 0).then(|| self.storage_offset..self.element_end())
+        // The element count is 0 exactly when a size is: one pass, where counting the
+        // elements first took two.
+        let (sizes, strides) = self.dims.split_at(self.dims.len() / 2);
+        let mut last = self.storage_offset;
+        for (&size, &stride) in sizes.iter().zip(strides) {
+            // One past the highest index reached is checked by construction.
+            last = size
+                .checked_sub(1)?
+                .saturating_mul(stride)
+                .saturating_add(last);
+        }
+        Some(self.storage_offset..last.saturating_add(1))
     }
 
     /// Bytes of the storage the view touches, `None` when it touches none.

@@ -185,10 +185,17 @@ impl<'h> Scanner<'h> {
     /// exponent, within range.
     fn integer(&mut self) -> Scan<u64> {
         let rest = self.bytes.get(self.pos..).unwrap_or_default();
-        let digits = rest
-            .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(rest.len());
+        // One pass: nineteen digits cannot overflow a `u64`; longer numbers are read again,
+        // checked.
+        let (mut value, mut digits) = (0u64, 0usize);
+        for &b in rest {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                break;
+            }
+            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+            digits += 1;
+        }
         let number = rest.get(..digits).unwrap_or_default();
         if digits == 0 || (digits > 1 && number.first() == Some(&b'0')) {
             return Err(GiveUp);
@@ -196,19 +203,14 @@ impl<'h> Scanner<'h> {
         if matches!(rest.get(digits), Some(b'.' | b'e' | b'E')) {
             return Err(GiveUp);
         }
-        // Nineteen digits cannot overflow a `u64`; only longer numbers pay for the checks.
-        let value = if digits <= 19 {
-            number
-                .iter()
-                .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'))
-        } else {
-            number
+        if digits > 19 {
+            value = number
                 .iter()
                 .try_fold(0u64, |acc, &d| {
                     acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
                 })
-                .ok_or(GiveUp)?
-        };
+                .ok_or(GiveUp)?;
+        }
         self.pos += digits;
         Ok(value)
     }
