@@ -118,13 +118,7 @@ impl<'h> Scanner<'h> {
             match field {
                 Field::Dtype if dtype.is_none() => dtype = Some(self.string()?),
                 Field::Shape if shape.is_none() => shape = Some(self.integers()?),
-                Field::DataOffsets if data_offsets.is_none() => {
-                    let offsets = self.integers()?;
-                    let &[start, end] = offsets.as_slice() else {
-                        return Err(GiveUp);
-                    };
-                    data_offsets = Some((start, end));
-                }
+                Field::DataOffsets if data_offsets.is_none() => data_offsets = Some(self.pair()?),
                 _ => return Err(GiveUp),
             }
             self.skip_whitespace();
@@ -179,6 +173,20 @@ impl<'h> Scanner<'h> {
                 _ => return Err(GiveUp),
             }
         }
+    }
+
+    /// An array of exactly two unsigned integers, read without a list.
+    fn pair(&mut self) -> Scan<(u64, u64)> {
+        self.expect(b'[')?;
+        self.skip_whitespace();
+        let first = self.integer()?;
+        self.skip_whitespace();
+        self.expect(b',')?;
+        self.skip_whitespace();
+        let second = self.integer()?;
+        self.skip_whitespace();
+        self.expect(b']')?;
+        Ok((first, second))
     }
 
     /// An integer as serde_json reads a `u64`: digits, no leading zero, no fraction or
