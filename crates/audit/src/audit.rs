@@ -140,12 +140,8 @@ pub fn audit(
         .flatten()
         .collect();
     // Borrowed while deduplicated: a million tensors share a handful of values.
-    let devices: BTreeSet<&str> = ckpt.storages.iter().map(|s| s.location()).collect();
-    let dtypes: BTreeSet<&str> = ckpt
-        .tensors
-        .iter()
-        .map(|t| t.tensor_impl().dtype().name())
-        .collect();
+    let devices = distinct(ckpt.storages.iter().map(|s| s.location()));
+    let dtypes = distinct(ckpt.tensors.iter().map(|t| t.tensor_impl().dtype().name()));
     FileReport {
         path: path.to_owned(),
         format: Some(ckpt.format.name().to_owned()),
@@ -172,6 +168,21 @@ pub fn audit(
             )
         }),
     }
+}
+
+/// The distinct values, sorted. Values come in runs (a file's tensors share a dtype, its
+/// storages a device): a value like the one before is not looked up again, where collecting
+/// all of them first sorted a million.
+fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> BTreeSet<&'a str> {
+    let mut set = BTreeSet::new();
+    let mut last = None;
+    for value in values {
+        if last != Some(value) {
+            set.insert(value);
+            last = Some(value);
+        }
+    }
+    set
 }
 
 fn device_facts(load: &DeviceLoad) -> DeviceFacts {

@@ -29,16 +29,31 @@ fn contiguous_strides(sizes: &[u64], strides: &mut [u64]) -> Result<u64> {
         // Indices are in range by the loop bounds; sizes and strides have one length.
         strides[i - 1] = strides[i]
             .checked_mul(sizes[i].max(1))
-            .ok_or(Error::Overflow {
-                what: "contiguous strides",
-            })?;
+            .ok_or_else(strides_overflow)?;
     }
+    contiguous_count(sizes)
+}
+
+// Built only on failure: an `Error` made and dropped on every success cost more than the
+// arithmetic.
+fn strides_overflow() -> Error {
+    Error::Overflow {
+        what: "contiguous strides",
+    }
+}
+
+/// The element count of `sizes`, checked.
+fn contiguous_count(sizes: &[u64]) -> Result<u64> {
     sizes
         .iter()
         .try_fold(1u64, |acc, &s| acc.checked_mul(s))
-        .ok_or(Error::Overflow {
-            what: "element count",
-        })
+        .ok_or_else(count_overflow)
+}
+
+fn count_overflow() -> Error {
+    Error::Overflow {
+        what: "element count",
+    }
 }
 
 /// Sizes or strides of one layout.
@@ -108,8 +123,14 @@ impl Layout {
 
     /// The element count of [`Layout::contiguous`]`(sizes)`, or its error, without building it.
     pub fn contiguous_numel(sizes: &[u64]) -> Result<u64> {
-        let mut strides: Dims = smallvec::smallvec![1u64; sizes.len()];
-        contiguous_strides(sizes, &mut strides)
+        // The strides' checks, in their order, without a list to hold them.
+        let mut stride = 1u64;
+        for &size in sizes.iter().skip(1).rev() {
+            stride = stride
+                .checked_mul(size.max(1))
+                .ok_or_else(strides_overflow)?;
+        }
+        contiguous_count(sizes)
     }
 
     /// Sizes per dimension.
@@ -133,22 +154,6 @@ impl Layout {
         self.sizes().iter().fold(1, |acc, &s| acc.saturating_mul(s))
     }
 
-    /// One past the highest element index the view reaches (checked by construction);
-    /// `storage_offset` when empty.
-    fn element_end(&self) -> u64 {
-        if self.numel() == 0 {
-            return self.storage_offset;
-        }
-        let last = self
-            .sizes()
-            .iter()
-            .zip(self.strides())
-            .fold(self.storage_offset, |acc, (&size, &stride)| {
-                (size - 1).saturating_mul(stride).saturating_add(acc)
-            });
-        last.saturating_add(1)
-    }
-
     /// PyTorch's `is_contiguous()`: C order, ignoring size-1 dimensions; empty tensors are contiguous.
     pub fn is_contiguous(&self) -> bool {
         if self.numel() == 0 {
@@ -170,7 +175,18 @@ impl Layout {
 
     /// Element indices the view touches: lowest, and one past the highest. `None` when empty.
     pub fn element_range(&self) -> Option<Range<u64>> {
-        (self.numel() > 0).then(|| self.storage_offset..self.element_end())
+        // The element count is 0 exactly when a size is: one pass, where counting the
+        // elements first took two.
+        let (sizes, strides) = self.dims.split_at(self.dims.len() / 2);
+        let mut last = self.storage_offset;
+        for (&size, &stride) in sizes.iter().zip(strides) {
+            // One past the highest index reached is checked by construction.
+            last = size
+                .checked_sub(1)?
+                .saturating_mul(stride)
+                .saturating_add(last);
+        }
+        Some(self.storage_offset..last.saturating_add(1))
     }
 
     /// Bytes of the storage the view touches, `None` when it touches none.

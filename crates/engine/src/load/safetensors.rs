@@ -15,9 +15,12 @@
 //! around the entries, `__metadata__` as a map of strings, the data length — tensorplay
 //! checks itself, with the same limits.
 //!
-//! A header is read in one pass, each entry validated as it is met. Where that pass finds
-//! anything amiss it gives up, and the careful reading (the entries split first, then each
-//! parsed) names the fault with one precedence whatever the file's order.
+//! A header is read in one pass, each entry validated as it is met: by a scanner of the
+//! plain spelling (`scan.rs`), or by serde_json where the scanner leaves the text to it. Where
+//! that pass finds anything amiss it gives up, and the careful reading (the entries split
+//! first, then each parsed) names the fault with one precedence whatever the file's order.
+
+mod scan;
 
 use super::limits::{Meter, CRATE_ENTRY_BYTES, HEADER_ENTRY_BYTES};
 use super::sniff::Prefix;
@@ -302,6 +305,15 @@ impl<'p> Charge<'p> {
     /// set that finds duplicates. A refusal is kept for [`walk_header`] to return.
     #[allow(clippy::ptr_arg)] // owned or borrowed is what is charged
     fn key<E: serde::de::Error>(&self, key: &Cow<'_, str>) -> std::result::Result<(), E> {
+        self.hold(key).map_err(|e| {
+            *self.refused.borrow_mut() = Some(e);
+            E::custom("memory budget")
+        })
+    }
+
+    /// [`Charge::key`], the refusal returned.
+    #[allow(clippy::ptr_arg)] // owned or borrowed is what is charged
+    fn hold(&self, key: &Cow<'_, str>) -> Result<()> {
         let copied = match key {
             Cow::Owned(k) => k.len() as u64,
             Cow::Borrowed(_) => 0,
@@ -309,10 +321,6 @@ impl<'p> Charge<'p> {
         let bytes = HEADER_ENTRY_BYTES.saturating_add(copied);
         self.meter
             .hold(self.path, bytes, || "the header's entries".into())
-            .map_err(|e| {
-                *self.refused.borrow_mut() = Some(e);
-                E::custom("memory budget")
-            })
     }
 }
 
@@ -395,12 +403,22 @@ fn read_at_once(path: &Path, header: &str, meter: &Meter) -> Result<Option<Parse
         return Ok(None);
     }
     let held = meter.held();
+    let given_up = || meter.release(meter.held().saturating_sub(held));
     let refused = RefCell::new(None);
     let charge = Charge::new(path, meter, header, &refused);
-    let Ok((metadata, mut entries)) = walk_header(header, OnePass(charge), &refused)? else {
-        meter.release(meter.held().saturating_sub(held));
-        return Ok(None);
+    let read = match scan_header(header, &charge)? {
+        Some(read) => read,
+        None => {
+            // A spelling the scanner leaves to serde_json: still read in one pass.
+            given_up();
+            let Ok(read) = walk_header(header, OnePass(charge), &refused)? else {
+                given_up();
+                return Ok(None);
+            };
+            read
+        }
     };
+    let (metadata, mut entries) = read;
     let names = entries
         .iter()
         .fold(0u64, |acc, e| acc.saturating_add(e.name.len() as u64));
@@ -420,8 +438,11 @@ fn read_at_once(path: &Path, header: &str, meter: &Meter) -> Result<Option<Parse
 /// The one-pass reading: each entry validated as it is met.
 struct OnePass<'p>(Charge<'p>);
 
+/// What the one-pass reading finds: the `__metadata__` map if any, and the entries.
+type OnePassRead = (Option<BTreeMap<String, String>>, Vec<Entry>);
+
 impl<'de> Visitor<'de> for OnePass<'_> {
-    type Value = (Option<BTreeMap<String, String>>, Vec<Entry>);
+    type Value = OnePassRead;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -434,8 +455,7 @@ impl<'de> Visitor<'de> for OnePass<'_> {
         let amiss = || serde::de::Error::custom("for the careful reading");
         let mut metadata = None;
         let mut entries = Vec::with_capacity(self.0.room);
-        // Dtype codes repeat: each distinct one is looked up once.
-        let mut last: Option<(&'de str, DType, safetensors::Dtype)> = None;
+        let mut reader = EntryReader::default();
         while let Some(Key(key)) = map.next_key()? {
             self.0.key(&key)?;
             if key == METADATA_KEY {
@@ -446,23 +466,69 @@ impl<'de> Visitor<'de> for OnePass<'_> {
                 continue;
             }
             let raw: RawEntry<'de> = map.next_value()?;
-            let dtypes = match (last, &raw.dtype) {
-                (Some((code, ours, theirs)), Cow::Borrowed(now)) if code == *now => {
-                    Ok((ours, theirs))
-                }
-                _ => dtypes(self.0.path, &key, &raw.dtype),
-            };
-            let Ok((dtype, crate_dtype)) = dtypes else {
-                return Err(amiss());
-            };
-            if let Cow::Borrowed(code) = raw.dtype {
-                last = Some((code, dtype, crate_dtype));
-            }
-            let entry =
-                validate(self.0.path, &key, raw, dtype, crate_dtype).map_err(|_| amiss())?;
+            let entry = reader.read(self.0.path, &key, raw).ok_or_else(amiss)?;
             entries.push(entry);
         }
         Ok((metadata, entries))
+    }
+}
+
+/// The one-pass reading through [`scan::Scanner`]: `None` where the scanner gives up or an
+/// entry is amiss (what was charged is then given back by the caller). Only a refusal over
+/// the budget is returned as found.
+fn scan_header(header: &str, charge: &Charge<'_>) -> Result<Option<OnePassRead>> {
+    let Ok(mut scanner) = scan::Scanner::new(header) else {
+        return Ok(None);
+    };
+    let mut metadata = None;
+    let mut entries = Vec::with_capacity(charge.room);
+    let mut reader = EntryReader::default();
+    loop {
+        let key = match scanner.next_key() {
+            Ok(Some(key)) => key,
+            Ok(None) => return Ok(Some((metadata, entries))),
+            Err(scan::GiveUp) => return Ok(None),
+        };
+        charge.hold(&Cow::Borrowed(key))?;
+        if key == METADATA_KEY {
+            if metadata.is_some() {
+                return Ok(None);
+            }
+            let Ok(map) = scanner.metadata() else {
+                return Ok(None);
+            };
+            metadata = Some(map);
+            continue;
+        }
+        let Ok(raw) = scanner.entry() else {
+            return Ok(None);
+        };
+        let Some(entry) = reader.read(charge.path, key, raw) else {
+            return Ok(None);
+        };
+        entries.push(entry);
+    }
+}
+
+/// Validates the one-pass reading's entries as they are met; dtype codes repeat, so each
+/// distinct one is looked up once.
+#[derive(Default)]
+struct EntryReader<'h> {
+    last: Option<(&'h str, DType, safetensors::Dtype)>,
+}
+
+impl<'h> EntryReader<'h> {
+    /// The entry, or `None` when anything is amiss.
+    fn read(&mut self, path: &Path, key: &str, raw: RawEntry<'h>) -> Option<Entry> {
+        let dtypes = match (self.last, &raw.dtype) {
+            (Some((code, ours, theirs)), Cow::Borrowed(now)) if code == *now => Ok((ours, theirs)),
+            _ => dtypes(path, key, &raw.dtype),
+        };
+        let (dtype, crate_dtype) = dtypes.ok()?;
+        if let Cow::Borrowed(code) = raw.dtype {
+            self.last = Some((code, dtype, crate_dtype));
+        }
+        validate(path, key, raw, dtype, crate_dtype).ok()
     }
 }
 
@@ -725,7 +791,8 @@ fn check_batch(path: &Path, batch: &[Entry]) -> Result<()> {
             shape,
             data_offsets,
         };
-        infos.push((entry.name.to_string(), info));
+        // Copied, not formatted: `to_string` goes through `Display`, a tenth of the check.
+        infos.push((String::from(&*entry.name), info));
     }
     std::panic::catch_unwind(move || {
         // As the crate orders a header's entries before validating them.
@@ -971,6 +1038,46 @@ mod tests {
             "{}".to_owned(),
             format!(" {{{}}}", entry("a", "F32", "2", 0, 8)),
             format!("{{{}}}\n ", entry("a", "F32", "2", 0, 8)),
+            // Spellings the scanner reads, or leaves to serde_json: read alike or refused alike.
+            "{ \"a\" :\t{ \"shape\" : [ 2 ] ,\"data_offsets\":[0 , 8],\r\n\"dtype\" : \"F32\" } }\n"
+                .to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[ ],"data_offsets":[0,4]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[-0,8]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[00,8]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2e0],"data_offsets":[0,8]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,16]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2,],"data_offsets":[0,8]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2]}}"#.to_owned(),
+            r#"{"a":["F32",[2],[0,8]]}"#.to_owned(),
+            r#"{"a":{"dt\u0079pe":"F32","shape":[2],"data_offsets":[0,8]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F\u0033\u0032","shape":[2],"data_offsets":[0,8]}}"#.to_owned(),
+            r#"{"a\"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#.to_owned(),
+            "{\"a\tb\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}".to_owned(),
+            r#"{"é":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,8]}}"#
+                .to_owned(),
+            r#"{"a":{"dtype":"U8","shape":[18446744073709551615,0],"data_offsets":[0,0]}}"#
+                .to_owned(),
+            r#"{"a":{"dtype":"U8","shape":[12345678901234567890],"data_offsets":[0,0]}}"#
+                .to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}}"#.to_owned(),
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]} "b":{}}"#.to_owned(),
+            r#"{"__metadata__":{"k":"v\"w","k":"x"} , "a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#
+                .to_owned(),
+            r#"{"__metadata__":[],"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#
+                .to_owned(),
+            r#"{"__metadata__":{"k":"v"}"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#
+                .to_owned(),
+            r#"{"__metadata__":{"k":"v"}}"#.to_owned(),
+            "{ }".to_owned(),
+            "{".to_owned(),
         ];
         let path = Path::new("t.safetensors");
         let view = |(metadata, entries): &Parsed| {
@@ -1002,6 +1109,39 @@ mod tests {
                 }
                 (fast, slow) => panic!("{header}: one pass {fast:?}, careful {slow:?}"),
             }
+        }
+    }
+
+    /// The scanner reads the plain spellings itself (so the agreement above is its own), and
+    /// leaves what it does not read to serde_json.
+    #[test]
+    fn the_scanner_reads_plain_headers_and_leaves_the_rest() {
+        let path = Path::new("t.safetensors");
+        let scans = |header: &str| {
+            let meter = Meter::default();
+            let refused = RefCell::new(None);
+            let charge = Charge::new(path, &meter, header, &refused);
+            scan_header(header, &charge).unwrap().is_some()
+        };
+        let plain = [
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+            r#"{"__metadata__":{"k":"v\"w"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+            "{ \"a\" :\t{ \"shape\" : [ 2 ] ,\"data_offsets\":[0 , 8],\r\n\"dtype\" : \"F32\" } }\n",
+            r#"{"a":{"dtype":"U8","shape":[18446744073709551615,0],"data_offsets":[0,0]}}"#,
+            "{}",
+        ];
+        for header in plain {
+            assert!(scans(header), "{header}");
+        }
+        let left = [
+            r#"{"a\u0041":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[-0,8]}}"#,
+            r#"{"a":["F32",[2],[0,8]]}"#,
+            r#"{"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,8]}}"#,
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} x"#,
+        ];
+        for header in left {
+            assert!(!scans(header), "{header}");
         }
     }
 

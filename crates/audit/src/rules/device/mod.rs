@@ -25,7 +25,10 @@ pub(crate) fn storages_by_location<'a>(ctx: &'a Context<'_>) -> BTreeMap<&'a str
             continue;
         }
         match &mut run {
-            Some((at, ids)) if *at == location => ids.push(s.id().index()),
+            // The same spelling is mostly the same static string: no bytes compared.
+            Some((at, ids)) if std::ptr::eq(*at, location) || *at == location => {
+                ids.push(s.id().index())
+            }
             _ => {
                 if let Some((at, ids)) = run.replace((location, vec![s.id().index()])) {
                     by.entry(at).or_default().extend(ids);

@@ -170,8 +170,10 @@ pub struct CachingAllocator<B: SegmentBackend> {
     backend: B,
     config: AllocatorConfig,
     stats: Stats,
-    /// Every block of every segment, by address.
-    blocks: BTreeMap<u64, Node>,
+    /// Every block of every segment, by address. Hashed, not ordered: every use is a lookup
+    /// but the segment map's listing, which sorts; a load's million allocations each made
+    /// two ordered searches of it.
+    blocks: HashMap<u64, Node, foldhash::fast::RandomState>,
     /// Cached (free) blocks, ordered by (size, address): `small_blocks` and `large_blocks`.
     small_free: BTreeSet<(u64, u64)>,
     large_free: BTreeSet<(u64, u64)>,
@@ -191,7 +193,7 @@ impl<B: SegmentBackend> CachingAllocator<B> {
             backend,
             config,
             stats: Stats::default(),
-            blocks: BTreeMap::new(),
+            blocks: HashMap::default(),
             small_free: BTreeSet::new(),
             large_free: BTreeSet::new(),
             segments: BTreeMap::new(),
@@ -254,8 +256,7 @@ impl<B: SegmentBackend> CachingAllocator<B> {
                 allocated: self.stats.allocated_bytes.current,
             });
         };
-        let split = self.should_split(address, rounded);
-        Ok(self.alloc_found_block(address, rounded, size, split))
+        Ok(self.alloc_found_block(address, rounded, size))
     }
 
     /// Frees an allocation (`free` + `free_block`): the block merges with free neighbours of
@@ -307,22 +308,29 @@ impl<B: SegmentBackend> CachingAllocator<B> {
 
     /// The segment map, sorted by address (`memory_snapshot()`).
     pub fn segments(&self) -> Vec<SegmentInfo> {
+        let mut blocks: Vec<BlockInfo> = self
+            .blocks
+            .iter()
+            .map(|(&address, node)| BlockInfo {
+                address,
+                size: node.size,
+                requested: node.requested,
+                allocated: node.allocated,
+            })
+            .collect();
+        blocks.sort_unstable_by_key(|b| b.address);
         self.segments
             .iter()
-            .map(|(&address, &(size, pool))| SegmentInfo {
-                address,
-                size,
-                pool,
-                blocks: self
-                    .blocks
-                    .range(address..address + size)
-                    .map(|(&address, node)| BlockInfo {
-                        address,
-                        size: node.size,
-                        requested: node.requested,
-                        allocated: node.allocated,
-                    })
-                    .collect(),
+            .map(|(&address, &(size, pool))| {
+                // Segments do not overlap: each block lies in one.
+                let from = blocks.partition_point(|b| b.address < address);
+                let to = blocks.partition_point(|b| b.address < address + size);
+                SegmentInfo {
+                    address,
+                    size,
+                    pool,
+                    blocks: blocks.get(from..to).unwrap_or_default().to_vec(),
+                }
             })
             .collect()
     }
@@ -440,8 +448,7 @@ impl<B: SegmentBackend> CachingAllocator<B> {
 
     /// `should_split`: small-pool blocks split when at least 512 bytes remain, large-pool
     /// blocks when the request is below `max_split_size` and more than 1 MiB remains.
-    fn should_split(&self, address: u64, size: u64) -> bool {
-        let node = &self.blocks[&address];
+    fn should_split(&self, node: &Node, size: u64) -> bool {
         let remaining = node.size - size;
         match node.pool {
             Pool::Small => remaining >= K_MIN_BLOCK_SIZE,
@@ -450,14 +457,17 @@ impl<B: SegmentBackend> CachingAllocator<B> {
     }
 
     /// `alloc_found_block`: the block at `address` (out of the free set) becomes the
-    /// allocation; with `split`, its first `size` bytes do and the rest returns to the pool.
-    fn alloc_found_block(&mut self, address: u64, size: u64, requested: u64, split: bool) -> Block {
+    /// allocation; when [`Self::should_split`] says so, its first `size` bytes do and the
+    /// rest returns to the pool.
+    fn alloc_found_block(&mut self, address: u64, size: u64, requested: u64) -> Block {
         let id = BlockId(self.next_id);
         self.next_id += 1;
-        let node = &self.blocks[&address];
+        // Taken out and put back only if kept: one search of the map each way, where looking
+        // it up for each change took five.
+        let mut node = self.blocks.remove(&address).expect("found block exists");
         let pool = node.pool;
         let already_split = node.is_split();
-        if split {
+        if self.should_split(&node, size) {
             let remaining_address = address + size;
             let remaining_size = node.size - size;
             let old_next = node.next;
@@ -480,7 +490,6 @@ impl<B: SegmentBackend> CachingAllocator<B> {
                     None => debug_assert!(!self.keeps_allocated, "next block exists"),
                 }
             }
-            let node = self.blocks.get_mut(&address).expect("found block exists");
             node.size = size;
             node.next = Some(remaining_address);
             self.free_set(pool)
@@ -500,17 +509,16 @@ impl<B: SegmentBackend> CachingAllocator<B> {
             self.stats.decrease(pool, Kind::InactiveSplitBytes, whole);
             self.stats.decrease(pool, Kind::InactiveSplit, 1);
         }
-        let node = self.blocks.get_mut(&address).expect("found block exists");
         node.allocated = true;
         node.requested = requested;
         node.id = id;
         let block_size = node.size;
         if self.keeps_allocated {
             self.live.insert(id, address);
-        } else {
-            // Its neighbours keep its address (they stay split); nothing else refers to it.
-            self.blocks.remove(&address);
+            self.blocks.insert(address, node);
         }
+        // Load-only: its neighbours keep its address (they stay split); nothing else refers
+        // to it.
         self.stats.increase(pool, Kind::Allocation, 1);
         self.stats.increase(pool, Kind::AllocatedBytes, block_size);
         self.stats.increase(pool, Kind::Active, 1);
