@@ -807,6 +807,8 @@ fn check_batch(path: &Path, batch: &[Entry]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::Checkpoint;
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
 
     fn from_buffer(buffer: Arc<HostBuffer>) -> Result<Checkpoint> {
         crate::load::read_buffer_as(
@@ -1108,6 +1110,154 @@ mod tests {
                     assert_eq!(fast.to_string(), slow.to_string(), "{header}")
                 }
                 (fast, slow) => panic!("{header}: one pass {fast:?}, careful {slow:?}"),
+            }
+        }
+    }
+
+    /// A header spelled from pieces that JSON, the scanner and serde_json treat differently:
+    /// whitespace JSON has and has not, keys and codes with escapes or quotes, numbers with
+    /// signs, leading zeros, fractions and exponents, fields in any order, missing or twice,
+    /// stray commas, `__metadata__` anywhere.
+    fn spelled_header() -> impl Strategy<Value = String> {
+        // Mostly what JSON allows, now and then what it does not.
+        let space = prop_oneof![
+            12 => prop::sample::select(vec!["", "", "", " ", "\n", "\t", "\r\n"]),
+            1 => prop::sample::select(vec!["\u{b}", "\u{c}", "\u{a0}"]),
+        ];
+        let key = prop_oneof![
+            6 => prop::sample::select(vec!["a", "b", "c", "a.b", "é"]),
+            1 => prop::sample::select(vec![
+                "a\\u0041", "a\\\"b", "a\tb", "__metadata__", "", "a\\/b",
+            ]),
+        ];
+        let dtype = prop_oneof![
+            6 => Just("F32"),
+            1 => prop::sample::select(vec!["F\\u0033\\u0032", "X", "f32", "U8"]),
+        ];
+        // Spellings of the numbers a one-element F32 tensor needs (1, then 0 and 4), mostly
+        // plain, else one serde_json reads otherwise or not at all.
+        let spelled = |n: &'static str| {
+            prop_oneof![
+                6 => Just(n),
+                1 => prop::sample::select(vec![
+                    "00", "01", "04", "-0", "-1", "1.0", "4.0", "1e0", "4E0", "+1",
+                    "18446744073709551615", "18446744073709551616",
+                ]),
+            ]
+        };
+        let field = (
+            dtype,
+            spelled("1"),
+            spelled("0"),
+            spelled("4"),
+            space.clone(),
+        );
+        // The three fields in any order, now and then one missing or one more.
+        let order = Just(vec![0u8, 1, 2])
+            .prop_shuffle()
+            .prop_flat_map(|order| {
+                (
+                    Just(order),
+                    prop::option::weighted(0.15, 0u8..4),
+                    prop::bool::weighted(0.1),
+                )
+            })
+            .prop_map(|(mut order, extra, drop)| {
+                if drop {
+                    order.pop();
+                }
+                order.extend(extra);
+                order
+            });
+        let entry = (
+            order,
+            prop::collection::vec(field, 4),
+            space.clone(),
+            prop::bool::weighted(0.05),
+        )
+            .prop_map(|(order, fields, w, trailing)| {
+                let fields: Vec<_> = order.into_iter().zip(fields).collect();
+                (fields, w, trailing)
+            });
+        let item = (key, space.clone(), entry, prop::bool::weighted(0.1));
+        (
+            prop::collection::vec(item, 0..4),
+            space,
+            prop::bool::weighted(0.1),
+        )
+            .prop_map(|(items, end, stray)| {
+                let mut text = String::from("{");
+                for (i, (key, w, (fields, w2, trailing), metadata)) in items.iter().enumerate() {
+                    if i > 0 {
+                        text.push(',');
+                    }
+                    text.push_str(&format!("{w}\"{key}\"{w}:{w}"));
+                    if *metadata {
+                        text.push_str(r#"{"k":"v"}"#);
+                        continue;
+                    }
+                    let fields: Vec<String> = fields
+                        .iter()
+                        .map(|(which, (dtype, one, start, end, w))| match which {
+                            0 => format!("\"dtype\"{w}:{w}\"{dtype}\""),
+                            1 => format!("\"shape\":[{w}{one}{w}]"),
+                            2 => format!("\"data_offsets\":{w}[{start},{w}{end}]"),
+                            _ => format!("\"shape\":[{one},{w}{one}]"),
+                        })
+                        .collect();
+                    let comma = if *trailing { "," } else { "" };
+                    text.push_str(&format!("{{{w2}{}{comma}{w2}}}", fields.join(",")));
+                }
+                if stray {
+                    text.push(',');
+                }
+                text.push_str(&format!("}}{end}"));
+                text
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// Where the scanner reads a header, serde_json reads the same entries and metadata;
+        /// and the one-pass reading, scanner first, agrees with the careful one.
+        #[test]
+        fn the_scanner_reads_what_serde_json_reads(header in spelled_header()) {
+            let path = Path::new("t.safetensors");
+            let meter = Meter::default();
+            let refused = RefCell::new(None);
+            let charge = Charge::new(path, &meter, &header, &refused);
+            if let Some((metadata, entries)) = scan_header(&header, &charge).unwrap() {
+                let meter = Meter::default();
+                let refused = RefCell::new(None);
+                let charge = Charge::new(path, &meter, &header, &refused);
+                let serde = walk_header(&header, OnePass(charge), &refused).unwrap();
+                let Ok((serde_metadata, serde_entries)) = serde else {
+                    return Err(TestCaseError::fail(format!("serde_json refuses {header}")));
+                };
+                let seen = |metadata: Option<BTreeMap<String, String>>, entries: Vec<Entry>| {
+                    let entries: Vec<_> = entries
+                        .iter()
+                        .map(|e| (e.name.to_string(), e.dtype, e.shape.clone(), e.start, e.end))
+                        .collect();
+                    format!("{metadata:?} {entries:?}")
+                };
+                prop_assert_eq!(seen(metadata, entries), seen(serde_metadata, serde_entries));
+            }
+            let meter = Meter::default();
+            let careful = split_entries(path, &header, &meter)
+                .and_then(|raw| parse_entries(path, raw, &meter));
+            let meter = Meter::default();
+            match (read_at_once(path, &header, &meter), careful) {
+                (Ok(Some((m1, e1))), Ok((m2, e2))) => {
+                    let names = |e: &[Entry]| e.iter().map(|e| e.name.to_string()).collect::<Vec<_>>();
+                    prop_assert_eq!((m1, names(&e1)), (m2, names(&e2)));
+                }
+                (Ok(None), Err(_)) => prop_assert_eq!(meter.held(), 0),
+                (Err(fast), Err(slow)) => prop_assert_eq!(fast.to_string(), slow.to_string()),
+                (fast, slow) => {
+                    return Err(TestCaseError::fail(format!("{header}: one pass {fast:?}, careful {slow:?}")))
+                }
             }
         }
     }
