@@ -21,39 +21,29 @@ pub struct Layout {
     storage_offset: u64,
 }
 
-/// PyTorch's strides of a fresh tensor of `sizes` into `strides` (ones on entry), and its
-/// element count, with the errors [`Layout::new`] gives them: the extent check is implied
-/// (with no size 0, the last element is at `numel - 1`).
+/// PyTorch's strides of a fresh tensor of `sizes` into `strides` (ones on entry; empty to
+/// only check them), and its element count, with the errors [`Layout::new`] gives them: the
+/// extent check is implied (with no size 0, the last element is at `numel - 1`).
 fn contiguous_strides(sizes: &[u64], strides: &mut [u64]) -> Result<u64> {
-    for i in (1..sizes.len()).rev() {
-        // Indices are in range by the loop bounds; sizes and strides have one length.
-        strides[i - 1] = strides[i]
-            .checked_mul(sizes[i].max(1))
-            .ok_or_else(strides_overflow)?;
+    let mut stride = 1u64;
+    for (i, &size) in sizes.iter().enumerate().skip(1).rev() {
+        stride = stride
+            .checked_mul(size.max(1))
+            .ok_or_else(|| overflow("contiguous strides"))?;
+        if let Some(slot) = strides.get_mut(i - 1) {
+            *slot = stride;
+        }
     }
-    contiguous_count(sizes)
-}
-
-// Built only on failure: an `Error` made and dropped on every success cost more than the
-// arithmetic.
-fn strides_overflow() -> Error {
-    Error::Overflow {
-        what: "contiguous strides",
-    }
-}
-
-/// The element count of `sizes`, checked.
-fn contiguous_count(sizes: &[u64]) -> Result<u64> {
     sizes
         .iter()
         .try_fold(1u64, |acc, &s| acc.checked_mul(s))
-        .ok_or_else(count_overflow)
+        .ok_or_else(|| overflow("element count"))
 }
 
-fn count_overflow() -> Error {
-    Error::Overflow {
-        what: "element count",
-    }
+// A call, not the value: an `Error` made and dropped on every success cost more than the
+// arithmetic.
+fn overflow(what: &'static str) -> Error {
+    Error::Overflow { what }
 }
 
 /// Sizes or strides of one layout.
@@ -123,14 +113,7 @@ impl Layout {
 
     /// The element count of [`Layout::contiguous`]`(sizes)`, or its error, without building it.
     pub fn contiguous_numel(sizes: &[u64]) -> Result<u64> {
-        // The strides' checks, in their order, without a list to hold them.
-        let mut stride = 1u64;
-        for &size in sizes.iter().skip(1).rev() {
-            stride = stride
-                .checked_mul(size.max(1))
-                .ok_or_else(strides_overflow)?;
-        }
-        contiguous_count(sizes)
+        contiguous_strides(sizes, &mut [])
     }
 
     /// Sizes per dimension.

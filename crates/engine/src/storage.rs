@@ -123,6 +123,12 @@ impl Storage {
     }
 }
 
+/// `location` itself where it is the spelling PyTorch writes for its device (`cpu`,
+/// `cuda:0`…): a static string to borrow rather than copy.
+pub(crate) fn common_location(location: &str) -> Option<&'static str> {
+    common_spelling(&Device::parse(location)).filter(|&common| common == location)
+}
+
 /// The spelling PyTorch writes for the common devices.
 fn common_spelling(device: &Device) -> Option<&'static str> {
     const CUDA: [&str; 8] = [

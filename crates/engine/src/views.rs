@@ -114,7 +114,7 @@ pub fn check_budget(ckpt: &Checkpoint, path: &Path, limit: u64) -> Result<()> {
 pub fn check_listing_budget(ckpt: &Checkpoint, path: &Path, limit: u64) -> Result<()> {
     check(ckpt, path, limit, |views| {
         let pairs = pair_counts(views);
-        storage_cost(views)
+        views_cost(views, &pairs)
             .saturating_add(pairs.listed().saturating_mul(LISTED_PAIR_BYTES))
             // A name may take six times its length once escaped (`\u0000`).
             .saturating_add(pairs.listed_named().saturating_mul(6))
@@ -249,7 +249,11 @@ fn pair_counts(views: &[BudgetView]) -> PairCounts {
 
 /// [`check_budget`]'s bound for the views of one storage, sorted by byte range.
 fn storage_cost(views: &[BudgetView]) -> u64 {
-    let pairs = pair_counts(views);
+    views_cost(views, &pair_counts(views))
+}
+
+/// [`storage_cost`], given the views' [`pair_counts`].
+fn views_cost(views: &[BudgetView], pairs: &PairCounts) -> u64 {
     let names = views.iter().fold(0u64, |acc, v| acc.saturating_add(v.2));
     (views.len() as u64)
         .saturating_mul(VIEW_BYTES)

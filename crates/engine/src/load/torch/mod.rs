@@ -80,11 +80,7 @@ impl Member<'_> {
 
 /// A location as recorded, borrowed where it is one torch writes for most storages.
 fn location_text(location: &str) -> Cow<'static, str> {
-    const COMMON: [&str; 11] = [
-        "cpu", "cuda:0", "cuda", "meta", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5",
-        "cuda:6", "cuda:7",
-    ];
-    match COMMON.iter().find(|&&common| common == location) {
+    match crate::storage::common_location(location) {
         Some(common) => Cow::Borrowed(common),
         None => Cow::Owned(location.to_owned()),
     }
