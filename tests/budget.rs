@@ -6,6 +6,7 @@
 //! scanned as they stream, and a record that inflates to another size than it declares is
 //! refused (TP502: that one is damaged). `--timeout-per-file` refuses TP506 too.
 
+use crate::common::shape_of;
 use crate::common::zip_writer::ZipWriter;
 use crate::common::{
     error_findings, peak_rss, read_json, root, stderr, stdout, tensorplay, TempDir,
@@ -272,12 +273,7 @@ fn a_deflated_storage_is_scanned_as_it_streams() {
     let tensors = truth["tensors"].as_object().expect("tensors");
     assert_eq!(file.len(), tensors.len(), "{file:?}");
     for (name, t) in tensors {
-        let numel: u64 = t["shape"]
-            .as_array()
-            .expect("shape")
-            .iter()
-            .map(|d| d.as_u64().expect("dim"))
-            .product();
+        let numel: u64 = shape_of(&t["shape"]).iter().product();
         let expected = format!(
             "'{name}' (float32) holds {} NaN, {} +Inf, {} -Inf among {numel} elements; first at index {}",
             t["nan"], t["pos_inf"], t["neg_inf"], t["first"]

@@ -4,6 +4,7 @@
 //! where gguf-py reads it, the finding; NaN and Inf as TP401, in elements and in the
 //! float16 scales of quantised blocks; `.gguf` found by discovery.
 
+use crate::common::shape_of;
 use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, audit_json_with, corrupt_refusal, error_findings, inspect_json as inspect,
@@ -119,12 +120,7 @@ fn every_good_file_reads_as_gguf_py_read_it() {
                 }
                 None => assert!(!blocks, "{name}: no composite"),
             }
-            let numel: u64 = g["shape"]
-                .as_array()
-                .expect("shape")
-                .iter()
-                .map(|d| d.as_u64().expect("dim"))
-                .product();
+            let numel: u64 = shape_of(&g["shape"]).iter().product();
             assert_eq!(json!(numel), g["n_elements"], "{name}");
             read += 1;
         }

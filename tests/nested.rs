@@ -4,6 +4,7 @@
 //! path with its dtype, shape and elements; the globals inside judging the file that holds
 //! them (TP501); nesting past the cap and nested bytes past `--max-memory` refused.
 
+use crate::common::shape_of;
 use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, error_findings, inspect_json as inspect, read_json, root, unsafe_globals,
@@ -212,12 +213,7 @@ fn skorch_s_nested_pickle_is_judged_with_the_net() {
                 .unwrap_or_else(|| panic!("{path}: no {name}"));
             let imp = read.tensor_impl();
             assert_eq!(imp.dtype().name(), want["dtype"], "{path}: {name}");
-            let shape: Vec<u64> = want["shape"]
-                .as_array()
-                .expect("shape")
-                .iter()
-                .map(|d| d.as_u64().expect("dim"))
-                .collect();
+            let shape = shape_of(&want["shape"]);
             assert_eq!(imp.layout().sizes(), shape, "{path}: {name}");
             assert_eq!(view_sha256(read), want["sha256"], "{path}: {name}");
         }

@@ -3,6 +3,7 @@
 //! tensors, layouts, storages and bytes; every refused file's error, its TP code and its
 //! message; the object arrays' globals as TP501.
 
+use crate::common::shape_of;
 use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, corrupt_refusal, error_findings, inspect_json as inspect, read_json, root,
@@ -376,12 +377,7 @@ fn a_partial_npz_reads_its_numeric_members_and_leaves_out_the_rest() {
     let left_out = file["left_out"].as_array().expect("left out");
     assert_eq!(ckpt.left_out.count, left_out.len());
     for (ours, theirs) in ckpt.left_out.names.iter().zip(left_out) {
-        let shape: Vec<u64> = theirs["shape"]
-            .as_array()
-            .expect("shape")
-            .iter()
-            .map(|d| d.as_u64().expect("dim"))
-            .collect();
+        let shape = shape_of(&theirs["shape"]);
         let name = theirs["name"].as_str().expect("name");
         assert!(ours.starts_with(&format!("{name} (")), "{ours}");
         assert!(ours.ends_with(&format!(", shape {shape:?})")), "{ours}");

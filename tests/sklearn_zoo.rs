@@ -5,6 +5,7 @@
 //! seed sequences, a KDTree's `__getstate__` tuple by index), every storage named, every
 //! global joblib's unpickler resolved — and audited clean with the `sklearn` preset.
 
+use crate::common::shape_of;
 use crate::common::{audit_json, audit_json_with, root, TempConfig};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -94,12 +95,7 @@ fn every_estimator_of_the_zoo_reads_as_joblib_read_it() {
                 dtype_name(array["dtype"].as_str().expect("dtype")),
                 "{name}"
             );
-            let shape: Vec<u64> = array["shape"]
-                .as_array()
-                .expect("shape")
-                .iter()
-                .map(|d| d.as_u64().expect("dim"))
-                .collect();
+            let shape = shape_of(&array["shape"]);
             assert_eq!(imp.layout().sizes(), shape.as_slice(), "{name}");
             assert_eq!(
                 imp.nbytes().expect("nbytes"),

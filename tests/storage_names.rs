@@ -4,6 +4,7 @@
 //! 2.9.1 in `fixtures/make_attributes.py`), and no fixture tensorplay reads lists a storage
 //! without a tensor name.
 
+use crate::common::shape_of;
 use crate::common::{read_json, root};
 use std::path::{Path, PathBuf};
 use tensorplay_engine::load;
@@ -33,12 +34,7 @@ fn attribute_tensors_are_named_by_their_attribute_path() {
             (
                 t["name"].as_str().expect("name").to_owned(),
                 t["dtype"].as_str().expect("dtype").to_owned(),
-                t["shape"]
-                    .as_array()
-                    .expect("shape")
-                    .iter()
-                    .map(|d| d.as_u64().expect("dim"))
-                    .collect(),
+                shape_of(&t["shape"]),
             )
         })
         .collect();

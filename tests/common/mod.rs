@@ -288,6 +288,16 @@ pub fn assert_bytes_as_truth(
 }
 
 /// A JSON array of strings.
+/// A truth file's `shape`: its dimensions.
+pub fn shape_of(shape: &serde_json::Value) -> Vec<u64> {
+    shape
+        .as_array()
+        .expect("shape")
+        .iter()
+        .map(|d| d.as_u64().expect("dim"))
+        .collect()
+}
+
 pub fn strings(v: &serde_json::Value) -> Vec<String> {
     v.as_array()
         .expect("array")
