@@ -15,7 +15,9 @@ venv=target/ci-tools/differential-venv
 # joblib and lz4 (fixtures/requirements-joblib.txt) for the acceptance oracle's joblib.load.
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, joblib, lz4" 2>/dev/null; then
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    # --no-cache-dir: the wheels (~3.5 GB, CUDA libraries included) are installed once here;
+    # a cached copy beside the installed one doubles the disk CI needs.
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir \
         -r fixtures/requirements.txt -r fixtures/requirements-torch.txt \
         -r fixtures/requirements-joblib.txt >&2
 fi
