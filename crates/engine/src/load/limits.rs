@@ -140,11 +140,6 @@ pub(crate) const TENSOR_METADATA_BYTES: u64 = (std::mem::size_of::<crate::Tensor
 /// slices of the header (40 bytes) and its slot in the set that finds duplicate names.
 pub(crate) const HEADER_ENTRY_BYTES: u64 = 64;
 
-/// What the `safetensors` crate's reading holds per entry of a batch for the cross-check,
-/// beyond the name it copies: the name and `TensorInfo` pair (72 bytes), its shape (32 with
-/// malloc's header), the validated list (48) and the crate's name index (≈ 40), rounded up.
-pub(crate) const CRATE_ENTRY_BYTES: u64 = 256;
-
 impl Meter {
     /// Charges `count` tensors' metadata, `each` bytes more per tensor (what reading it
     /// takes) and `beyond` bytes in all (their names), held for the rest of the read.
