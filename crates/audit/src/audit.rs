@@ -9,6 +9,7 @@ use crate::options::Options;
 use crate::registry::RULES;
 use crate::report::{DeviceFacts, FileReport, MemoryFacts};
 use crate::rule::{Context, Memory, Rule};
+use crate::rules::device::storages_by_location;
 use crate::text::{bounded_message, bounded_name};
 use crate::Severity;
 use rayon::prelude::*;
@@ -85,8 +86,8 @@ pub fn audit(
     }
     let rules = enabled(config, options, path);
     let reads_bytes = rules.iter().any(|(r, _)| r.reads_bytes());
-    // The byte scan, the simulated load and the view analysis are independent.
-    let (scans, (memory, shared)) = rayon::join(
+    // The byte scan, the simulated load, the view analysis and the devices are independent.
+    let (scans, (memory, (shared, by_location))) = rayon::join(
         || {
             reads_bytes.then(|| {
                 let progress = options.progress.as_deref();
@@ -101,7 +102,12 @@ pub fn audit(
         || {
             rayon::join(
                 || simulate(ckpt, config, options),
-                || views::shared_storages(ckpt),
+                || {
+                    rayon::join(
+                        || views::shared_storages(ckpt),
+                        || storages_by_location(ckpt),
+                    )
+                },
             )
         },
     );
@@ -109,6 +115,7 @@ pub fn audit(
         ckpt,
         settings: &config.settings,
         shared,
+        by_location,
         scans,
         memory,
         device_load,

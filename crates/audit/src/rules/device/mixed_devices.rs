@@ -1,4 +1,3 @@
-use super::storages_by_location;
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
 use crate::text::plural;
@@ -30,7 +29,7 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    let by = storages_by_location(ctx);
+    let by = &ctx.by_location;
     if by.len() < 2 {
         return;
     }

@@ -10,16 +10,17 @@ pub use meta_tensor::MetaTensor;
 pub use mixed_devices::MixedDevices;
 pub use unexpected_device::UnexpectedDevice;
 
-use crate::rule::Context;
 use std::collections::BTreeMap;
+use tensorplay_engine::Checkpoint;
 
-/// Storage ids by recorded location, meta storages left out (they hold no data; TP204).
-pub(crate) fn storages_by_location<'a>(ctx: &'a Context<'_>) -> BTreeMap<&'a str, Vec<usize>> {
+/// Storage ids by recorded location, meta storages left out (they hold no data; TP204): read
+/// once per audit, into [`Context::by_location`](crate::rule::Context::by_location).
+pub(crate) fn storages_by_location(ckpt: &Checkpoint) -> BTreeMap<&str, Vec<usize>> {
     let mut by: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     // Runs of one location (nearly every file is one run) are gathered before the map is
     // searched.
     let mut run: Option<(&str, Vec<usize>)> = None;
-    for s in &ctx.ckpt.storages {
+    for s in &ckpt.storages {
         let location = s.location();
         if location == "meta" {
             continue;

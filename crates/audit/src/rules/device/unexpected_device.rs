@@ -1,4 +1,3 @@
-use super::storages_by_location;
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
 use crate::text::plural;
@@ -31,14 +30,14 @@ How to fix
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     let allowed = &ctx.settings.allowed_devices;
-    for (location, ids) in storages_by_location(ctx) {
+    for (&location, ids) in &ctx.by_location {
         if allowed.iter().any(|a| a == location) {
             continue;
         }
         // A lookup per tensor, not a search of the ids: a million storages saved from one
         // GPU stay linear.
         let mut here = vec![false; ctx.ckpt.storages.len()];
-        for &id in &ids {
+        for &id in ids {
             if let Some(slot) = here.get_mut(id) {
                 *slot = true;
             }

@@ -1,6 +1,7 @@
 use super::super::{human_bytes, names_in_storage};
 use crate::finding::Draft;
 use crate::rule::{declare_rule, Context};
+use tensorplay_engine::Storage;
 
 declare_rule!(StorageBloat {
     code: "TP104",
@@ -40,6 +41,11 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         .iter()
         .filter_map(|t| {
             let imp = t.tensor_impl();
+            // A storage smaller than the threshold cannot leave that much unreached: its
+            // views are not measured (a million tiny tensors cost a filter, not a sort).
+            if !could_fire(imp.storage(), limits.storage_bloat_bytes) {
+                return None;
+            }
             let r = imp.byte_range().ok().flatten()?;
             Some((imp.storage().id().index(), r.start, r.end))
         })
@@ -60,9 +66,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             }
         }
         let unused = total - covered;
-        // A storage the file holds as itself was saved whole on purpose.
-        if storage.is_saved_alone()
-            || total == 0
+        if !could_fire(storage, limits.storage_bloat_bytes)
             || unused < limits.storage_bloat_bytes
             || (unused as f64) < limits.storage_bloat_fraction * total as f64
         {
@@ -89,6 +93,12 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             ..Default::default()
         });
     }
+}
+
+/// Whether a storage's unreached bytes are judged at all: not one the file holds as itself
+/// (saved whole on purpose), not an empty one, not one smaller than the bytes it takes to fire.
+fn could_fire(storage: &Storage, threshold: u64) -> bool {
+    !storage.is_saved_alone() && storage.nbytes() > 0 && storage.nbytes() >= threshold
 }
 
 #[cfg(test)]
