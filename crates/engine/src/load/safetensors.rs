@@ -22,7 +22,10 @@
 //! that pass finds anything amiss it gives up, and the careful reading (the entries split
 //! first, then each parsed) names the fault with one precedence whatever the file's order.
 
+mod entries;
 mod scan;
+
+use entries::Entries;
 
 use super::limits::{Meter, HEADER_ENTRY_BYTES};
 use super::sniff::Prefix;
@@ -106,7 +109,8 @@ pub(crate) fn looks_like_safetensors_in(prefix: Prefix<'_>) -> Option<bool> {
 /// makes them, all pointing into the one buffer) and records its `__metadata__`.
 ///
 /// The phases are ordered so their transient memory never adds up: the header's entries
-/// as slices of it, then tensorplay's entries, and only then the four layers. Each is charged to the meter before it is taken.
+/// as slices of it, then tensorplay's entries, and only then the four layers, a chunk of
+/// entries at a time. Each is charged to the meter before it is taken.
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     let path = buffer.source();
     let meter = sink.meter();
@@ -125,7 +129,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
 }
 
 /// The data region must end where the file does.
-fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry]) -> Result<()> {
+fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &Entries) -> Result<()> {
     let data_end = entries.last().map_or(0, |e| e.end);
     let file_end = data_start.checked_add(data_end).ok_or(Error::Overflow {
         what: "data end offset",
@@ -141,8 +145,23 @@ fn check_data_len(buffer: &HostBuffer, data_start: u64, entries: &[Entry]) -> Re
 }
 
 /// The four layers of validated entries, written through `sink`: one storage per tensor,
-/// built in parallel (each tensor's layers stand alone).
+/// built in parallel (each tensor's layers stand alone), a chunk of entries at a time, each
+/// chunk freed once its layers are made.
 fn build_into(
+    buffer: &Arc<HostBuffer>,
+    data_start: u64,
+    entries: Entries,
+    sink: &mut Sink<'_>,
+) -> Result<()> {
+    sink.reserve_tensors(entries.len());
+    for chunk in entries.into_chunks() {
+        build_chunk(buffer, data_start, chunk, sink)?;
+    }
+    Ok(())
+}
+
+/// One chunk's layers.
+fn build_chunk(
     buffer: &Arc<HostBuffer>,
     data_start: u64,
     entries: Vec<Entry>,
@@ -387,7 +406,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
 }
 
 /// The `__metadata__` map and the entries.
-type Parsed = (BTreeMap<String, String>, Vec<Entry>);
+type Parsed = (BTreeMap<String, String>, Entries);
 
 /// The header in one pass, each entry validated as it is met and charged as the careful
 /// reading charges it; `None` when anything is amiss, for the careful reading to name (what
@@ -419,14 +438,14 @@ fn read_at_once(path: &Path, header: &str, meter: &Meter) -> Result<Option<Parse
         .fold(0u64, |acc, e| acc.saturating_add(e.name.len() as u64));
     let each = std::mem::size_of::<Entry>() as u64;
     meter.hold_tensors(path, entries.len() as u64, each, names)?;
-    if let Some(name) = first_duplicate(entries.iter().map(|e| &*e.name)) {
+    if let Some(name) = first_duplicate(entries.len(), entries.iter().map(|e| &*e.name)) {
         return Err(Error::DuplicateTensor {
             path: path.to_owned(),
             name: name.to_owned(),
         });
     }
-    sort_by_offset(&mut entries);
-    check_tiling(path, &entries)?;
+    entries.sort_by_offset();
+    check_tiling(path, entries.iter())?;
     Ok(Some((metadata.unwrap_or_default(), entries)))
 }
 
@@ -434,7 +453,7 @@ fn read_at_once(path: &Path, header: &str, meter: &Meter) -> Result<Option<Parse
 struct OnePass<'p>(Charge<'p>);
 
 /// What the one-pass reading finds: the `__metadata__` map if any, and the entries.
-type OnePassRead = (Option<BTreeMap<String, String>>, Vec<Entry>);
+type OnePassRead = (Option<BTreeMap<String, String>>, Entries);
 
 impl<'de> Visitor<'de> for OnePass<'_> {
     type Value = OnePassRead;
@@ -449,7 +468,7 @@ impl<'de> Visitor<'de> for OnePass<'_> {
     ) -> std::result::Result<Self::Value, A::Error> {
         let amiss = || serde::de::Error::custom("for the careful reading");
         let mut metadata = None;
-        let mut entries = Vec::with_capacity(self.0.room);
+        let mut entries = Entries::with_room(self.0.room);
         let mut reader = EntryReader::default();
         while let Some(Key(key)) = map.next_key()? {
             self.0.key(&key)?;
@@ -476,7 +495,7 @@ fn scan_header(header: &str, charge: &Charge<'_>) -> Result<Option<OnePassRead>>
         return Ok(None);
     };
     let mut metadata = None;
-    let mut entries = Vec::with_capacity(charge.room);
+    let mut entries = Entries::with_room(charge.room);
     let mut reader = EntryReader::default();
     loop {
         let key = match scanner.next_key() {
@@ -557,7 +576,7 @@ fn parse_entries(path: &Path, raw: RawEntries<'_>, meter: &Meter) -> Result<Pars
 
     // In order and indexed, so the list is written in place, not joined from pieces.
     let (duplicate, parsed) = rayon::join(
-        || first_duplicate(raw.iter().map(|(name, _)| name.as_ref())),
+        || first_duplicate(raw.len(), raw.iter().map(|(name, _)| name.as_ref())),
         || {
             before
                 .par_iter()
@@ -585,22 +604,17 @@ fn parse_entries(path: &Path, raw: RawEntries<'_>, meter: &Meter) -> Result<Pars
             .find_map(|(name, value)| parse_entry(path, name, value.get()).err());
         return Err(first.unwrap_or_else(|| syntax("an entry could not be read".into())));
     }
-    let mut entries = somes(parsed);
+    let mut entries = Entries::from(somes(parsed));
     drop(raw);
-    sort_by_offset(&mut entries);
-    check_tiling(path, &entries)?;
+    entries.sort_by_offset();
+    check_tiling(path, entries.iter())?;
     Ok((metadata, entries))
 }
 
-/// By data offset; ties, which only zero-size tensors can make, by name.
-fn sort_by_offset(entries: &mut [Entry]) {
-    entries.par_sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
-}
-
-/// The first name met twice, in order.
-fn first_duplicate<'n>(names: impl ExactSizeIterator<Item = &'n str>) -> Option<&'n str> {
+/// The first name met twice, in order, of `count` names.
+fn first_duplicate<'n>(count: usize, names: impl Iterator<Item = &'n str>) -> Option<&'n str> {
     let mut seen =
-        HashSet::with_capacity_and_hasher(names.len(), foldhash::quality::RandomState::default());
+        HashSet::with_capacity_and_hasher(count, foldhash::quality::RandomState::default());
     names.into_iter().find(|name| !seen.insert(*name))
 }
 
@@ -690,7 +704,7 @@ fn validate(path: &Path, name: &str, raw: RawEntry<'_>, dtype: DType) -> Result<
 }
 
 /// Entries sorted by offset must follow one another with neither gap nor overlap.
-fn check_tiling(path: &Path, entries: &[Entry]) -> Result<()> {
+fn check_tiling<'e>(path: &Path, entries: impl Iterator<Item = &'e Entry>) -> Result<()> {
     let mut previous: Option<&Entry> = None;
     for entry in entries {
         let expected = previous.map_or(0, |p| p.end);
@@ -1217,7 +1231,7 @@ mod tests {
                 let Ok((serde_metadata, serde_entries)) = serde else {
                     return Err(TestCaseError::fail(format!("serde_json refuses {header}")));
                 };
-                let seen = |metadata: Option<BTreeMap<String, String>>, entries: Vec<Entry>| {
+                let seen = |metadata: Option<BTreeMap<String, String>>, entries: Entries| {
                     let entries: Vec<_> = entries
                         .iter()
                         .map(|e| (e.name.to_string(), e.dtype, e.shape.clone(), e.start, e.end))
@@ -1232,7 +1246,7 @@ mod tests {
             let meter = Meter::default();
             match (read_at_once(path, &header, &meter), careful) {
                 (Ok(Some((m1, e1))), Ok((m2, e2))) => {
-                    let names = |e: &[Entry]| e.iter().map(|e| e.name.to_string()).collect::<Vec<_>>();
+                    let names = |e: &Entries| e.iter().map(|e| e.name.to_string()).collect::<Vec<_>>();
                     prop_assert_eq!((m1, names(&e1)), (m2, names(&e2)));
                 }
                 (Ok(None), Err(_)) => prop_assert_eq!(meter.held(), 0),
