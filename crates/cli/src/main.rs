@@ -1,7 +1,7 @@
 //! The `tensorplay` binary: the command line of the `tensorplay` library crate.
 
 fn main() -> std::process::ExitCode {
-    purge_freed_memory_at_once();
+    purge_freed_memory_soon();
     std::process::ExitCode::from(tensorplay::run(std::env::args_os()))
 }
 
@@ -9,14 +9,15 @@ fn main() -> std::process::ExitCode {
 /// `-sys` crate's constants name only older ones.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Hands memory the reading freed back to the kernel at once rather than after mimalloc's
-/// 10 ms delay (100 ms for its arenas). A read builds a stream's values, then the layers, then
-/// frees the values: held over, the freed pages added up, and where the kernel backs the
-/// heap with transparent huge pages a metadata audit of 100 000 torch.save tensors held 121
-/// MiB instead of 97 (BENCHMARKS.md), at the same CPU time. The binary only: the Python
-/// module runs inside the user's interpreter, whose allocator is not tensorplay's to set.
-fn purge_freed_memory_at_once() {
+/// Hands memory the reading freed back to the kernel 10 ms after it is freed, rather than
+/// after v3's default second. A read builds a stream's values, then the layers, then frees
+/// the values: held for a second, the freed pages added up (a metadata audit of 100 000
+/// torch.save tensors held 121 MiB instead of 97, BENCHMARKS.md). At once (0 ms) every page
+/// freed and used again was faulted in anew: 10 ms takes 2–11 % less CPU on the per-tensor
+/// benchmarks for 0–11 MiB more at their peaks. The binary only: the Python module runs inside
+/// the user's interpreter, whose allocator is not tensorplay's to set.
+fn purge_freed_memory_soon() {
     // SAFETY: sets one integer option of the allocator this binary links; mimalloc reads its
     // options atomically and allows changing them while it runs.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10) }
 }
