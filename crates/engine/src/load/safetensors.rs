@@ -8,11 +8,12 @@
 //! (`Metadata::validate`: offsets contiguous from zero, element count × bit width in whole
 //! bytes, checked, matching the span) is then implied by tensorplay's own tiling and size
 //! checks, the same arithmetic over the same widths, so it is not run again per file: a
-//! property test holds the crate to accepting whatever tensorplay accepts, and refusing
-//! whatever it refuses for those rules. The rest of an entry the crate reads with
-//! the same serde derivation over the same JSON (`shape` as `Vec<usize>`, `data_offsets` as
-//! `(usize, usize)`, which are tensorplay's `u64` on the 64-bit targets it builds for; unknown
-//! fields the crate skips, tensorplay refuses), so reading the text twice would find nothing.
+//! property test holds the crate's whole-file reading to accepting whatever tensorplay
+//! accepts, and a test breaks each shared rule for both to refuse. The rest of an entry the
+//! crate reads with the same serde derivation over the same JSON (`shape` as `Vec<usize>`,
+//! `data_offsets` as `(usize, usize)`, which are tensorplay's `u64` on the 64-bit targets it
+//! builds for; unknown fields the crate skips, tensorplay refuses), so reading the text twice
+//! would find nothing.
 //! What the crate checks on the whole file only — the length prefix, UTF-8, the JSON object
 //! around the entries, `__metadata__` as a map of strings, the data length — tensorplay
 //! checks itself, with the same limits.
