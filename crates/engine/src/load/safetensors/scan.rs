@@ -168,7 +168,6 @@ impl<'h> Scanner<'h> {
         }
     }
 
-    /// One of the three field names, quoted.
     /// The spelling the `safetensors` writers emit, read without a look for whitespace or a
     /// field's name: `{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}`. One of the
     /// spellings [`Scanner::entry`] reads, with the same values; anything else is left to it.
@@ -209,6 +208,7 @@ impl<'h> Scanner<'h> {
         Ok(())
     }
 
+    /// One of the three field names, quoted.
     fn field(&mut self) -> Scan<Field> {
         let rest = self.bytes.get(self.pos..).unwrap_or_default();
         let (field, len) = if rest.first_chunk() == Some(b"\"dtype\"") {
