@@ -932,6 +932,35 @@ mod tests {
         }
     }
 
+    /// A header of more entries than one chunk, listed out of offset order: read whole, in
+    /// offset order, each tensor over its own storage, numbered in that order across chunks.
+    #[test]
+    fn a_header_past_one_chunk_is_read_whole_in_offset_order() {
+        let n = (1 << 16) + 3;
+        let mut header = String::from(r#"{"__metadata__":{"format":"pt"}"#);
+        for i in (0..n).rev() {
+            header.push_str(&format!(
+                r#","t{i}":{{"dtype":"I16","shape":[1],"data_offsets":[{},{}]}}"#,
+                2 * i,
+                2 * i + 2
+            ));
+        }
+        header.push('}');
+        let ckpt = from_buffer(file(&header, 2 * n)).unwrap();
+        assert_eq!((ckpt.tensors.len(), ckpt.storages.len()), (n, n));
+        for (i, tensor) in ckpt.tensors.iter().enumerate() {
+            let storage = tensor.tensor_impl().storage();
+            assert_eq!(tensor.name(), format!("t{i}"));
+            assert_eq!(storage.id().index(), i);
+            assert!(Arc::ptr_eq(storage, &ckpt.storages[i]), "t{i}");
+            let at = (8 + header.len() + 2 * i) as u64;
+            match storage.data_ptr().owner() {
+                crate::data_ptr::Owner::Host { range, .. } => assert_eq!(*range, at..at + 2),
+                other => panic!("t{i}: {other:?}"),
+            }
+        }
+    }
+
     /// The cases the property above must meet both ways: each rule the crate's validation
     /// shares with tensorplay's, broken, is refused by both; kept, accepted by both.
     #[test]
