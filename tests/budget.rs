@@ -6,10 +6,9 @@
 //! scanned as they stream, and a record that inflates to another size than it declares is
 //! refused (TP502: that one is damaged). `--timeout-per-file` refuses TP506 too.
 
-use crate::common::shape_of;
 use crate::common::zip_writer::ZipWriter;
 use crate::common::{
-    error_findings, peak_rss, read_json, root, stderr, stdout, tensorplay, TempDir,
+    error_findings, peak_rss, read_json, root, shape_of, stderr, stdout, tensorplay, TempDir,
 };
 use tensorplay_engine::load::{self, ReadLimits};
 use tensorplay_engine::{numeric, Error, ErrorKind, Owner};

@@ -4,11 +4,10 @@
 //! where gguf-py reads it, the finding; NaN and Inf as TP401, in elements and in the
 //! float16 scales of quantised blocks; `.gguf` found by discovery.
 
-use crate::common::shape_of;
 use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, audit_json_with, corrupt_refusal, error_findings, inspect_json as inspect,
-    read_json, root, stderr, stdout, tensorplay, TempDir,
+    read_json, root, shape_of, stderr, stdout, tensorplay, TempDir,
 };
 use serde_json::{json, Value};
 use tensorplay_engine::load;

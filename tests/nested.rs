@@ -4,10 +4,10 @@
 //! path with its dtype, shape and elements; the globals inside judging the file that holds
 //! them (TP501); nesting past the cap and nested bytes past `--max-memory` refused.
 
-use crate::common::shape_of;
 use crate::common::view_sha256;
 use crate::common::{
-    audit_json as audit, error_findings, inspect_json as inspect, read_json, root, unsafe_globals,
+    audit_json as audit, error_findings, inspect_json as inspect, read_json, root, shape_of,
+    unsafe_globals,
 };
 use serde_json::Value;
 use tensorplay_engine::load::{self, ReadLimits};

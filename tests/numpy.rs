@@ -3,11 +3,10 @@
 //! tensors, layouts, storages and bytes; every refused file's error, its TP code and its
 //! message; the object arrays' globals as TP501.
 
-use crate::common::shape_of;
 use crate::common::view_sha256;
 use crate::common::{
     audit_json as audit, corrupt_refusal, error_findings, inspect_json as inspect, read_json, root,
-    stdout, tensorplay, TempDir,
+    shape_of, stdout, tensorplay, TempDir,
 };
 use serde_json::Value;
 use tensorplay_engine::{load, Error};

@@ -5,8 +5,7 @@
 //! seed sequences, a KDTree's `__getstate__` tuple by index), every storage named, every
 //! global joblib's unpickler resolved — and audited clean with the `sklearn` preset.
 
-use crate::common::shape_of;
-use crate::common::{audit_json, audit_json_with, root, TempConfig};
+use crate::common::{audit_json, audit_json_with, root, shape_of, TempConfig};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tensorplay_engine::load;

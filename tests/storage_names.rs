@@ -4,8 +4,7 @@
 //! 2.9.1 in `fixtures/make_attributes.py`), and no fixture tensorplay reads lists a storage
 //! without a tensor name.
 
-use crate::common::shape_of;
-use crate::common::{read_json, root};
+use crate::common::{read_json, root, shape_of};
 use std::path::{Path, PathBuf};
 use tensorplay_engine::load;
 

@@ -287,7 +287,6 @@ pub fn assert_bytes_as_truth(
     }
 }
 
-/// A JSON array of strings.
 /// A truth file's `shape`: its dimensions.
 pub fn shape_of(shape: &serde_json::Value) -> Vec<u64> {
     shape
@@ -298,6 +297,7 @@ pub fn shape_of(shape: &serde_json::Value) -> Vec<u64> {
         .collect()
 }
 
+/// A JSON array of strings.
 pub fn strings(v: &serde_json::Value) -> Vec<String> {
     v.as_array()
         .expect("array")

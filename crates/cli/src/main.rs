@@ -12,10 +12,10 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Hands memory the reading freed back to the kernel 10 ms after it is freed, rather than
 /// after v3's default second. A read builds a stream's values, then the layers, then frees
 /// the values: held for a second, the freed pages added up (a metadata audit of 100 000
-/// torch.save tensors held 121 MiB instead of 97, BENCHMARKS.md). At once (0 ms) every page
-/// freed and used again was faulted in anew: 10 ms takes 2–18 % less CPU on the per-tensor
-/// benchmarks for 0–23 MiB more at their peaks (BENCHMARKS.md). The binary only: the Python module runs inside
-/// the user's interpreter, whose allocator is not tensorplay's to set.
+/// torch.save tensors held 121 MiB instead of 97). At once (0 ms), every page freed and used
+/// again was faulted in anew: 10 ms takes 2–18 % less CPU on the per-tensor benchmarks for
+/// 0–23 MiB more at their peaks (BENCHMARKS.md). The binary only: the Python module runs
+/// inside the user's interpreter, whose allocator is not tensorplay's to set.
 fn purge_freed_memory_soon() {
     // SAFETY: sets one integer option of the allocator this binary links; mimalloc reads its
     // options atomically and allows changing them while it runs.

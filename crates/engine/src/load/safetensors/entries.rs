@@ -55,10 +55,7 @@ impl Entries {
     /// header's entries in offset order, which is kept as it is; any other order is sorted in
     /// one list.
     pub(super) fn sort_by_offset(&mut self) {
-        if self
-            .iter()
-            .is_sorted_by(|a, b| (a.start, a.end, &a.name) <= (b.start, b.end, &b.name))
-        {
+        if self.iter().is_sorted_by_key(offset_key) {
             return;
         }
         // One list of exactly their number, each chunk freed as it is moved: never twice the
@@ -67,7 +64,7 @@ impl Entries {
         for chunk in std::mem::take(&mut self.chunks) {
             all.extend(chunk);
         }
-        all.par_sort_unstable_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
+        all.par_sort_unstable_by(|a, b| offset_key(a).cmp(&offset_key(b)));
         self.chunks = vec![all];
     }
 
@@ -75,6 +72,11 @@ impl Entries {
     pub(super) fn into_chunks(self) -> impl Iterator<Item = Vec<Entry>> {
         self.chunks.into_iter()
     }
+}
+
+/// What entries are ordered by: data offsets, then the name.
+fn offset_key(entry: &Entry) -> (u64, u64, &str) {
+    (entry.start, entry.end, &entry.name)
 }
 
 impl From<Vec<Entry>> for Entries {
