@@ -3,6 +3,7 @@
 //! binary: the Python extension (crates/python) runs the same command through [`run`] and
 //! reaches the audit and the report renderers through [`embed`].
 
+mod allocator;
 mod audit;
 mod color;
 mod convert;
@@ -32,11 +33,8 @@ mod views;
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 
-// A checkpoint of a million tensors is millions of small allocations made and freed on
-// several threads: mimalloc's per-thread free lists take them in about half the time of
-// glibc's arenas (CHANGELOG.md, "parallel reading, 128-byte layers, mimalloc").
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 use exit::ExitStatus;
 
 /// Audits machine-learning checkpoints without executing them.

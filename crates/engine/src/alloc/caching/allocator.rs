@@ -383,7 +383,14 @@ impl<B: SegmentBackend> CachingAllocator<B> {
     fn get_free_block(&mut self, size: u64, pool: Pool) -> Option<u64> {
         let max_split = self.config.max_split_size;
         let set = self.free_set(pool);
-        let &(block_size, address) = set.range((size, 0)..).next()?;
+        // When the smallest cached block fits, it is the best: taken from the front without a
+        // search (a load's pool mostly holds one block, the rest of the segment it fills).
+        let smallest_fits = set.first().is_some_and(|&(first, _)| first >= size);
+        let &(block_size, address) = if smallest_fits {
+            set.first()?
+        } else {
+            set.range((size, 0)..).next()?
+        };
         // Do not return an oversized block for a normal request.
         if size < max_split && block_size >= max_split {
             return None;
@@ -392,7 +399,11 @@ impl<B: SegmentBackend> CachingAllocator<B> {
         if size >= max_split && block_size >= size.saturating_add(K_LARGE_BUFFER) {
             return None;
         }
-        set.remove(&(block_size, address));
+        if smallest_fits {
+            set.pop_first();
+        } else {
+            set.remove(&(block_size, address));
+        }
         Some(address)
     }
 
