@@ -2,13 +2,14 @@
 //! split and merge, segments released on the out-of-memory path; and the values it hands out.
 
 use super::config::AllocatorConfig;
+use super::free_blocks::FreeBlocks;
 use super::sizes::{
     allocation_size, format_size, pool_for, round_size, Pool, K_LARGE_BUFFER, K_MIN_BLOCK_SIZE,
     K_SMALL_SIZE,
 };
 use super::stats::{Kind, Stats};
 use crate::alloc::SegmentBackend;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::BuildHasherDefault;
 
@@ -175,8 +176,8 @@ pub struct CachingAllocator<B: SegmentBackend> {
     /// two ordered searches of it.
     blocks: HashMap<u64, Node, foldhash::fast::RandomState>,
     /// Cached (free) blocks, ordered by (size, address): `small_blocks` and `large_blocks`.
-    small_free: BTreeSet<(u64, u64)>,
-    large_free: BTreeSet<(u64, u64)>,
+    small_free: FreeBlocks,
+    large_free: FreeBlocks,
     /// Segments by address: size and pool.
     segments: BTreeMap<u64, (u64, Pool)>,
     /// Live allocations: id to block address.
@@ -194,8 +195,8 @@ impl<B: SegmentBackend> CachingAllocator<B> {
             config,
             stats: Stats::default(),
             blocks: HashMap::default(),
-            small_free: BTreeSet::new(),
-            large_free: BTreeSet::new(),
+            small_free: FreeBlocks::default(),
+            large_free: FreeBlocks::default(),
             segments: BTreeMap::new(),
             live: HashMap::default(),
             next_id: 1,
@@ -338,8 +339,8 @@ impl<B: SegmentBackend> CachingAllocator<B> {
     /// The largest cached free block in either pool, 0 when none (`cacheInfo`, without its
     /// initial guess from the device's free memory).
     pub fn largest_free_block(&self) -> u64 {
-        let small = self.small_free.last().map_or(0, |&(size, _)| size);
-        let large = self.large_free.last().map_or(0, |&(size, _)| size);
+        let small = self.small_free.largest().map_or(0, |(size, _)| size);
+        let large = self.large_free.largest().map_or(0, |(size, _)| size);
         small.max(large)
     }
 
@@ -371,7 +372,7 @@ impl<B: SegmentBackend> CachingAllocator<B> {
         &mut self.backend
     }
 
-    fn free_set(&mut self, pool: Pool) -> &mut BTreeSet<(u64, u64)> {
+    fn free_set(&mut self, pool: Pool) -> &mut FreeBlocks {
         match pool {
             Pool::Small => &mut self.small_free,
             Pool::Large => &mut self.large_free,
@@ -383,14 +384,7 @@ impl<B: SegmentBackend> CachingAllocator<B> {
     fn get_free_block(&mut self, size: u64, pool: Pool) -> Option<u64> {
         let max_split = self.config.max_split_size;
         let set = self.free_set(pool);
-        // When the smallest cached block fits, it is the best: taken from the front without a
-        // search (a load's pool mostly holds one block, the rest of the segment it fills).
-        let smallest_fits = set.first().is_some_and(|&(first, _)| first >= size);
-        let &(block_size, address) = if smallest_fits {
-            set.first()?
-        } else {
-            set.range((size, 0)..).next()?
-        };
+        let (block_size, address) = set.best_fit(size)?;
         // Do not return an oversized block for a normal request.
         if size < max_split && block_size >= max_split {
             return None;
@@ -399,11 +393,7 @@ impl<B: SegmentBackend> CachingAllocator<B> {
         if size >= max_split && block_size >= size.saturating_add(K_LARGE_BUFFER) {
             return None;
         }
-        if smallest_fits {
-            set.pop_first();
-        } else {
-            set.remove(&(block_size, address));
-        }
+        set.remove(&(block_size, address));
         Some(address)
     }
 
@@ -657,8 +647,8 @@ impl<B: SegmentBackend> CachingAllocator<B> {
         }
         let key = size.max(max_split);
         let set = match pool {
-            Pool::Small => &self.small_free,
-            Pool::Large => &self.large_free,
+            Pool::Small => self.small_free.ordered(),
+            Pool::Large => self.large_free.ordered(),
         };
         // Oversize free blocks are whole segments for every `max_split_size` PyTorch accepts
         // (a multiple of 1 MiB, at least 20 MiB); the whole-segment checks only keep a
@@ -690,8 +680,8 @@ impl<B: SegmentBackend> CachingAllocator<B> {
     fn release_cached_blocks(&mut self) -> Result<(), AllocError<B::Error>> {
         for pool in [Pool::Large, Pool::Small] {
             let set = match pool {
-                Pool::Small => &self.small_free,
-                Pool::Large => &self.large_free,
+                Pool::Small => self.small_free.ordered(),
+                Pool::Large => self.large_free.ordered(),
             };
             let whole: Vec<u64> = set
                 .iter()

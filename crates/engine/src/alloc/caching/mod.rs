@@ -18,11 +18,12 @@
 //! - statistics are PyTorch's `memory_stats()` counters, aggregated and per pool.
 //!
 //! One concept per file, each with its tests: `config.rs` (the settings and their parser),
-//! `sizes.rs` (rounding, pools and segment sizes), `stats.rs` (the counters) and
-//! `allocator.rs` (the allocator and the values it hands out).
+//! `sizes.rs` (rounding, pools and segment sizes), `stats.rs` (the counters), `free_blocks.rs`
+//! (a pool's cached blocks) and `allocator.rs` (the allocator and the values it hands out).
 
 mod allocator;
 mod config;
+mod free_blocks;
 mod sizes;
 mod stats;
 
