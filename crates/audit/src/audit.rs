@@ -179,12 +179,13 @@ pub fn audit(
 
 /// The distinct values, sorted. Values come in runs (a file's tensors share a dtype, its
 /// storages a device): a value like the one before is not looked up again, where collecting
-/// all of them first sorted a million.
+/// all of them first sorted a million. Runs are mostly of one static name, known the same
+/// by its address without comparing bytes.
 fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> BTreeSet<&'a str> {
     let mut set = BTreeSet::new();
-    let mut last = None;
+    let mut last: Option<&str> = None;
     for value in values {
-        if last != Some(value) {
+        if !last.is_some_and(|last| std::ptr::eq(last, value) || last == value) {
             set.insert(value);
             last = Some(value);
         }
