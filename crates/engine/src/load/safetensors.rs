@@ -936,7 +936,7 @@ mod tests {
     /// offset order, each tensor over its own storage, numbered in that order across chunks.
     #[test]
     fn a_header_past_one_chunk_is_read_whole_in_offset_order() {
-        let n = (1 << 16) + 3;
+        let n = entries::CHUNK + 3;
         let mut header = String::from(r#"{"__metadata__":{"format":"pt"}"#);
         for i in (0..n).rev() {
             header.push_str(&format!(

@@ -6,7 +6,7 @@ use super::Entry;
 use rayon::prelude::*;
 
 /// Entries per chunk: 5 MB of them.
-const CHUNK: usize = 1 << 16;
+pub(super) const CHUNK: usize = 1 << 16;
 
 /// The entries in the order they were read, then sorted by offset.
 #[derive(Debug, Default)]
