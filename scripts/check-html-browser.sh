@@ -7,5 +7,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if ! command -v chromium >/dev/null; then
     apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+    apt-get clean
 fi
 cargo test --locked --test integration -- --ignored html_report::

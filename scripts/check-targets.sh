@@ -19,4 +19,6 @@ for target in "${targets[@]}"; do
     env "CC_$var=$standin" "AR_$var=ar" RUSTFLAGS="-D warnings" \
         cargo check --locked --target "$target" \
         -p tensorplay-engine -p tensorplay-remote -p tensorplay -p tensorplay-python
+    # ~800 MB each, on a disk the torch environment of later checks needs.
+    rm -rf "target/$target"
 done
