@@ -202,3 +202,43 @@ fn a_300_000_member_archive_reads_within_the_budget_or_is_refused_cleanly() {
     );
     within_budget("300 000 members, small budget", &run, BUDGET);
 }
+
+/// torch.load's weights-only reading, replayed on every pickle it would open, holds a value
+/// per stack entry as the pickle machine does, but larger: a stream of millions of empty
+/// lists grows it far past what the stream weighs. Held to the budget, it is refused naming
+/// the replay, in a plain pickle (replayed first) and in an archive whose `data.pkl` the
+/// machine reads within the budget (replayed after).
+#[test]
+fn the_weights_only_replay_stays_within_the_budget() {
+    let dir = TempDir::new("hostile-replay");
+    let lists = |n: usize| {
+        let mut stream = b"\x80\x02".to_vec();
+        stream.extend(std::iter::repeat_n(b']', n));
+        stream.push(b'.');
+        stream
+    };
+    let plain = dir.0.join("lists.pkl");
+    // Below the machine's stack limit (4 000 000 entries).
+    std::fs::write(&plain, lists(3_500_000)).expect("pickle");
+    let archive = dir.0.join("lists.pt");
+    let mut zip = ZipWriter::default();
+    zip.add("archive/data.pkl", &lists(1_000_000));
+    zip.add("archive/byteorder", b"little");
+    zip.add("archive/version", b"3\n");
+    std::fs::write(&archive, zip.finish()).expect("archive");
+    for (path, member) in [(&plain, "<pickle>"), (&archive, "archive/data.pkl")] {
+        let run = audit(path, BUDGET);
+        let shown = path.display();
+        assert_eq!(run.code, Some(1), "{shown}");
+        let codes: Vec<&str> = run.errors[0].iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(codes, ["TP506"], "{shown}: {:?}", run.errors);
+        let message = &run.errors[0][0].1;
+        assert!(
+            message.contains(&format!(
+                "allowed, for the weights-only reading torch.load gives {member} (at byte "
+            )),
+            "{message}"
+        );
+        within_budget(&format!("{shown}"), &run, BUDGET);
+    }
+}

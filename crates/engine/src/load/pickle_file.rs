@@ -58,7 +58,9 @@ pub(crate) const ROW: Row = Row {
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     // torch.load reads a file that is neither zip nor tar as a legacy stream, whose first
     // pickle must be the magic number: it refuses every plain pickle, the question is why.
-    let reason = replay(buffer.bytes(), Persistent::Refused)
+    let budget = sink.meter().pickle_budget();
+    let reason = replay(buffer.bytes(), Persistent::Refused, &budget)
+        .map_err(|overrun| overrun.into_error(buffer.source(), MEMBER, &budget))?
         .err()
         .unwrap_or_else(|| "Invalid magic number; corrupt file?".into());
     sink.weights_only(WeightsOnly::refuses(MEMBER, reason));

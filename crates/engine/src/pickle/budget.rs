@@ -22,6 +22,16 @@ pub struct Budget {
     pub memory_held: u64,
 }
 
+impl Budget {
+    /// The same budget, with `bytes` more already held.
+    pub fn holding(&self, bytes: u64) -> Budget {
+        Budget {
+            memory_held: self.memory_held.saturating_add(bytes),
+            ..*self
+        }
+    }
+}
+
 impl Default for Budget {
     fn default() -> Self {
         // Far above any real checkpoint (a 100 000-tensor state dict needs ~2M values),

@@ -465,12 +465,10 @@ impl<'a> Machine<'a> {
 
     /// The top `n` items, in stack order.
     fn pop_n(&mut self, n: usize) -> Result<Vec<Id>> {
-        let mut items = Vec::with_capacity(n);
-        for _ in 0..n {
-            items.push(self.pop()?);
+        match self.stack.len().checked_sub(n) {
+            Some(at) if at >= self.frame_floor() => Ok(self.stack.split_off(at)),
+            _ => Err(self.err("stack underflow")),
         }
-        items.reverse();
-        Ok(items)
     }
 
     fn top(&self) -> Result<Id> {

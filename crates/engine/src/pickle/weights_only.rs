@@ -11,11 +11,11 @@
 
 use super::allowlist::{resolves, DTENSOR_REGISTERS};
 use super::opcodes::*;
+use super::Budget;
 use super::Loader;
 use crate::{DTypeKind, Device, Tensor};
-use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
+use std::mem::size_of;
 
 /// A set of memo keys. Picklers number them from 0, one per memoized value, so a key is
 /// below the stream's length: those are bits (a `torch.save` stream looks one up per value),
@@ -57,6 +57,24 @@ impl Keys {
         if let Some(w) = self.bits.get_mut(word) {
             *w |= 1 << bit;
         }
+    }
+
+    /// The bytes it holds; with `grown`, once the hashed keys' table next doubles (its slots a
+    /// power of two, an eighth spare, a byte of control each).
+    fn held(&self, grown: bool) -> u64 {
+        let far = match grown {
+            true => (self.far.capacity().max(3) + 1).saturating_mul(2 * 8) / 7,
+            false => self.far.capacity().saturating_mul(8) / 7,
+        };
+        let slot = (size_of::<u32>() + 1) as u64;
+        (self.bits.capacity() as u64)
+            .saturating_mul(8)
+            .saturating_add((far.next_power_of_two() as u64).saturating_mul(slot))
+    }
+
+    /// Whether inserting `key` may grow the hashed keys' table.
+    fn grows(&self, key: u32) -> bool {
+        key as usize >= self.near && self.far.len() == self.far.capacity()
     }
 
     fn contains(&self, key: u32) -> bool {
@@ -130,11 +148,16 @@ pub enum Persistent {
     Legacy,
 }
 
-/// Replays `stream` (which may run on past its STOP) through torch's weights-only unpickler:
-/// `Ok` where it reads to STOP, else torch's message.
-pub fn replay(stream: &[u8], persistent: Persistent) -> Result<(), String> {
-    let gets = memo_gets(stream);
-    Machine::new(stream, persistent, Some(gets)).run()
+/// What torch's weights-only unpickler does with a stream: `Ok` where it reads to STOP, else
+/// torch's message.
+pub type Verdict = Result<(), String>;
+
+/// Replays `stream` (which may run on past its STOP) through torch's weights-only unpickler,
+/// holding no more memory than `budget` leaves: its verdict, or the overrun that kept it
+/// from one.
+pub fn replay(stream: &[u8], persistent: Persistent, budget: &Budget) -> Result<Verdict, Overrun> {
+    let gets = memo_gets(stream, budget)?;
+    ended(Machine::new(stream, persistent, Some(gets), budget).run())
 }
 
 /// [`replay`] of a stream the pickle machine read to its STOP without a refusal, given the
@@ -146,8 +169,17 @@ pub(crate) fn replay_read(
     stream: &[u8],
     persistent: Persistent,
     fetched: Keys,
-) -> Result<(), String> {
-    Machine::new(stream, persistent, Some(fetched)).run()
+    budget: &Budget,
+) -> Result<Verdict, Overrun> {
+    ended(Machine::new(stream, persistent, Some(fetched), budget).run())
+}
+
+fn ended(run: Result<(), Stop>) -> Result<Verdict, Overrun> {
+    match run {
+        Ok(()) => Ok(Ok(())),
+        Err(Stop::Refused(message)) => Ok(Err(message)),
+        Err(Stop::Overrun(overrun)) => Err(overrun),
+    }
 }
 
 /// The memo keys the replay will fetch (BINGET, LONG_BINGET), found by stepping over its
@@ -156,8 +188,20 @@ pub(crate) fn replay_read(
 /// `torch.save` memoizes every value and fetches a handful (the globals, the device strings),
 /// so a hundred thousand tensors' values no longer stay alive in the memo. Where this pass
 /// reads further than the replay (a GLOBAL name that does not decode), it only finds more.
-fn memo_gets(stream: &[u8]) -> Keys {
+/// A stream of fetches of keys past its own length (which no memo holds) would grow the set
+/// without bound: it is held to `budget`.
+fn memo_gets(stream: &[u8], budget: &Budget) -> Result<Keys, Overrun> {
     let mut gets = Keys::new(stream.len());
+    let fetch = |gets: &mut Keys, key: u32, at: usize| {
+        if gets.grows(key) {
+            let needed = budget.memory_held.saturating_add(gets.held(true));
+            if needed > budget.max_memory {
+                return Err(Overrun { needed, at });
+            }
+        }
+        gets.insert(key);
+        Ok(())
+    };
     let u32_at = |at: usize| -> Option<u32> {
         let b = stream.get(at..at.checked_add(4)?)?;
         Some(u32::from_le_bytes(b.try_into().ok()?))
@@ -171,6 +215,7 @@ fn memo_gets(stream: &[u8]) -> Keys {
     };
     let mut pos = 0usize;
     while let Some(&op) = stream.get(pos) {
+        let at = pos;
         pos += 1;
         // Bytes the operand takes; `None` where the replay's read fails or it stops.
         let operand: Option<usize> = match op {
@@ -187,14 +232,20 @@ fn memo_gets(stream: &[u8]) -> Keys {
                 .map(|_| 2),
             BINUNICODE => u32_at(pos).map(|len| 4usize.saturating_add(len as usize)),
             SHORT_BINSTRING | LONG1 => stream.get(pos).map(|&len| 1 + usize::from(len)),
-            BINGET => stream.get(pos).map(|&key| {
-                gets.insert(u32::from(key));
-                1
-            }),
-            LONG_BINGET => u32_at(pos).map(|key| {
-                gets.insert(key);
-                4
-            }),
+            BINGET => match stream.get(pos) {
+                Some(&key) => {
+                    fetch(&mut gets, u32::from(key), at)?;
+                    Some(1)
+                }
+                None => None,
+            },
+            LONG_BINGET => match u32_at(pos) {
+                Some(key) => {
+                    fetch(&mut gets, key, at)?;
+                    Some(4)
+                }
+                None => None,
+            },
             NEWOBJ | REDUCE | BUILD | APPEND | APPENDS | SETITEM | SETITEMS | MARK | TUPLE
             | TUPLE1 | TUPLE2 | TUPLE3 | NONE | NEWFALSE | NEWTRUE | EMPTY_TUPLE | EMPTY_LIST
             | EMPTY_DICT | EMPTY_SET | BINPERSID => Some(0),
@@ -204,12 +255,12 @@ fn memo_gets(stream: &[u8]) -> Keys {
         let Some(operand) = operand else { break };
         pos = pos.saturating_add(operand);
     }
-    gets
+    Ok(gets)
 }
 
 /// The kind of a value the weights-only unpickler would hold: enough to decide every check
 /// it makes (types, hashability, a persistent id's tag, a list's length).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 enum V<'a> {
     None,
     Bool,
@@ -225,10 +276,12 @@ enum V<'a> {
     /// A tuple, by what any check reads of it: its items are not kept (a hundred thousand
     /// tensors' tuples would each cost an allocation).
     Tuple(Tuple<'a>),
-    /// Its length: SETITEM on a list assigns an index.
-    List(Rc<Cell<u64>>),
-    /// A plain dict, and whether an item was ever set in it (BUILD skips a falsy state).
-    Dict(Rc<Cell<bool>>),
+    /// Its length, at this place in [`Machine::sizes`] (shared by every copy of the list):
+    /// SETITEM on a list assigns an index.
+    List(usize),
+    /// A plain dict, and how many items were set in it, at this place in
+    /// [`Machine::sizes`] (BUILD skips a falsy state).
+    Dict(usize),
     Set,
     /// An allowlisted global.
     Global(G),
@@ -241,7 +294,7 @@ enum V<'a> {
 /// What the checks read of a tuple: its length, whether it hashes (its items are immutable
 /// kinds, so this is known when it is made), and its first two items (a persistent id's
 /// tag and storage type, `_rebuild_from_type_v2`'s type).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Tuple<'a> {
     len: usize,
     hashable: bool,
@@ -273,7 +326,7 @@ impl<'a> Tuple<'a> {
 
 /// A tuple's item, as much of it as the checks read: a global, a string's text, an int's
 /// value (for their messages), else the item's type.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 enum Item<'a> {
     Missing,
     Global(G),
@@ -441,6 +494,62 @@ struct Machine<'a> {
     gets: Option<Keys>,
     names: Names,
     persistent: Persistent,
+    /// Each list's length and each dict's count of items set, where its values point.
+    sizes: Vec<u64>,
+    /// The read's budget: every list the replay keeps is grown through [`Machine::room`],
+    /// which holds them, with what the read held before, to `max_memory`.
+    budget: Budget,
+}
+
+/// Why a replay stopped before STOP.
+enum Stop {
+    /// torch's unpickler refuses the stream: its message.
+    Refused(String),
+    /// The replay would hold more than the budget allows: the stream is not judged.
+    Overrun(Overrun),
+}
+
+impl From<String> for Stop {
+    fn from(message: String) -> Stop {
+        Stop::Refused(message)
+    }
+}
+
+impl From<&str> for Stop {
+    fn from(message: &str) -> Stop {
+        Stop::Refused(message.to_owned())
+    }
+}
+
+/// A replay that would have held `needed` bytes, more than the budget left it, at byte `at`
+/// of its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overrun {
+    /// The bytes the read would hold at once (what the read held before the replay, and the
+    /// replay's own).
+    pub needed: u64,
+    /// The stream offset of the opcode that needed them.
+    pub at: usize,
+}
+
+impl Overrun {
+    /// The read's refusal: `--max-memory` names it, for the weights-only reading of `member`.
+    pub(crate) fn into_error(
+        self,
+        path: &std::path::Path,
+        member: &str,
+        budget: &Budget,
+    ) -> crate::Error {
+        crate::Error::MemoryBudget {
+            path: path.to_owned(),
+            needed: self.needed,
+            limit: budget.max_memory,
+            what: format!(
+                "the weights-only reading torch.load gives {member} (at byte {})",
+                self.at
+            ),
+        }
+    }
 }
 
 /// Python's exceptions, as `torch.load` lets them out.
@@ -452,7 +561,12 @@ fn index_error(what: &str) -> String {
 }
 
 impl<'a> Machine<'a> {
-    fn new(data: &'a [u8], persistent: Persistent, gets: Option<Keys>) -> Machine<'a> {
+    fn new(
+        data: &'a [u8],
+        persistent: Persistent,
+        gets: Option<Keys>,
+        budget: &Budget,
+    ) -> Machine<'a> {
         Machine {
             data,
             pos: 0,
@@ -462,7 +576,94 @@ impl<'a> Machine<'a> {
             gets,
             names: Names::default(),
             persistent,
+            sizes: Vec::new(),
+            budget: *budget,
         }
+    }
+
+    /// The bytes the replay's lists hold (the memo's table by its capacity, a byte of control
+    /// per slot; the memo keys' sets as they are).
+    fn held(&self) -> u64 {
+        let bytes = |len: usize, each: usize| (len as u64).saturating_mul(each as u64);
+        bytes(self.stack.capacity(), size_of::<V<'a>>())
+            .saturating_add(bytes(self.marks.capacity(), size_of::<usize>()))
+            .saturating_add(bytes(self.sizes.capacity(), size_of::<u64>()))
+            .saturating_add(bytes(self.memo.capacity(), size_of::<(u32, V<'a>)>() + 1))
+            .saturating_add(self.gets.as_ref().map_or(0, |gets| gets.held(false)))
+    }
+
+    /// Room for one more item in the list `pick` chooses, doubling it only where the
+    /// replay would then hold no more than its budget (the old and the new list at once, as
+    /// while they are copied). Inlined, as nearly every opcode pushes: only a full list
+    /// takes the call.
+    #[inline]
+    fn room<T>(&mut self, pick: impl Fn(&mut Self) -> &mut Vec<T>) -> Result<(), Stop> {
+        let list = pick(self);
+        if list.len() < list.capacity() {
+            return Ok(());
+        }
+        self.double(pick)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn double<T>(&mut self, pick: impl Fn(&mut Self) -> &mut Vec<T>) -> Result<(), Stop> {
+        let more = pick(self).capacity().max(4);
+        let needed = self
+            .held()
+            .saturating_add((more as u64).saturating_mul(2 * size_of::<T>() as u64));
+        self.check(needed)?;
+        pick(self).reserve_exact(more);
+        Ok(())
+    }
+
+    /// Refuses to hold `needed` bytes beside what the read held before, past the budget.
+    fn check(&self, needed: u64) -> Result<(), Stop> {
+        let needed = needed.saturating_add(self.budget.memory_held);
+        if needed > self.budget.max_memory {
+            return Err(Stop::Overrun(Overrun {
+                needed,
+                at: self.pos.saturating_sub(1),
+            }));
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn push(&mut self, v: V<'a>) -> Result<(), Stop> {
+        self.room(|m| &mut m.stack)?;
+        self.stack.push(v);
+        Ok(())
+    }
+
+    /// A new list's or dict's size, zero: its place in [`Machine::sizes`].
+    fn new_size(&mut self) -> Result<usize, Stop> {
+        self.room(|m| &mut m.sizes)?;
+        self.sizes.push(0);
+        Ok(self.sizes.len() - 1)
+    }
+
+    fn grow(&mut self, size: usize, by: u64) {
+        if let Some(size) = self.sizes.get_mut(size) {
+            *size = size.saturating_add(by);
+        }
+    }
+
+    /// [`Machine::room`] for one more memo entry: a full table doubles.
+    fn memo_room(&mut self) -> Result<(), Stop> {
+        if self.memo.len() < self.memo.capacity() {
+            return Ok(());
+        }
+        let more = self.memo.capacity().max(4);
+        let slot = (size_of::<(u32, V<'a>)>() + 1) as u64;
+        // The new table's slots: a power of two, an eighth of them spare.
+        let slots = (self.memo.capacity() + more).saturating_mul(8) / 7;
+        let needed = self
+            .held()
+            .saturating_add((slots.next_power_of_two() as u64).saturating_mul(slot));
+        self.check(needed)?;
+        self.memo.reserve(more);
+        Ok(())
     }
 
     fn read(&mut self, n: usize) -> Result<&'a [u8], String> {
@@ -547,10 +748,10 @@ impl<'a> Machine<'a> {
             .ok_or_else(|| index_error("pop from empty list"))
     }
 
-    fn run(&mut self) -> Result<(), String> {
+    fn run(&mut self) -> Result<(), Stop> {
         loop {
             let Some(&op) = self.data.get(self.pos) else {
-                return Err(eof());
+                return Err(eof().into());
             };
             self.pos += 1;
             match op {
@@ -559,7 +760,7 @@ impl<'a> Machine<'a> {
                     let name = self.line()?;
                     let full = resolve(&module, &name)?;
                     let g = self.names.intern(full);
-                    self.stack.push(V::Global(g));
+                    self.push(V::Global(g))?;
                 }
                 NEWOBJ => {
                     let args = self.pop()?;
@@ -575,10 +776,10 @@ impl<'a> Machine<'a> {
                         return Err(format!(
                             "Can only create new object for nn.Parameter or classes allowlisted via `add_safe_globals` but got {}",
                             describe(&cls, &self.names)
-                        ));
+                        ).into());
                     };
                     iterable(&args)?;
-                    self.stack.push(V::Object(t));
+                    self.push(V::Object(t))?;
                 }
                 REDUCE => {
                     let args = self.pop()?;
@@ -588,7 +789,8 @@ impl<'a> Machine<'a> {
                             let func = describe(func, &self.names);
                             return Err(format!(
                                 "Trying to call reduce for unrecognized function {func}"
-                            ));
+                            )
+                            .into());
                         }
                     };
                     iterable(&args)?;
@@ -599,43 +801,40 @@ impl<'a> Machine<'a> {
                         Global::FromType => from_type(&args, &self.names)?,
                         Global::Value => {
                             let full = self.names.full(g);
-                            return Err(format!("TypeError: '{full}' is not callable"));
+                            return Err(format!("TypeError: '{full}' is not callable").into());
                         }
                     };
                     *self.top()? = result;
                 }
                 BUILD => {
                     let state = self.pop()?;
-                    build(self.peek()?, &state)?;
+                    build(self.peek()?, &state, &self.sizes)?;
                 }
                 APPEND => {
                     self.pop()?;
-                    let list = self.top()?;
+                    let list = *self.peek()?;
                     let V::List(len) = list else {
-                        return Err(format!(
-                            "Can only append to lists, but got {}",
-                            type_name(list)
-                        ));
+                        let got = type_name(&list);
+                        return Err(format!("Can only append to lists, but got {got}").into());
                     };
-                    len.set(len.get() + 1);
+                    self.grow(len, 1);
                 }
                 APPENDS => {
                     let start = self.pop_mark()?;
                     let added = self.stack.len().saturating_sub(start);
                     self.stack.truncate(start);
-                    let list = self.top()?;
+                    let list = *self.peek()?;
                     let V::List(len) = list else {
-                        return Err(format!(
-                            "Can only extend lists, but got {}",
-                            type_name(list)
-                        ));
+                        let got = type_name(&list);
+                        return Err(format!("Can only extend lists, but got {got}").into());
                     };
-                    len.set(len.get() + added as u64);
+                    self.grow(len, added as u64);
                 }
                 SETITEM => {
                     let _value = self.pop()?;
                     let key = self.pop()?;
-                    set_item(self.top()?, &key)?;
+                    let target = *self.peek()?;
+                    set_item(&target, &key, &mut self.sizes)?;
                 }
                 SETITEMS => {
                     let start = self.pop_mark()?;
@@ -644,21 +843,24 @@ impl<'a> Machine<'a> {
                     let target = below.get(floor..).and_then(<[V]>::last);
                     for pair in items.chunks(2) {
                         let [key, _value] = pair else {
-                            return Err(index_error("list index out of range"));
+                            return Err(index_error("list index out of range").into());
                         };
                         let target =
                             target.ok_or_else(|| index_error("list index out of range"))?;
-                        set_item(target, key)?;
+                        set_item(target, key, &mut self.sizes)?;
                     }
                     self.stack.truncate(start);
                 }
-                MARK => self.marks.push(self.stack.len()),
+                MARK => {
+                    self.room(|m| &mut m.marks)?;
+                    self.marks.push(self.stack.len());
+                }
                 TUPLE => {
                     let start = self.pop_mark()?;
                     let start = start.min(self.stack.len());
                     let tuple = Tuple::of(self.stack.get(start..).unwrap_or_default());
                     self.stack.truncate(start);
-                    self.stack.push(V::Tuple(tuple));
+                    self.push(V::Tuple(tuple))?;
                 }
                 TUPLE1 | TUPLE2 | TUPLE3 => {
                     let n = usize::from(op - TUPLE1 + 1);
@@ -670,32 +872,38 @@ impl<'a> Machine<'a> {
                         .ok_or_else(|| index_error("list index out of range"))?;
                     let tuple = Tuple::of(self.stack.get(at..).unwrap_or_default());
                     self.stack.truncate(at);
-                    self.stack.push(V::Tuple(tuple));
+                    self.push(V::Tuple(tuple))?;
                 }
-                NONE => self.stack.push(V::None),
-                NEWFALSE | NEWTRUE => self.stack.push(V::Bool),
+                NONE => self.push(V::None)?,
+                NEWFALSE | NEWTRUE => self.push(V::Bool)?,
                 // One `()`, as in Python: `torch.save` writes one per tensor.
-                EMPTY_TUPLE => self.stack.push(V::Tuple(Tuple::EMPTY)),
-                EMPTY_LIST => self.stack.push(V::List(Rc::new(Cell::new(0)))),
-                EMPTY_DICT => self.stack.push(V::Dict(Rc::new(Cell::new(false)))),
-                EMPTY_SET => self.stack.push(V::Set),
+                EMPTY_TUPLE => self.push(V::Tuple(Tuple::EMPTY))?,
+                EMPTY_LIST => {
+                    let list = self.new_size()?;
+                    self.push(V::List(list))?;
+                }
+                EMPTY_DICT => {
+                    let dict = self.new_size()?;
+                    self.push(V::Dict(dict))?;
+                }
+                EMPTY_SET => self.push(V::Set)?,
                 BININT => {
                     let b = self.read(4)?;
                     let v = i32::from_le_bytes(b.try_into().unwrap_or_default());
-                    self.stack.push(V::Int(Some(v.into())));
+                    self.push(V::Int(Some(v.into())))?;
                 }
                 BININT1 => {
                     let v = self.byte()?;
-                    self.stack.push(V::Int(Some(v.into())));
+                    self.push(V::Int(Some(v.into())))?;
                 }
                 BININT2 => {
                     let b = self.read(2)?;
                     let v = u16::from_le_bytes(b.try_into().unwrap_or_default());
-                    self.stack.push(V::Int(Some(v.into())));
+                    self.push(V::Int(Some(v.into())))?;
                 }
                 BINFLOAT => {
                     self.read(8)?;
-                    self.stack.push(V::Float);
+                    self.push(V::Float)?;
                 }
                 BINUNICODE => {
                     let len = self.u32_le()?;
@@ -703,7 +911,7 @@ impl<'a> Machine<'a> {
                     if !surrogatepass(bytes) {
                         return Err("UnicodeDecodeError: BINUNICODE is not UTF-8".into());
                     }
-                    self.stack.push(V::text(bytes));
+                    self.push(V::text(bytes))?;
                 }
                 SHORT_BINSTRING => {
                     let len = self.byte()?;
@@ -712,12 +920,12 @@ impl<'a> Machine<'a> {
                     if std::str::from_utf8(bytes).is_err() {
                         return Err("UnicodeDecodeError: SHORT_BINSTRING is not UTF-8".into());
                     }
-                    self.stack.push(V::text(bytes));
+                    self.push(V::text(bytes))?;
                 }
                 BINPERSID => {
                     let pid = self.pop()?;
                     let loaded = self.persistent_load(&pid)?;
-                    self.stack.push(loaded);
+                    self.push(loaded)?;
                 }
                 BINGET | LONG_BINGET => {
                     let index = if op == BINGET {
@@ -728,9 +936,9 @@ impl<'a> Machine<'a> {
                     let value = self
                         .memo
                         .get(&index)
-                        .cloned()
+                        .copied()
                         .ok_or_else(|| format!("KeyError: {index}"))?;
-                    self.stack.push(value);
+                    self.push(value)?;
                 }
                 BINPUT | LONG_BINPUT => {
                     let index = if op == BINPUT {
@@ -741,9 +949,9 @@ impl<'a> Machine<'a> {
                     // A value never fetched is not kept (nor cloned); the empty stack still
                     // fails as torch's does.
                     let keep = self.gets.as_ref().is_none_or(|gets| gets.contains(index));
-                    let top = self.top()?;
+                    let top = *self.peek()?;
                     if keep {
-                        let top = top.clone();
+                        self.memo_room()?;
                         self.memo.insert(index, top);
                     }
                 }
@@ -762,7 +970,7 @@ impl<'a> Machine<'a> {
                             .copy_from_slice(bytes);
                         i64::from_le_bytes(le)
                     });
-                    self.stack.push(V::Int(value));
+                    self.push(V::Int(value))?;
                 }
                 // Any protocol is read on; only a warning tells it is not 2.
                 PROTO => {
@@ -772,7 +980,7 @@ impl<'a> Machine<'a> {
                     self.pop()?;
                     return Ok(());
                 }
-                other => return Err(format!("Unsupported operand {other}")),
+                other => return Err(format!("Unsupported operand {other}").into()),
             }
         }
     }
@@ -930,7 +1138,7 @@ fn from_type<'a>(args: &V<'a>, names: &Names) -> Result<V<'a>, String> {
 /// BUILD: a tensor's state is `set_`'s (a parameter's `__setstate__`'s) arguments; an
 /// `OrderedDict`'s or `Counter`'s updates its `__dict__`; another allowlisted type takes a
 /// state only through a `__dict__`, which it lacks.
-fn build(inst: &V, state: &V) -> Result<(), String> {
+fn build(inst: &V, state: &V, sizes: &[u64]) -> Result<(), String> {
     let t = match inst {
         V::Object(t) => *t,
         V::Set => Type::Set,
@@ -951,17 +1159,17 @@ fn build(inst: &V, state: &V) -> Result<(), String> {
         // A tensor's BUILD is `set_(*state)`: a list unpacks like a tuple, and any empty
         // iterable is no arguments (`set_()` empties the tensor).
         Type::Tensor if matches!(state, V::List(_)) => Ok(()),
-        Type::Tensor if matches!(state, V::Dict(_) | V::Str(_)) && falsy(state) => Ok(()),
+        Type::Tensor if matches!(state, V::Dict(_) | V::Str(_)) && falsy(state, sizes) => Ok(()),
         // `__dict__.update(state)` for an OrderedDict; for the other Python classes only a
         // truthy state updates it.
         Type::OrderedDict if mapping => Ok(()),
-        Type::Counter | Type::UntypedStorage if mapping || falsy(state) => Ok(()),
+        Type::Counter | Type::UntypedStorage if mapping || falsy(state, sizes) => Ok(()),
         Type::Tensor | Type::Parameter | Type::OrderedDict | Type::Counter => Err(format!(
             "TypeError: {} is no state for BUILD on {}",
             type_name(state),
             t.python()
         )),
-        _ if falsy(state) => Ok(()),
+        _ if falsy(state, sizes) => Ok(()),
         _ => Err(format!(
             "AttributeError: {} has no __dict__ for BUILD to update",
             t.python()
@@ -969,25 +1177,27 @@ fn build(inst: &V, state: &V) -> Result<(), String> {
     }
 }
 
-/// Python's truth value, where a kind tells it.
-fn falsy(v: &V) -> bool {
+/// Python's truth value, where a kind tells it (a list's or dict's size is in `sizes`).
+fn falsy(v: &V, sizes: &[u64]) -> bool {
     match v {
         V::None => true,
         V::Tuple(items) => items.len == 0,
         V::Str(s) => s.is_empty(),
         V::Int(Some(0)) => true,
-        V::List(len) => len.get() == 0,
-        V::Dict(set) => !set.get(),
+        V::List(size) | V::Dict(size) => sizes.get(*size).is_none_or(|&n| n == 0),
         _ => false,
     }
 }
 
-/// `target[key] = value`.
-fn set_item(target: &V, key: &V) -> Result<(), String> {
+/// `target[key] = value` (a list's or dict's size is in `sizes`).
+fn set_item(target: &V, key: &V, sizes: &mut [u64]) -> Result<(), String> {
     match target {
-        V::Dict(set) => {
+        V::Dict(size) => {
             if hashable(key) {
-                set.set(true);
+                // Only whether any item was set is read: a count that never falls.
+                if let Some(size) = sizes.get_mut(*size) {
+                    *size = size.saturating_add(1);
+                }
                 Ok(())
             } else {
                 Err(format!("TypeError: unhashable type: {}", type_name(key)))
@@ -1000,8 +1210,9 @@ fn set_item(target: &V, key: &V) -> Result<(), String> {
                 Err(format!("TypeError: unhashable type: {}", type_name(key)))
             }
         }
-        V::List(len) => {
-            let len = i64::try_from(len.get()).unwrap_or(i64::MAX);
+        V::List(size) => {
+            let len = sizes.get(*size).copied().unwrap_or(0);
+            let len = i64::try_from(len).unwrap_or(i64::MAX);
             match key {
                 V::Int(Some(i)) if (-len..len).contains(i) => Ok(()),
                 V::Int(_) | V::Bool => Err(index_error("list assignment index out of range")),

@@ -316,7 +316,11 @@ fn add_pickle(
     if loader == Loader::Python {
         // Read to its STOP: the keys it fetched spare the replay finding its own.
         let fetched = std::mem::take(&mut unpickled.fetched);
-        sink.weights_only(match replay_read(&bytes, Persistent::Zip, fetched) {
+        // Beside the values the machine built, which are still held.
+        let budget = budget.holding(unpickled.bytes);
+        let verdict = replay_read(&bytes, Persistent::Zip, fetched, &budget)
+            .map_err(|overrun| overrun.into_error(path, &full_name, &budget))?;
+        sink.weights_only(match verdict {
             Ok(()) => WeightsOnly::Loads,
             Err(reason) => WeightsOnly::refuses(&full_name, reason),
         });

@@ -100,7 +100,7 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
     let budget = sink.meter().pickle_budget();
     let pickles = Pickles::read(buffer, &budget);
     let globals = pickles.unsafe_globals();
-    sink.weights_only(pickles.weights_only(buffer));
+    sink.weights_only(pickles.weights_only(buffer, &budget)?);
     match read_stream(buffer, &budget, pickles, sink) {
         Ok(()) => {
             sink.add_unsafe_globals(globals);
@@ -176,7 +176,10 @@ impl Pickles {
 
     /// What torch.load's weights-only unpickler does with the pickles that parsed: it runs
     /// them one after another, the object's with the legacy `persistent_load`.
-    fn weights_only(&self, buffer: &HostBuffer) -> WeightsOnly {
+    fn weights_only(&self, buffer: &HostBuffer, budget: &Budget) -> Result<WeightsOnly> {
+        // Beside the values the machine built, which are still held.
+        let built = self.read.iter().flatten().map(|(_, u)| u.bytes).sum();
+        let budget = &budget.holding(built);
         for (name, (at, u)) in PICKLES.iter().zip(self.read.iter().flatten()) {
             let persistent = if *name == PICKLES[3] {
                 Persistent::Legacy
@@ -187,11 +190,13 @@ impl Pickles {
             let stream = buffer
                 .range(*at..at.saturating_add(u.len))
                 .unwrap_or_default();
-            if let Err(reason) = replay(stream, persistent) {
-                return WeightsOnly::refuses(name, reason);
+            let verdict = replay(stream, persistent, budget)
+                .map_err(|overrun| overrun.into_error(buffer.source(), name, budget))?;
+            if let Err(reason) = verdict {
+                return Ok(WeightsOnly::refuses(name, reason));
             }
         }
-        WeightsOnly::Loads
+        Ok(WeightsOnly::Loads)
     }
 
     /// The unsafe globals of every pickle that parsed, in file order.

@@ -1,7 +1,13 @@
 //! Streams and what torch 2.9.1's `_weights_only_unpickler.load(f, encoding="utf-8")` did
 //! with each (its exception type and message).
 
-use super::{replay, Persistent};
+use super::{Budget, Persistent, Verdict};
+use crate::pickle::opcodes::{LONG_BINGET, LONG_BINPUT};
+
+/// The replay at the default budget, which no stream here comes near.
+fn replay(stream: &[u8], persistent: Persistent) -> Verdict {
+    super::replay(stream, persistent, &Budget::default()).expect("within the budget")
+}
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -165,8 +171,66 @@ fn an_empty_state_builds_a_tensor() {
     assert_eq!(replay(&stream, Persistent::Zip), Ok(()));
 }
 
+/// Every list the replay keeps is held to what the read's budget leaves: the stack, the
+/// marks, the lists' sizes, the memo, and the keys a stream fetches, each grown alone by its
+/// stream. Each is refused past a 1 MiB budget (or one the read already holds all but 1 MiB
+/// of), and judged within the default.
+#[test]
+fn the_replay_holds_what_it_keeps_to_the_budget() {
+    const N: u32 = 400_000;
+    let stream = |parts: &[&dyn Fn(u32) -> Vec<u8>]| {
+        let mut stream = b"\x80\x02]".to_vec();
+        for part in parts {
+            stream.extend((0..N).flat_map(part));
+        }
+        stream.push(b'.');
+        stream
+    };
+    let key = |op: u8, key: u32| [&[op][..], &key.to_le_bytes()].concat();
+    let streams = [
+        ("stack", stream(&[&|_| b"N".to_vec()])),
+        ("marks", stream(&[&|_| b"(".to_vec()])),
+        // Each list appended to the first: only their sizes grow.
+        ("sizes", stream(&[&|_| b"]a".to_vec()])),
+        // None memoized under each key, then each fetched and appended.
+        (
+            "memo",
+            stream(&[
+                &|i| [&b"N"[..], &key(LONG_BINPUT, i), b"a"].concat(),
+                &|i| [key(LONG_BINGET, i), b"a".to_vec()].concat(),
+            ]),
+        ),
+        // Keys past the stream's length, which no memo holds.
+        (
+            "fetched keys",
+            stream(&[&|i| key(LONG_BINGET, i | 1 << 31)]),
+        ),
+    ];
+    let small = Budget {
+        max_memory: 1 << 20,
+        ..Budget::default()
+    };
+    let held = Budget {
+        max_memory: 1 << 30,
+        memory_held: (1 << 30) - (1 << 20),
+        ..Budget::default()
+    };
+    for (what, stream) in &streams {
+        for budget in [&small, &held] {
+            let overrun = super::replay(stream, Persistent::Refused, budget).expect_err(what);
+            assert!(overrun.needed > budget.max_memory, "{what}: {overrun:?}");
+            assert!(overrun.at < stream.len(), "{what}: {overrun:?}");
+        }
+        assert!(
+            super::replay(stream, Persistent::Refused, &Budget::default()).is_ok(),
+            "{what}"
+        );
+    }
+}
+
 mod memo_gets {
-    use super::super::{memo_gets, replay, Machine, Persistent};
+    use super::super::{ended, memo_gets, Budget, Machine, Persistent};
+    use super::replay;
     use crate::pickle::opcodes::*;
     use proptest::prelude::*;
 
@@ -220,8 +284,10 @@ mod memo_gets {
             persistent in prop::sample::select(vec![Persistent::Zip, Persistent::Legacy]),
         ) {
             let stream = ops.concat();
-            let every = Machine::new(&stream, persistent, None).run();
-            let fetched = Machine::new(&stream, persistent, Some(memo_gets(&stream))).run();
+            let budget = Budget::default();
+            let gets = memo_gets(&stream, &budget).expect("within the budget");
+            let every = ended(Machine::new(&stream, persistent, None, &budget).run());
+            let fetched = ended(Machine::new(&stream, persistent, Some(gets), &budget).run());
             prop_assert_eq!(every, fetched);
         }
 
@@ -233,7 +299,7 @@ mod memo_gets {
             persistent in prop::sample::select(vec![Persistent::Zip, Persistent::Legacy]),
         ) {
             let stream = ops.concat();
-            let budget = crate::pickle::Budget::default();
+            let budget = Budget::default();
             let read = crate::pickle::unpickle(
                 &stream,
                 std::path::Path::new("t.pt"),
@@ -244,8 +310,9 @@ mod memo_gets {
             );
             if let Ok(unpickled) = read {
                 let alone = replay(&stream, persistent);
-                let given = super::super::replay_read(&stream, persistent, unpickled.fetched);
-                prop_assert_eq!(alone, given);
+                let given =
+                    super::super::replay_read(&stream, persistent, unpickled.fetched, &budget);
+                prop_assert_eq!(Ok(alone), given);
             }
         }
     }
