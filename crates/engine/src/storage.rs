@@ -54,10 +54,17 @@ impl Storage {
         data_ptr: DataPtr,
     ) -> Self {
         let location = location.as_ref();
-        let device = Device::parse(location);
-        let location = match common_spelling(&device) {
-            Some(common) if common == location => None,
-            _ => Some(Box::new(location.to_owned())),
+        // Nearly every storage's: not parsed and spelt again.
+        let (device, location) = match location {
+            "cpu" => (Device::Cpu, None),
+            _ => {
+                let device = Device::parse(location);
+                let location = match common_spelling(&device) {
+                    Some(common) if common == location => None,
+                    _ => Some(Box::new(location.to_owned())),
+                };
+                (device, location)
+            }
         };
         Storage {
             id,
