@@ -58,11 +58,17 @@ pub(crate) const ROW: Row = Row {
 pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result<Format> {
     // torch.load reads a file that is neither zip nor tar as a legacy stream, whose first
     // pickle must be the magic number: it refuses every plain pickle, the question is why.
+    // A replay past the budget leaves only that unanswered: the file is read on.
     let budget = sink.meter().pickle_budget();
-    let reason = replay(buffer.bytes(), Persistent::Refused, &budget)
-        .map_err(|overrun| overrun.into_error(buffer.source(), MEMBER, &budget))?
-        .err()
-        .unwrap_or_else(|| "Invalid magic number; corrupt file?".into());
+    let reason = match replay(buffer.bytes(), Persistent::Refused, &budget) {
+        Ok(Ok(())) => "Invalid magic number; corrupt file?".into(),
+        Ok(Err(reason)) => reason,
+        Err(overrun) => format!(
+            "refused as every plain pickle is; why was not worked out: its weights-only \
+             reading would hold more than --max-memory allows (at byte {})",
+            overrun.at
+        ),
+    };
     sink.weights_only(WeightsOnly::refuses(MEMBER, reason));
     match read_streams(buffer, sink)? {
         true => Ok(Format::Joblib),

@@ -318,8 +318,14 @@ fn add_pickle(
         let fetched = std::mem::take(&mut unpickled.fetched);
         // Beside the values the machine built, which are still held.
         let budget = budget.holding(unpickled.bytes);
-        let verdict = replay_read(&bytes, Persistent::Zip, fetched, &budget)
-            .map_err(|overrun| overrun.into_error(path, &full_name, &budget))?;
+        let verdict = match replay_read(&bytes, Persistent::Zip, fetched, &budget) {
+            Ok(verdict) => verdict,
+            Err(overrun) => {
+                let globals = std::mem::take(&mut unpickled.unsafe_globals);
+                let e = overrun.into_error(path, &full_name, &budget);
+                return Err(e.with_unsafe_globals(globals));
+            }
+        };
         sink.weights_only(match verdict {
             Ok(()) => WeightsOnly::Loads,
             Err(reason) => WeightsOnly::refuses(&full_name, reason),

@@ -100,7 +100,10 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
     let budget = sink.meter().pickle_budget();
     let pickles = Pickles::read(buffer, &budget);
     let globals = pickles.unsafe_globals();
-    sink.weights_only(pickles.weights_only(buffer, &budget)?);
+    match pickles.weights_only(buffer, &budget) {
+        Ok(verdict) => sink.weights_only(verdict),
+        Err(e) => return Err(e.with_unsafe_globals(globals)),
+    }
     match read_stream(buffer, &budget, pickles, sink) {
         Ok(()) => {
             sink.add_unsafe_globals(globals);
