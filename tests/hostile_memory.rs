@@ -256,3 +256,34 @@ fn the_weights_only_replay_stays_within_the_budget() {
     assert_eq!(run.code, Some(0), "{:?}", run.errors);
     within_budget("3 900 000 Nones", &run, BUDGET);
 }
+
+/// A stream past one of the pickle reader's fixed limits (here, 4 000 000 open MARKs) is not
+/// judged: TP506, saying no flag raises the limit, never TP502's "re-upload".
+#[test]
+fn a_stream_past_a_fixed_pickle_limit_is_not_judged() {
+    let dir = TempDir::new("hostile-marks");
+    let path = dir.0.join("marks.pkl");
+    let mut stream = b"\x80\x02".to_vec();
+    stream.extend(std::iter::repeat_n(b'(', 4_000_001));
+    stream.push(b'.');
+    std::fs::write(&path, stream).expect("pickle");
+    // Room for the marks themselves: the limit, not the budget, is met.
+    let budget = 256 << 20;
+    let run = audit(&path, budget);
+    assert_eq!(run.code, Some(1));
+    let [errors] = run.errors.as_slice() else {
+        panic!("{:?}", run.errors)
+    };
+    let [(code, message)] = errors.as_slice() else {
+        panic!("{errors:?}")
+    };
+    assert_eq!(code, "TP506");
+    assert!(
+        message.ends_with(
+            "<pickle> at byte 4000002: more than 4000000 MARKs open at once, a fixed limit of \
+             tensorplay's pickle reader"
+        ),
+        "{message}"
+    );
+    within_budget("4 000 001 MARKs", &run, budget);
+}

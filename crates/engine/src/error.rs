@@ -283,6 +283,21 @@ pub enum Error {
         detail: String,
     },
 
+    /// A pickle stream went past a limit tensorplay's pickle reader sets every run (its values,
+    /// stack, memo, marks or opcodes), far above what checkpoints need: refused unjudged, which
+    /// says nothing of the file.
+    #[error("{}: {member} at byte {position}: {what}, a fixed limit of tensorplay's pickle reader", .path.display())]
+    PickleLimit {
+        /// The file.
+        path: PathBuf,
+        /// The archive member or stream part.
+        member: String,
+        /// Byte position in the member (the opcode at fault).
+        position: u64,
+        /// What went past the limit.
+        what: String,
+    },
+
     /// A pickle's dict sets one key twice: Python keeps the last value, so a reader of any
     /// other would not read what a loader reads.
     #[error("{}: {member}: a dict sets the key {key} twice (pickle keeps the last value)", .path.display())]
@@ -500,9 +515,10 @@ impl Error {
                 _ => ErrorKind::Corrupt,
             },
             // Refused unread for a limit of the run, not for anything in the file.
-            Error::MemoryBudget { .. } | Error::RemoteBudget { .. } | Error::TimeLimit { .. } => {
-                ErrorKind::OverBudget
-            }
+            Error::MemoryBudget { .. }
+            | Error::RemoteBudget { .. }
+            | Error::TimeLimit { .. }
+            | Error::PickleLimit { .. } => ErrorKind::OverBudget,
             Error::Empty { .. }
             | Error::UnknownFormat { .. }
             | Error::UnsupportedFormat { .. }
@@ -552,9 +568,10 @@ impl Error {
     /// [`ErrorKind::OverBudget`].
     pub fn over_limit(&self) -> Option<&Error> {
         match self {
-            Error::MemoryBudget { .. } | Error::RemoteBudget { .. } | Error::TimeLimit { .. } => {
-                Some(self)
-            }
+            Error::MemoryBudget { .. }
+            | Error::RemoteBudget { .. }
+            | Error::TimeLimit { .. }
+            | Error::PickleLimit { .. } => Some(self),
             Error::Shard { source, .. } | Error::RefusedWithUnsafeGlobals { source, .. } => {
                 source.over_limit()
             }

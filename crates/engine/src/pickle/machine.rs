@@ -294,6 +294,17 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// A refusal for one of the reader's fixed limits (`what` went past it).
+    #[cold]
+    fn limit(&self, what: String) -> Error {
+        Error::PickleLimit {
+            path: self.path.to_owned(),
+            member: self.member.to_owned(),
+            position: self.position(),
+            what,
+        }
+    }
+
     /// Where the current opcode starts within the member.
     pub(super) fn position(&self) -> u64 {
         self.base.saturating_add(self.op_pos as u64)
@@ -430,7 +441,7 @@ impl<'a> Machine<'a> {
         let max = self.budget.max_nodes;
         self.heap
             .push(node, max)
-            .ok_or_else(|| self.err(format!("more than {max} values: budget exceeded")))
+            .ok_or_else(|| self.limit(format!("more than {max} values")))
     }
 
     /// Inlined, as [`Machine::charge`]: nearly every opcode pushes.
@@ -438,8 +449,8 @@ impl<'a> Machine<'a> {
     fn push_id(&mut self, id: Id) -> Result<()> {
         self.charge(0)?;
         if self.stack.len() >= self.budget.max_stack {
-            return Err(self.err(format!(
-                "stack deeper than {}: budget exceeded",
+            return Err(self.limit(format!(
+                "a stack deeper than {} entries",
                 self.budget.max_stack
             )));
         }
@@ -495,8 +506,8 @@ impl<'a> Machine<'a> {
     fn memo_put(&mut self, key: u64) -> Result<()> {
         let top = self.top()?;
         if self.memo.len() >= self.budget.max_memo && !self.memo.contains(key) {
-            return Err(self.err(format!(
-                "memo larger than {}: budget exceeded",
+            return Err(self.limit(format!(
+                "a memo of more than {} entries",
                 self.budget.max_memo
             )));
         }
@@ -589,10 +600,7 @@ impl<'a> Machine<'a> {
         self.pos += 1;
         self.ops += 1;
         if self.ops > self.budget.max_ops {
-            return Err(self.err(format!(
-                "more than {} opcodes: budget exceeded",
-                self.budget.max_ops
-            )));
+            return Err(self.limit(format!("more than {} opcodes", self.budget.max_ops)));
         }
         Ok(op)
     }
@@ -624,7 +632,10 @@ impl<'a> Machine<'a> {
         match op {
             MARK => {
                 if self.marks.len() >= self.budget.max_stack {
-                    return Err(self.err("too many MARKs: budget exceeded"));
+                    return Err(self.limit(format!(
+                        "more than {} MARKs open at once",
+                        self.budget.max_stack
+                    )));
                 }
                 self.marks.push(self.stack.len());
             }

@@ -18,7 +18,10 @@ What it checks
   (what all remote reads of the run may fetch), `--remote-deadline` (how long they may go on),
   `--timeout-per-file` (how long one file may take). A file whose audit would go past one is
   refused unjudged; the finding names the limit, what the file needed so far against what the
-  limit allows, and the flag that raises it.
+  limit allows, and the flag that raises it. The pickle reader also has fixed limits on one
+  stream, the same every run (20 000 000 values, a stack or open MARKs of 4 000 000, a memo
+  of 8 000 000, 200 000 000 opcodes: a million-tensor `torch.save` needs about 9 000 000
+  values); a stream past one is refused unjudged too, and no flag raises them.
 
 Why it matters
   A file that was not judged must not pass the gate, but it is not known to be corrupt
@@ -38,7 +41,8 @@ How to fix
   has it: `--max-memory 5GiB` (or `max_memory = \"5GiB\"` in tensorplay.toml),
   `--max-remote-bytes 1GiB`, `--max-requests 20000`, `--remote-deadline 2h`,
   `--timeout-per-file 1200`. A remote audit without `--deep` fetches metadata only; a local
-  copy needs no remote budget.",
+  copy needs no remote budget. A stream past a fixed pickle limit is far from anything
+  `torch.save`, `pickle` or `joblib` write for checkpoints: treat it as crafted.",
     check: check,
     read_failure: read_failure,
 });
@@ -92,6 +96,9 @@ fn fix(limit: &ReadError) -> String {
         } => format!(
             "{NOT_CORRUPT}: raise --remote-deadline above {limit} s, e.g. --remote-deadline {}s, where the store is slow rather than stalling; a local copy needs no remote reads",
             limit.saturating_mul(2).max(1),
+        ),
+        ReadError::PickleLimit { .. } => format!(
+            "{NOT_CORRUPT}: the limit is the same for every run (no flag raises it), far above what checkpoints need; treat the file as crafted to exhaust a reader"
         ),
         ReadError::TimeLimit { seconds, .. } => format!(
             "{NOT_CORRUPT}: raise --timeout-per-file above {seconds}, e.g. --timeout-per-file {}",
@@ -200,6 +207,25 @@ mod tests {
             assert!(fix.contains(raised), "{fix}");
             not_corrupt(&message, &fix);
         }
+    }
+
+    #[test]
+    fn a_fixed_pickle_limit_is_not_judged_and_says_no_flag_raises_it() {
+        let error = ReadError::PickleLimit {
+            path: PathBuf::from("m.pkl"),
+            member: "<pickle>".into(),
+            position: 4_000_002,
+            what: "a stack deeper than 4000000 entries".into(),
+        };
+        let (code, message, fix) = finding(&error);
+        assert_eq!(code, OverBudget::CODE);
+        assert_eq!(
+            message,
+            "m.pkl: <pickle> at byte 4000002: a stack deeper than 4000000 entries, a fixed limit \
+             of tensorplay's pickle reader"
+        );
+        assert!(fix.contains("no flag raises it"), "{fix}");
+        not_corrupt(&message, &fix);
     }
 
     #[test]
