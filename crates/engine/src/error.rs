@@ -270,7 +270,7 @@ pub enum Error {
         expected: &'static str,
     },
 
-    /// A pickle stream is malformed, exceeds its budget, or builds something impossible.
+    /// A pickle stream is malformed or builds something impossible.
     #[error("{}: {member} at byte {position}: {detail}", .path.display())]
     Pickle {
         /// The file.
