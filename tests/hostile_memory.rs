@@ -71,6 +71,19 @@ fn within_budget(what: &str, run: &Run, budget: u64) {
     );
 }
 
+/// The message of the one finding of a run that failed with TP506 alone.
+fn only_over_budget(run: &Run) -> &str {
+    assert_eq!(run.code, Some(1));
+    let [errors] = run.errors.as_slice() else {
+        panic!("{:?}", run.errors)
+    };
+    let [(code, message)] = errors.as_slice() else {
+        panic!("{errors:?}")
+    };
+    assert_eq!(code, "TP506");
+    message
+}
+
 #[test]
 fn claims_of_2_to_the_62_elements_are_refused_without_allocating_them() {
     let truth = read_json(TRUTH);
@@ -179,14 +192,7 @@ fn a_300_000_member_archive_reads_within_the_budget_or_is_refused_cleanly() {
     }
     // Under a budget smaller than their directory, a clean refusal naming it.
     let run = audit(&path, BUDGET);
-    assert_eq!(run.code, Some(1));
-    let [errors] = run.errors.as_slice() else {
-        panic!("{:?}", run.errors)
-    };
-    let [(code, message)] = errors.as_slice() else {
-        panic!("{errors:?}")
-    };
-    assert_eq!(code, "TP506");
+    let message = only_over_budget(&run);
     assert!(
         message.starts_with(&format!(
             "{shown}: exceeds the memory budget (--max-memory): the read would hold "
@@ -270,14 +276,7 @@ fn a_stream_past_a_fixed_pickle_limit_is_not_judged() {
     // Room for the marks themselves: the limit, not the budget, is met.
     let budget = 256 << 20;
     let run = audit(&path, budget);
-    assert_eq!(run.code, Some(1));
-    let [errors] = run.errors.as_slice() else {
-        panic!("{:?}", run.errors)
-    };
-    let [(code, message)] = errors.as_slice() else {
-        panic!("{errors:?}")
-    };
-    assert_eq!(code, "TP506");
+    let message = only_over_budget(&run);
     assert!(
         message.ends_with(
             "<pickle> at byte 4000002: more than 4000000 MARKs open at once, a fixed limit of \
