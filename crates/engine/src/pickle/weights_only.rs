@@ -63,13 +63,12 @@ impl Keys {
     /// power of two, an eighth spare, a byte of control each).
     fn held(&self, grown: bool) -> u64 {
         let far = match grown {
-            true => (self.far.capacity().max(3) + 1).saturating_mul(2 * 8) / 7,
-            false => self.far.capacity().saturating_mul(8) / 7,
+            true => doubled(self.far.capacity()),
+            false => self.far.capacity(),
         };
-        let slot = (size_of::<u32>() + 1) as u64;
         (self.bits.capacity() as u64)
             .saturating_mul(8)
-            .saturating_add((far.next_power_of_two() as u64).saturating_mul(slot))
+            .saturating_add(table_bytes(far, size_of::<u32>()))
     }
 
     /// Whether inserting `key` may grow the hashed keys' table.
@@ -84,6 +83,18 @@ impl Keys {
         }
         self.bits.get(word).is_some_and(|w| w & (1 << bit) != 0)
     }
+}
+
+/// The bytes of a hash table with room for `capacity` entries of `entry` bytes: its slots a
+/// power of two with an eighth spare, a byte of control each.
+fn table_bytes(capacity: usize, entry: usize) -> u64 {
+    let slots = capacity.saturating_mul(8) / 7;
+    (slots.next_power_of_two() as u64).saturating_mul(entry as u64 + 1)
+}
+
+/// A full table's capacity once it grows: it doubles.
+fn doubled(capacity: usize) -> usize {
+    (capacity.max(3) + 1).saturating_mul(2)
 }
 
 /// What `_rebuild_tensor`'s `set_` says of a tensor it rebuilds: torch checks, in signed 64-bit
@@ -581,14 +592,14 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// The bytes the replay's lists hold (the memo's table by its capacity, a byte of control
-    /// per slot; the memo keys' sets as they are).
+    /// The bytes the replay's lists hold (the memo's and the memo keys' tables as
+    /// [`table_bytes`] counts them).
     fn held(&self) -> u64 {
         let bytes = |len: usize, each: usize| (len as u64).saturating_mul(each as u64);
         bytes(self.stack.capacity(), size_of::<V<'a>>())
             .saturating_add(bytes(self.marks.capacity(), size_of::<usize>()))
             .saturating_add(bytes(self.sizes.capacity(), size_of::<u64>()))
-            .saturating_add(bytes(self.memo.capacity(), size_of::<(u32, V<'a>)>() + 1))
+            .saturating_add(table_bytes(self.memo.capacity(), size_of::<(u32, V<'a>)>()))
             .saturating_add(self.gets.as_ref().map_or(0, |gets| gets.held(false)))
     }
 
@@ -654,15 +665,12 @@ impl<'a> Machine<'a> {
         if self.memo.len() < self.memo.capacity() {
             return Ok(());
         }
-        let more = self.memo.capacity().max(4);
-        let slot = (size_of::<(u32, V<'a>)>() + 1) as u64;
-        // The new table's slots: a power of two, an eighth of them spare.
-        let slots = (self.memo.capacity() + more).saturating_mul(8) / 7;
+        let grown = doubled(self.memo.capacity());
         let needed = self
             .held()
-            .saturating_add((slots.next_power_of_two() as u64).saturating_mul(slot));
+            .saturating_add(table_bytes(grown, size_of::<(u32, V<'a>)>()));
         self.check(needed)?;
-        self.memo.reserve(more);
+        self.memo.reserve(grown - self.memo.len());
         Ok(())
     }
 
