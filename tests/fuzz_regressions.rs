@@ -136,11 +136,13 @@ fn building_names_for_a_shared_graph_is_bounded_work() {
     // 9 million visits under a 16 KB key: 144 GB of names built before the fix (10 s).
     let path = "fixtures/hostile/fuzz/name_walk.pkl";
     let (code, message) = refusal(path, FUZZ_BUDGET);
-    assert_eq!(code, "TP502");
+    // A fixed limit of the reader, not a fault of the file: not judged.
+    assert_eq!(code, "TP506");
     assert_eq!(
         message,
         format!(
-            "{path}: <pickle> at byte 28023: tensor names take more than 200000000 bytes to build"
+            "{path}: <pickle> at byte 28023: tensor names take more than 200000000 bytes to \
+             build, a fixed limit of tensorplay's pickle reader"
         )
     );
 }

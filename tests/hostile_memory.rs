@@ -286,3 +286,42 @@ fn a_stream_past_a_fixed_pickle_limit_is_not_judged() {
     );
     within_budget("4 000 001 MARKs", &run, budget);
 }
+
+/// The walk of a stream's values for tensors has fixed limits too (nesting, values visited):
+/// a stream past one is not judged either (TP506), where it once read as corrupt (TP502).
+#[test]
+fn a_walk_past_a_fixed_limit_is_not_judged() {
+    let dir = TempDir::new("hostile-walk");
+    // 300 lists, each inside the one before.
+    let mut nested = b"\x80\x02".to_vec();
+    nested.extend(std::iter::repeat_n(b']', 300));
+    nested.extend(std::iter::repeat_n(b'a', 299));
+    nested.push(b'.');
+    // 5 000 references to one list of 5 000 references to one empty list: 25 million values
+    // to visit, from 20 KB.
+    let mut wide = b"\x80\x02]q\x000]q\x01(".to_vec();
+    wide.extend(b"h\x00".repeat(5_000));
+    wide.extend(b"e0](");
+    wide.extend(b"h\x01".repeat(5_000));
+    wide.extend(b"e.");
+    for (name, stream, what) in [
+        ("nested.pkl", nested, "at byte 602: objects nested deeper than 256"),
+        (
+            "wide.pkl",
+            wide,
+            "at byte 20016: object graph has more than 20000000 values to walk",
+        ),
+    ] {
+        let path = dir.0.join(name);
+        std::fs::write(&path, stream).expect("pickle");
+        let run = audit(&path, BUDGET);
+        let message = only_over_budget(&run);
+        assert!(
+            message.ends_with(&format!(
+                "<pickle> {what}, a fixed limit of tensorplay's pickle reader"
+            )),
+            "{name}: {message}"
+        );
+        within_budget(name, &run, BUDGET);
+    }
+}

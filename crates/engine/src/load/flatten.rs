@@ -16,7 +16,7 @@ pub const ROOT_NAME: &str = "<root>";
 /// Why a walk stopped.
 #[derive(Debug)]
 pub(crate) enum Stop {
-    /// The object graph is beyond the walk's budget: why.
+    /// The object graph is beyond one of the walk's fixed limits: which.
     Graph(String),
     /// The names kept would bring what the read holds to `needed` bytes, over the budget.
     Memory { needed: u64 },

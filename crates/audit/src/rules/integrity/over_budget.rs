@@ -21,7 +21,9 @@ What it checks
   limit allows, and the flag that raises it. The pickle reader also has fixed limits on one
   stream, the same every run (20 000 000 values, a stack or open MARKs of 4 000 000, a memo
   of 8 000 000, 200 000 000 opcodes: a million-tensor `torch.save` needs about 9 000 000
-  values); a stream past one is refused unjudged too, and no flag raises them.
+  values), and on the walk of its values for tensors (nesting deeper than 256, 20 000 000
+  values visited, 200 000 000 bytes of tensor names built); a stream past one is refused
+  unjudged too, and no flag raises them.
 
 Why it matters
   A file that was not judged must not pass the gate, but it is not known to be corrupt

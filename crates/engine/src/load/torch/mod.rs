@@ -177,7 +177,13 @@ fn add_unpickled(
     let held = budget.memory_held.saturating_add(member.unpickled.bytes);
     let named = named_tensors(heap, member.unpickled.root, budget, held, member.declared).map_err(
         |stop| match stop {
-            Stop::Graph(detail) => member.err(None, detail),
+            // A fixed limit of the reader, not a fault of the file: not judged (TP506).
+            Stop::Graph(what) => Error::PickleLimit {
+                path: member.path.to_owned(),
+                member: member.name.to_owned(),
+                position: member.unpickled.len,
+                what,
+            },
             Stop::Memory { needed } => Error::MemoryBudget {
                 path: member.path.to_owned(),
                 needed,
