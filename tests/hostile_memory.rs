@@ -255,7 +255,7 @@ fn the_weights_only_replay_stays_within_the_budget() {
         );
         within_budget(&format!("{shown}"), &run, BUDGET);
     }
-    // 3 900 000 Nones: one shared value to the machine, below its stack limit (4 000 000).
+    // 3 900 000 Nones: one shared value to the machine, its stack 16 MB.
     let plain = dir.0.join("nones.pkl");
     std::fs::write(&plain, stream(b"N", 3_900_000, b"")).expect("pickle");
     let run = audit(&plain, BUDGET);
@@ -263,32 +263,38 @@ fn the_weights_only_replay_stays_within_the_budget() {
     within_budget("3 900 000 Nones", &run, BUDGET);
 }
 
-/// A stream past one of the pickle reader's fixed limits (here, 4 000 000 open MARKs) is not
-/// judged: TP506, saying no flag raises the limit, never TP502's "re-upload".
+/// The pickle machine's memo and marks are charged as allocated: memo keys a thousand apart
+/// (each leaving a thousand empty slots: this 2 MB stream once took 2.9 GB) and 4 200 000 open
+/// MARKs (once refused by a fixed limit of 4 000 000 whatever the budget) are refused at the
+/// budget, with the flag that raises it.
 #[test]
-fn a_stream_past_a_fixed_pickle_limit_is_not_judged() {
-    let dir = TempDir::new("hostile-marks");
-    let path = dir.0.join("marks.pkl");
-    let mut stream = b"\x80\x02".to_vec();
-    stream.extend(std::iter::repeat_n(b'(', 4_000_001));
-    stream.push(b'.');
-    std::fs::write(&path, stream).expect("pickle");
-    // Room for the marks themselves: the limit, not the budget, is met.
-    let budget = 256 << 20;
-    let run = audit(&path, budget);
-    let message = only_over_budget(&run);
-    assert!(
-        message.ends_with(
-            "<pickle> at byte 4000002: more than 4000000 MARKs open at once, a fixed limit of \
-             tensorplay's pickle reader"
-        ),
-        "{message}"
-    );
-    within_budget("4 000 001 MARKs", &run, budget);
+fn memo_gaps_and_marks_are_held_to_the_budget() {
+    let dir = TempDir::new("hostile-memo");
+    let mut gaps = b"\x80\x02N".to_vec();
+    for i in 1..=400_000u32 {
+        gaps.push(b'r');
+        gaps.extend((i * 1023).to_le_bytes());
+    }
+    gaps.push(b'.');
+    let mut marks = b"\x80\x02".to_vec();
+    marks.extend(std::iter::repeat_n(b'(', 4_200_000));
+    marks.extend(b"N.");
+    for (name, stream) in [("gaps.pkl", gaps), ("marks.pkl", marks)] {
+        let path = dir.0.join(name);
+        std::fs::write(&path, stream).expect("pickle");
+        let run = audit(&path, BUDGET);
+        let message = only_over_budget(&run);
+        assert!(
+            message.contains("exceeds the memory budget (--max-memory)")
+                && message.contains("for the values pickle <pickle> builds"),
+            "{name}: {message}"
+        );
+        within_budget(name, &run, BUDGET);
+    }
 }
 
-/// The walk of a stream's values for tensors has fixed limits too (nesting, values visited):
-/// a stream past one is not judged either (TP506), where it once read as corrupt (TP502).
+/// The walk of a stream's values for tensors has fixed limits (nesting, values visited): a
+/// stream past one is not judged (TP506), where it once read as corrupt (TP502).
 #[test]
 fn a_walk_past_a_fixed_limit_is_not_judged() {
     let dir = TempDir::new("hostile-walk");

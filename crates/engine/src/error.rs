@@ -283,10 +283,10 @@ pub enum Error {
         detail: String,
     },
 
-    /// A pickle stream went past a limit tensorplay's pickle reader sets every run (its values,
-    /// stack, memo, marks or opcodes, or the walk of its values for tensors: their nesting,
-    /// the values visited, the bytes of names built), far above what checkpoints need: refused
-    /// unjudged, which says nothing of the file.
+    /// A pickle stream went past a limit on its time tensorplay's pickle reader sets every run
+    /// (its opcodes, or the walk of its values for tensors: their nesting, the values visited,
+    /// the bytes of names built), far above what checkpoints need: refused unjudged, which says
+    /// nothing of the file.
     #[error("{}: {member} at byte {position}: {what}, a fixed limit of tensorplay's pickle reader", .path.display())]
     PickleLimit {
         /// The file.

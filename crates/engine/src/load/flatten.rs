@@ -64,6 +64,9 @@ pub(crate) fn named_tensors(
     let mut walk = Walk {
         heap,
         budget,
+        // A stream of many values (a few million tensors') is walked whole: visits beyond
+        // twice its values are what shared containers multiply.
+        max_visits: budget.max_visits.max(heap.len().saturating_mul(2)),
         visits: 0,
         held,
         built: 0,
@@ -81,6 +84,7 @@ pub(crate) fn named_tensors(
 struct Walk<'a> {
     heap: &'a Heap,
     budget: &'a Budget,
+    max_visits: usize,
     visits: usize,
     /// Bytes the read holds, the names kept so far included.
     held: u64,
@@ -118,10 +122,10 @@ impl Walk<'_> {
 
     fn count_visit(&mut self) -> Result<(), Stop> {
         self.visits += 1;
-        if self.visits > self.budget.max_visits {
+        if self.visits > self.max_visits {
             return Err(Stop::Graph(format!(
                 "object graph has more than {} values to walk",
-                self.budget.max_visits
+                self.max_visits
             )));
         }
         Ok(())

@@ -3,20 +3,15 @@
 /// How much work and memory one pickle stream may take.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
-    /// Opcodes executed.
+    /// Opcodes executed: a bound on time, as the memory budget bounds what they build.
     pub max_ops: u64,
-    /// Values created.
-    pub max_nodes: usize,
-    /// Stack entries at once.
-    pub max_stack: usize,
-    /// Memo entries.
-    pub max_memo: usize,
     /// Container nesting followed when walking the result.
     pub max_depth: usize,
-    /// Values visited when walking the result (shared sub-objects count each time they are reached).
+    /// Values visited when walking the result (shared sub-objects count each time they are
+    /// reached), or twice the stream's values where that is more.
     pub max_visits: usize,
     /// Bytes the whole read may hold (`--max-memory`); the stream's values (strings, bytes,
-    /// containers, memo, stack) are counted in bytes against it.
+    /// containers) and its memo, stack and marks (as allocated) are counted against it.
     pub max_memory: u64,
     /// Bytes the read already holds before this stream.
     pub memory_held: u64,
@@ -34,13 +29,10 @@ impl Budget {
 
 impl Default for Budget {
     fn default() -> Self {
-        // Far above any real checkpoint (a 100 000-tensor state dict needs ~2M values),
-        // far below what would exhaust a CI runner.
+        // Far above any real checkpoint (a million-tensor `torch.save` runs 30 M opcodes),
+        // far below what would keep a CI runner busy for long.
         Budget {
             max_ops: 200_000_000,
-            max_nodes: 20_000_000,
-            max_stack: 4_000_000,
-            max_memo: 8_000_000,
             max_depth: 256,
             max_visits: 20_000_000,
             max_memory: crate::memory::DEFAULT_MAX_MEMORY,

@@ -257,9 +257,9 @@ mod tests {
     fn repeated(nodes: Vec<Node>, pairs: &[(Id, Id)]) -> Option<Id> {
         let mut heap = Heap::default();
         for node in nodes {
-            heap.push(node, usize::MAX).expect("room");
+            heap.push(node).expect("room");
         }
-        heap.push(Node::Dict(pairs.iter().copied().collect()), usize::MAX)
+        heap.push(Node::Dict(pairs.iter().copied().collect()))
             .expect("room");
         repeated_key(&heap)
     }
@@ -350,7 +350,7 @@ mod tests {
             Node::Tuple(vec![0, 1].into()),
             Node::Tuple(vec![1].into()),
         ] {
-            heap.push(node, usize::MAX).expect("room");
+            heap.push(node).expect("room");
         }
         assert_eq!(key_text(&heap, 0), "'offset'");
         assert_eq!(key_text(&heap, 2), "('offset', 1)");

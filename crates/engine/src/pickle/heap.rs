@@ -251,11 +251,13 @@ impl Heap {
         self.nodes.is_empty()
     }
 
-    /// Adds a value; `None` when the budget is spent.
-    pub(super) fn push(&mut self, node: Node, max_nodes: usize) -> Option<Id> {
-        if self.nodes.len() >= max_nodes {
-            return None;
-        }
+    /// What a push grows the list of values by, when it is full: [`grown_list`].
+    pub(super) fn growth(&self) -> Growth {
+        grown_list::<Node>(self.nodes.len(), self.nodes.capacity())
+    }
+
+    /// Adds a value; `None` past the ids a `u32` numbers.
+    pub(super) fn push(&mut self, node: Node) -> Option<Id> {
         // Below `Id::MAX`, which the memo cannot store.
         let id = Id::try_from(self.nodes.len())
             .ok()
@@ -330,4 +332,29 @@ impl Heap {
             .map(|&i| self.int(i).and_then(|v| u64::try_from(v).ok()))
             .collect()
     }
+}
+
+/// A list grown: the bytes of the new one, and of the old one it frees (which the allocator
+/// may keep a while). Both zero where the list had room.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Growth {
+    pub new: u64,
+    pub old: u64,
+}
+
+/// How a full list of `len` items of `T` (of room for `capacity`) grows by one: Rust's
+/// vectors double.
+pub(super) fn grown_list<T>(len: usize, capacity: usize) -> Growth {
+    if len < capacity {
+        return Growth::default();
+    }
+    Growth {
+        new: slice_bytes::<T>(capacity.max(2).saturating_mul(2)),
+        old: slice_bytes::<T>(capacity),
+    }
+}
+
+/// `n` values of `T`, in bytes.
+pub(super) fn slice_bytes<T>(n: usize) -> u64 {
+    (n as u64).saturating_mul(std::mem::size_of::<T>() as u64)
 }

@@ -3,7 +3,7 @@
 
 use super::allowlist::{map_module, resolves, Class, Loader};
 use super::dict_keys;
-use super::heap::{Global, Heap, Id, Node, Object, TensorSpec};
+use super::heap::{grown_list, slice_bytes, Global, Growth, Heap, Id, Node, Object, TensorSpec};
 use super::inline::{Inline, InlineArray};
 use super::literals::{
     decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape, utf8_surrogatepass,
@@ -189,6 +189,10 @@ pub(super) struct Machine<'a> {
     /// Bytes the heap's values and the recorded globals take (they are never freed while
     /// the stream runs); the stack and memo are counted as they stand.
     heap_bytes: u64,
+    /// Bytes of the lists the heap, stack, marks and memo grew out of: freed, but a freed
+    /// block stays resident until the allocator hands it back, so a list doubled to its size
+    /// is charged twice over (a 2 MB stream's memo once peaked 40 % past its budget).
+    outgrown: u64,
     budget: &'a Budget,
     path: &'a Path,
     member: &'a str,
@@ -230,14 +234,16 @@ impl<'a> Machine<'a> {
             pos: 0,
             op_pos: 0,
             // Roughly one value per 8 bytes of stream; saves regrowing the heap.
-            heap: Heap::with_capacity((bytes.len() / 8).min(budget.max_nodes)),
+            heap: Heap::with_capacity(bytes.len() / 8),
             stack: Vec::new(),
             marks: Vec::new(),
             // Picklers memoize most values: a `torch.save` stream has a key per 13 bytes or so.
-            memo: Memo::with_capacity((bytes.len() / 12).min(budget.max_memo)),
+            // Charged as it is allocated: no more than an eighth of the budget's room up front.
+            memo: Memo::with_capacity((bytes.len() / 12).min(memo_room(budget))),
             shared_scalars: [None; SHARED_SCALARS],
             ops: 0,
             heap_bytes: 0,
+            outgrown: 0,
             budget,
             path,
             member,
@@ -401,20 +407,28 @@ impl<'a> Machine<'a> {
     // ---- stack, marks, memo ----
 
     /// Counts `bytes` more of values against the read's memory budget. Inlined, its refusal
-    /// kept apart: it runs several times per opcode.
+    /// kept apart: it runs for every value made.
     #[inline]
     pub(super) fn charge(&mut self, bytes: u64) -> Result<()> {
-        const ID: u64 = std::mem::size_of::<Id>() as u64;
         self.heap_bytes = self.heap_bytes.saturating_add(bytes);
-        let live = (self.stack.len() as u64)
-            .saturating_add(self.memo.len() as u64)
-            .saturating_add(self.marks.len() as u64)
-            .saturating_mul(ID);
+        self.room(0)
+    }
+
+    /// Refuses unless what the stream holds, with `extra` bytes more, fits the budget: its
+    /// values, its stack, marks and memo as allocated (room and gaps included), and the lists
+    /// they grew out of.
+    #[inline]
+    fn room(&self, extra: u64) -> Result<()> {
+        let lists = slice_bytes::<Id>(self.stack.capacity())
+            .saturating_add(slice_bytes::<usize>(self.marks.capacity()))
+            .saturating_add(self.memo.bytes())
+            .saturating_add(self.outgrown);
         let needed = self
             .budget
             .memory_held
             .saturating_add(self.heap_bytes)
-            .saturating_add(live);
+            .saturating_add(lists)
+            .saturating_add(extra);
         if needed > self.budget.max_memory {
             return Err(self.over_budget(needed));
         }
@@ -436,23 +450,30 @@ impl<'a> Machine<'a> {
         }
     }
 
-    pub(super) fn alloc(&mut self, node: Node) -> Result<Id> {
-        self.charge(node_bytes(&node))?;
-        let max = self.budget.max_nodes;
-        self.heap
-            .push(node, max)
-            .ok_or_else(|| self.limit(format!("more than {max} values")))
+    /// Room for a list to grow into, the old one held while it is copied; then charged as
+    /// outgrown.
+    fn grow(&mut self, growth: Growth) -> Result<()> {
+        if growth.new > 0 {
+            self.room(growth.new)?;
+            self.outgrown = self.outgrown.saturating_add(growth.old);
+        }
+        Ok(())
     }
 
-    /// Inlined, as [`Machine::charge`]: nearly every opcode pushes.
+    pub(super) fn alloc(&mut self, node: Node) -> Result<Id> {
+        self.charge(node_bytes(&node))?;
+        self.grow(self.heap.growth())?;
+        self.heap
+            .push(node)
+            .ok_or_else(|| self.limit(format!("more than {} values", Id::MAX - 1)))
+    }
+
+    /// Inlined: nearly every opcode pushes. Only a full stack is charged again, for the
+    /// stack it grows into.
     #[inline]
     fn push_id(&mut self, id: Id) -> Result<()> {
-        self.charge(0)?;
-        if self.stack.len() >= self.budget.max_stack {
-            return Err(self.limit(format!(
-                "a stack deeper than {} entries",
-                self.budget.max_stack
-            )));
+        if self.stack.len() == self.stack.capacity() {
+            self.grow(grown_list::<Id>(self.stack.len(), self.stack.capacity()))?;
         }
         self.stack.push(id);
         Ok(())
@@ -505,14 +526,9 @@ impl<'a> Machine<'a> {
 
     fn memo_put(&mut self, key: u64) -> Result<()> {
         let top = self.top()?;
-        if self.memo.len() >= self.budget.max_memo && !self.memo.contains(key) {
-            return Err(self.limit(format!(
-                "a memo of more than {} entries",
-                self.budget.max_memo
-            )));
-        }
+        self.grow(self.memo.growth(key))?;
         self.memo.insert(key, top);
-        self.charge(0)
+        Ok(())
     }
 
     fn memo_get(&mut self, key: u64) -> Result<()> {
@@ -631,12 +647,7 @@ impl<'a> Machine<'a> {
     fn stack_op(&mut self, op: u8) -> Result<()> {
         match op {
             MARK => {
-                if self.marks.len() >= self.budget.max_stack {
-                    return Err(self.limit(format!(
-                        "more than {} MARKs open at once",
-                        self.budget.max_stack
-                    )));
-                }
+                self.grow(grown_list::<usize>(self.marks.len(), self.marks.capacity()))?;
                 self.marks.push(self.stack.len());
             }
             POP => {
@@ -1165,10 +1176,13 @@ const SHARED_TRUE: usize = 2;
 const SHARED_EMPTY_TUPLE: usize = 3;
 const SHARED_BININT1: usize = 4;
 
-/// `n` values of `T`, in bytes.
-fn slice_bytes<T>(n: usize) -> u64 {
-    (n as u64).saturating_mul(std::mem::size_of::<T>() as u64)
+/// The dense memo slots a stream starts with room for: at most an eighth of what the budget
+/// has left.
+fn memo_room(budget: &Budget) -> usize {
+    let room = budget.max_memory.saturating_sub(budget.memory_held) / 8;
+    usize::try_from(room / std::mem::size_of::<u32>() as u64).unwrap_or(usize::MAX)
 }
+
 
 /// What an allocation of `len` bytes takes from the allocator: its size class (mimalloc's
 /// bins are up to a quarter apart) and a header. Values are charged so, not by their length:

@@ -1,8 +1,9 @@
 //! The unpickler's memo. Picklers number memo entries 0, 1, 2… in order, so keys index a
 //! vector; scattered keys, which only a hand-made stream uses, go to a map.
 
-use super::heap::Id;
+use super::heap::{slice_bytes, Growth, Id};
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::num::NonZeroU32;
 
 /// How far past the dense part a key may land and still extend it.
@@ -37,8 +38,44 @@ impl Memo {
         }
     }
 
-    pub fn contains(&self, key: u64) -> bool {
-        self.get(key).is_some()
+    /// The bytes it holds: every dense slot written, the gaps between keys included (a stream
+    /// can leave a thousand empty slots a key), and the scattered keys' table.
+    pub fn bytes(&self) -> u64 {
+        slice_bytes::<Option<NonZeroU32>>(self.dense.len())
+            .saturating_add(sparse_bytes(self.sparse.capacity()))
+    }
+
+    /// How inserting `key` grows it: a dense list or a table grown, or nothing where it has
+    /// room.
+    pub fn growth(&self, key: u64) -> Growth {
+        if !self.is_dense(key) {
+            if self.sparse.len() < self.sparse.capacity() || self.sparse.contains_key(&key) {
+                return Growth::default();
+            }
+            let capacity = self.sparse.capacity();
+            return Growth {
+                new: sparse_bytes(capacity.max(2).saturating_mul(2)),
+                old: sparse_bytes(capacity),
+            };
+        }
+        // Dense keys are below the list's length plus the gap: they fit a `usize`.
+        let needed = (key as usize).saturating_add(1);
+        let capacity = self.dense.capacity();
+        if needed <= capacity {
+            return Growth::default();
+        }
+        let slots = |n: usize| slice_bytes::<Option<NonZeroU32>>(n);
+        Growth {
+            new: slots(needed.max(capacity.saturating_mul(2))),
+            old: slots(capacity),
+        }
+    }
+
+    /// Whether `key` goes in the dense list: the next key in order, or one within the gap past
+    /// it that no scattered key already holds.
+    fn is_dense(&self, key: u64) -> bool {
+        key < (self.dense.len() as u64).saturating_add(MAX_GAP)
+            && (self.sparse.is_empty() || !self.sparse.contains_key(&key))
     }
 
     /// Stores `id` under `key`, replacing what was there. Ids are below [`Id::MAX`]: the heap
@@ -47,15 +84,14 @@ impl Memo {
         let Some(stored) = NonZeroU32::new(id.wrapping_add(1)) else {
             return;
         };
-        let dense_len = self.dense.len() as u64;
         // The next key in order, as picklers write them: no gap to fill, and no key can be
         // sparse (a sparse key lies at or past the gap beyond the dense part).
-        if key == dense_len && self.sparse.is_empty() {
+        if key == self.dense.len() as u64 && self.sparse.is_empty() {
             self.dense.push(Some(stored));
             self.len += 1;
             return;
         }
-        if key < dense_len.saturating_add(MAX_GAP) && !self.sparse.contains_key(&key) {
+        if self.is_dense(key) {
             // Bounded by the gap: at most MAX_GAP slots beyond the current length.
             let index = key as usize;
             if index >= self.dense.len() {
@@ -70,6 +106,13 @@ impl Memo {
             self.len += 1;
         }
     }
+}
+
+/// A table of `capacity` scattered keys: a key, an id and a control byte each, as hashbrown
+/// lays them out (a power of two of buckets, an eighth spare).
+fn sparse_bytes(capacity: usize) -> u64 {
+    let buckets = (capacity as u64).saturating_mul(8) / 7;
+    buckets.saturating_mul(size_of::<(u64, Id)>() as u64 + 1)
 }
 
 #[cfg(test)]
@@ -90,6 +133,6 @@ mod tests {
             (Some(10), Some(12), None, Some(15))
         );
         assert_eq!(m.get(u64::from(u32::MAX)), Some(99));
-        assert!(!m.contains(3));
+        assert_eq!(m.get(3), None);
     }
 }

@@ -376,46 +376,65 @@ fn malformed_streams_name_the_opcode_position() {
 
 #[test]
 fn budgets_bound_hostile_streams() {
-    let tight = Budget {
-        max_nodes: 3,
-        ..Budget::default()
-    };
-    let err = run_with(b"K\x01K\x02K\x03K\x04.", Loader::Python, &tight).unwrap_err();
-    assert!(
-        err.to_string()
-            .ends_with("more than 3 values, a fixed limit of tensorplay's pickle reader"),
-        "{err}"
-    );
-    // Not judged, not found damaged.
-    assert_eq!(err.kind(), crate::ErrorKind::OverBudget);
     // None, the bools and small ints are made once and shared, like memoized values.
-    let four = Budget {
-        max_nodes: 4,
-        ..Budget::default()
-    };
-    let shared = run_with(b"NNK\x01\x88\x88NK\x01\x89.", Loader::Python, &four).unwrap();
+    let shared = run(b"NNK\x01\x88\x88NK\x01\x89.").unwrap();
     assert_eq!(shared.heap.len(), 4);
-    let tight = Budget {
-        max_stack: 2,
-        ..Budget::default()
-    };
-    let err = run_with(b"N22.", Loader::Python, &tight).unwrap_err();
-    assert!(err.to_string().contains("stack deeper than 2"), "{err}");
+    // Opcodes bound the time a stream takes: a fixed limit, not judged.
     let tight = Budget {
         max_ops: 5,
         ..Budget::default()
     };
     let err = run_with(b"N0N0N0N0.", Loader::Python, &tight).unwrap_err();
-    assert!(err.to_string().contains("more than 5 opcodes"), "{err}");
-    let tight = Budget {
-        max_memo: 1,
-        ..Budget::default()
-    };
-    let err = run_with(b"Nq\x00q\x01.", Loader::Python, &tight).unwrap_err();
     assert!(
-        err.to_string().contains("a memo of more than 1 entries"),
+        err.to_string()
+            .ends_with("more than 5 opcodes, a fixed limit of tensorplay's pickle reader"),
         "{err}"
     );
+    assert_eq!(err.kind(), crate::ErrorKind::OverBudget);
+}
+
+/// The stack, the marks and the memo are charged as allocated, not by what they count: a
+/// memo key a thousand slots past the last leaves a thousand empty slots (a 2 MB stream once
+/// took 2.9 GB under a 64 MiB budget), a MARK holds a word. No count limits them, so a stream
+/// of a million tensors' memo (8 million keys) is read whole.
+#[test]
+fn the_stack_marks_and_memo_are_charged_as_allocated() {
+    let tight = Budget {
+        max_memory: 1 << 20,
+        ..Budget::default()
+    };
+    let mut gaps = b"N".to_vec();
+    for i in 1..=300u32 {
+        gaps.push(b'r');
+        gaps.extend((i * 1023).to_le_bytes());
+    }
+    gaps.push(b'.');
+    let mut marks = vec![b'('; 200_000];
+    marks.extend(b"N.");
+    let mut stack = vec![b'N'; 300_000];
+    stack.push(b'.');
+    for (what, stream) in [("gaps", &gaps), ("marks", &marks), ("stack", &stack)] {
+        let err = run_with(stream, Loader::Python, &tight).unwrap_err();
+        assert!(
+            matches!(err, crate::Error::MemoryBudget { limit, .. } if limit == 1 << 20),
+            "{what}: {err}"
+        );
+        // Each fits a budget of ten times its size.
+        let roomy = Budget {
+            max_memory: 16 << 20,
+            ..tight
+        };
+        let read = run_with(stream, Loader::Python, &roomy);
+        assert!(read.is_ok(), "{what}: {:?}", read.err());
+    }
+    // 8 000 001 keys of one value: past the memo's old limit of 8 000 000.
+    let mut memo = b"N".to_vec();
+    for key in 0..=8_000_000u32 {
+        memo.push(b'r');
+        memo.extend(key.to_le_bytes());
+    }
+    memo.push(b'.');
+    run(&memo).expect("a million tensors' memo fits the default budget");
 }
 
 /// Values are counted in bytes: a list grown by appending one memoized value again and again

@@ -18,12 +18,12 @@ What it checks
   (what all remote reads of the run may fetch), `--remote-deadline` (how long they may go on),
   `--timeout-per-file` (how long one file may take). A file whose audit would go past one is
   refused unjudged; the finding names the limit, what the file needed so far against what the
-  limit allows, and the flag that raises it. The pickle reader also has fixed limits on one
-  stream, the same every run (20 000 000 values, a stack or open MARKs of 4 000 000, a memo
-  of 8 000 000, 200 000 000 opcodes: a million-tensor `torch.save` needs about 9 000 000
-  values), and on the walk of its values for tensors (nesting deeper than 256, 20 000 000
-  values visited, 200 000 000 bytes of tensor names built); a stream past one is refused
-  unjudged too, and no flag raises them.
+  limit allows, and the flag that raises it. What a pickle stream builds (its values, stack,
+  marks and memo) counts against `--max-memory`; its time is bounded by fixed limits, the same
+  every run: 200 000 000 opcodes (a million-tensor `torch.save` runs 30 000 000), and, walking
+  its values for tensors, nesting deeper than 256, more than 20 000 000 values visited (or
+  twice the stream's values) and 200 000 000 bytes of tensor names built. A stream past one is
+  refused unjudged too, and no flag raises them.
 
 Why it matters
   A file that was not judged must not pass the gate, but it is not known to be corrupt
@@ -216,15 +216,15 @@ mod tests {
         let error = ReadError::PickleLimit {
             path: PathBuf::from("m.pkl"),
             member: "<pickle>".into(),
-            position: 4_000_002,
-            what: "a stack deeper than 4000000 entries".into(),
+            position: 200_000_002,
+            what: "more than 200000000 opcodes".into(),
         };
         let (code, message, fix) = finding(&error);
         assert_eq!(code, OverBudget::CODE);
         assert_eq!(
             message,
-            "m.pkl: <pickle> at byte 4000002: a stack deeper than 4000000 entries, a fixed limit \
-             of tensorplay's pickle reader"
+            "m.pkl: <pickle> at byte 200000002: more than 200000000 opcodes, a fixed limit of \
+             tensorplay's pickle reader"
         );
         assert!(fix.contains("no flag raises it"), "{fix}");
         not_corrupt(&message, &fix);
