@@ -311,7 +311,11 @@ fn a_walk_past_a_fixed_limit_is_not_judged() {
     wide.extend(b"h\x01".repeat(5_000));
     wide.extend(b"e.");
     for (name, stream, what) in [
-        ("nested.pkl", nested, "at byte 602: objects nested deeper than 256"),
+        (
+            "nested.pkl",
+            nested,
+            "at byte 602: objects nested deeper than 256",
+        ),
         (
             "wide.pkl",
             wide,

@@ -99,7 +99,7 @@ pub(crate) fn stream_end_in(prefix: Prefix<'_>) -> Option<Option<usize>> {
 /// are strings the walk has seen (pushed, or fetched from the memo). Nothing is built or
 /// copied, so a stream refused for what its values would take still has what follows named;
 /// the walk stops where CPython would (STOP, an opcode it rejects) or past [`MAX_TRACKED`]
-/// marks or keys.
+/// marks or keys; past as many values on the stack it no longer follows which are strings.
 fn globals_named(bytes: &[u8]) -> Vec<(&[u8], &[u8], usize)> {
     let mut walk = Walk::new(bytes);
     walk.names = Some(Names::default());
@@ -190,7 +190,8 @@ fn walk(bytes: &[u8]) -> Walked {
     }
 }
 
-/// Marks or memo keys beyond which a walk stops counting (a file-length walk stays bounded).
+/// Marks or memo keys beyond which a walk stops counting, and values beyond which naming stops
+/// following them (a file-length walk stays bounded).
 const MAX_TRACKED: usize = 1 << 20;
 
 /// Why the walk ended.
@@ -229,6 +230,11 @@ struct Names<'a> {
     values: Vec<Option<&'a [u8]>>,
     /// The values below each mark.
     marked: Vec<Vec<Option<&'a [u8]>>>,
+    /// How many values `marked` holds in all.
+    marked_len: usize,
+    /// Whether the values outgrew [`MAX_TRACKED`] and are no longer followed: STACK_GLOBAL's
+    /// operands are unknown from there (GLOBAL's and INST's names are still read).
+    values_lost: bool,
     /// Memo keys holding a string.
     memo: std::collections::HashMap<u64, &'a [u8]>,
     globals: Vec<(&'a [u8], &'a [u8], usize)>,
@@ -346,13 +352,14 @@ impl<'a> Walk<'a> {
         self.depth = self.marks.pop().ok_or(End::Invalid)?;
         if let Some(names) = &mut self.names {
             names.values = names.marked.pop().unwrap_or_default();
+            names.marked_len = names.marked_len.saturating_sub(names.values.len());
         }
         Ok(items)
     }
 
-    /// The string `back` values below the top (0: the top), when it is one.
+    /// The string `back` values below the top (0: the top), when it is one and known.
     fn string_at(&self, back: usize) -> Option<&'a [u8]> {
-        let values = &self.names.as_ref()?.values;
+        let values = &self.names.as_ref().filter(|n| !n.values_lost)?.values;
         let i = values.len().checked_sub(back + 1)?;
         *values.get(i)?
     }
@@ -388,6 +395,7 @@ impl<'a> Walk<'a> {
                 self.marks.push(self.depth);
                 self.depth = 0;
                 if let Some(names) = &mut self.names {
+                    names.marked_len += names.values.len();
                     names.marked.push(std::mem::take(&mut names.values));
                 }
                 (0, 0)
@@ -520,7 +528,18 @@ impl<'a> Walk<'a> {
         };
         self.pop(pops)?;
         self.depth += pushes;
-        if let Some(names) = &mut self.names {
+        if let Some(names) = self.names.as_mut().filter(|n| !n.values_lost) {
+            // Past MAX_TRACKED values on the stack they are dropped, not followed: the memory
+            // a walk holds stays bounded, as for marks and memo keys.
+            if names.values.len().saturating_add(names.marked_len) >= MAX_TRACKED {
+                *names = Names {
+                    values_lost: true,
+                    memo: std::mem::take(&mut names.memo),
+                    globals: std::mem::take(&mut names.globals),
+                    ..Names::default()
+                };
+                return Ok(());
+            }
             let pushed = self.pushed.take();
             // Every value but the last is a copy of it (DUP) or not a string.
             names
@@ -618,7 +637,7 @@ fn dotted_name(line: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{begins_pickle, globals_named};
+    use super::{begins_pickle, globals_named, MAX_TRACKED};
 
     #[test]
     fn the_walk_names_the_globals_cpython_resolves_building_nothing() {
@@ -647,6 +666,34 @@ mod tests {
         // An operand that is not a string names nothing; the walk stops where CPython would.
         assert_eq!(named(b"\x80\x04K\x01\x8c\x01x\x93."), []);
         assert_eq!(named(b"\x80\x04\xffcos\nsystem\n."), []);
+    }
+
+    /// Naming follows which values on the stack are strings up to 2^20 of them (across marks
+    /// too), then drops them, where it once held 16 bytes a value without bound (a 35 MB
+    /// stream took 420 MB under a 16 MiB budget): STACK_GLOBAL's operands are unknown from
+    /// there, GLOBAL's names still read.
+    #[test]
+    fn naming_follows_at_most_a_million_values_on_the_stack() {
+        let stream = |values: usize, marks: usize| {
+            let mut s = b"\x80\x04\x8c\x02os\x8c\x06system".to_vec();
+            for _ in 0..marks {
+                s.push(b'(');
+                s.extend(std::iter::repeat_n(b'N', values / marks));
+            }
+            s.extend(std::iter::repeat_n(b'1', marks));
+            s.extend(b"\x93cposix\nsystem\n.");
+            s
+        };
+        for marks in [1, 1000] {
+            let named = |values| -> Vec<String> {
+                globals_named(&stream(values, marks))
+                    .into_iter()
+                    .map(|(m, n, _)| format!("{}.{}", m.escape_ascii(), n.escape_ascii()))
+                    .collect()
+            };
+            assert_eq!(named(MAX_TRACKED - 1000), ["os.system", "posix.system"]);
+            assert_eq!(named(MAX_TRACKED + 1000), ["posix.system"]);
+        }
     }
 
     #[test]

@@ -342,14 +342,20 @@ pub(super) struct Growth {
     pub old: u64,
 }
 
-/// How a full list of `len` items of `T` (of room for `capacity`) grows by one: Rust's
-/// vectors double.
+/// How a full list of `len` items of `T` (of room for `capacity`) grows by one.
 pub(super) fn grown_list<T>(len: usize, capacity: usize) -> Growth {
-    if len < capacity {
+    grown_by::<T>(len, capacity, 1)
+}
+
+/// How a list of `len` items of `T` (of room for `capacity`) grows to take `more`: as Rust's
+/// vectors and `ThinVec` grow, to twice its room (four at least) or what it needs if more.
+pub(super) fn grown_by<T>(len: usize, capacity: usize, more: usize) -> Growth {
+    let needed = len.saturating_add(more);
+    if needed <= capacity {
         return Growth::default();
     }
     Growth {
-        new: slice_bytes::<T>(capacity.max(2).saturating_mul(2)),
+        new: slice_bytes::<T>(needed.max(capacity.saturating_mul(2)).max(4)),
         old: slice_bytes::<T>(capacity),
     }
 }

@@ -3,7 +3,9 @@
 
 use super::allowlist::{map_module, resolves, Class, Loader};
 use super::dict_keys;
-use super::heap::{grown_list, slice_bytes, Global, Growth, Heap, Id, Node, Object, TensorSpec};
+use super::heap::{
+    grown_by, grown_list, slice_bytes, Global, Growth, Heap, Id, Node, Object, TensorSpec,
+};
 use super::inline::{Inline, InlineArray};
 use super::literals::{
     decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape, utf8_surrogatepass,
@@ -460,6 +462,17 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
+    /// [`Machine::grow`] for a value's own list (a list, dict or object filled after it was
+    /// made): its new list is charged with the values, the old one as outgrown.
+    fn grow_value(&mut self, growth: Growth) -> Result<()> {
+        self.grow(growth)?;
+        self.heap_bytes = self
+            .heap_bytes
+            .saturating_add(growth.new)
+            .saturating_sub(growth.old);
+        Ok(())
+    }
+
     pub(super) fn alloc(&mut self, node: Node) -> Result<Id> {
         self.charge(node_bytes(&node))?;
         self.grow(self.heap.growth())?;
@@ -849,7 +862,18 @@ impl<'a> Machine<'a> {
     /// machine, dropping the items, so every later global is named; refused at the end.
     fn append_to_top(&mut self, items: Vec<Id>) -> Result<()> {
         let target = self.top()?;
-        self.charge(slice_bytes::<(Option<Id>, Id)>(items.len()))?;
+        let growth = match self.heap.get(target) {
+            Node::List(list) | Node::Set(list) => {
+                grown_by::<Id>(list.len(), list.capacity(), items.len())
+            }
+            Node::Object(object) => grown_by::<(Option<Id>, Id)>(
+                object.items.len(),
+                object.items.capacity(),
+                items.len(),
+            ),
+            _ => Growth::default(),
+        };
+        self.grow_value(growth)?;
         match self.heap.get_mut(target) {
             Some(Node::List(list) | Node::Set(list)) => list.extend(items),
             Some(Node::Object(object)) => object.items.extend(items.into_iter().map(|v| (None, v))),
@@ -862,7 +886,16 @@ impl<'a> Machine<'a> {
 
     fn set_on_top(&mut self, pairs: Vec<(Id, Id)>) -> Result<()> {
         let target = self.top()?;
-        self.charge(slice_bytes::<(Option<Id>, Id)>(pairs.len()))?;
+        let growth = match self.heap.get(target) {
+            Node::Dict(dict) => grown_by::<(Id, Id)>(dict.len(), dict.capacity(), pairs.len()),
+            Node::Object(object) => grown_by::<(Option<Id>, Id)>(
+                object.items.len(),
+                object.items.capacity(),
+                pairs.len(),
+            ),
+            _ => Growth::default(),
+        };
+        self.grow_value(growth)?;
         match self.heap.get_mut(target) {
             Some(Node::Dict(dict)) => dict.extend(pairs),
             Some(Node::Object(object)) => object
@@ -1182,7 +1215,6 @@ fn memo_room(budget: &Budget) -> usize {
     let room = budget.max_memory.saturating_sub(budget.memory_held) / 8;
     usize::try_from(room / std::mem::size_of::<u32>() as u64).unwrap_or(usize::MAX)
 }
-
 
 /// What an allocation of `len` bytes takes from the allocator: its size class (mimalloc's
 /// bins are up to a quarter apart) and a header. Values are charged so, not by their length:

@@ -427,6 +427,24 @@ fn the_stack_marks_and_memo_are_charged_as_allocated() {
         let read = run_with(stream, Loader::Python, &roomy);
         assert!(read.is_ok(), "{what}: {:?}", read.err());
     }
+    // An object's items, appended one at a time: its list as allocated (doubled, and the
+    // lists it outgrew) counts, where its items alone once did (a third of it).
+    let mut items = b"cbuiltins\nobject\n)RNq\x010".to_vec();
+    for _ in 0..80_000 {
+        items.extend(b"h\x01a");
+    }
+    items.push(b'.');
+    let err = run_with(&items, Loader::Python, &tight)
+        .unwrap_err()
+        .to_string();
+    // Refused growing past 32 768 items (each 12 bytes): at the 32 769th APPEND.
+    let at = 23 + 32_768 * 3 + 2;
+    assert!(
+        err.contains(&format!(
+            "for the values pickle data.pkl builds (at byte {at})"
+        )),
+        "{err}"
+    );
     // 8 000 001 keys of one value: past the memo's old limit of 8 000 000.
     let mut memo = b"N".to_vec();
     for key in 0..=8_000_000u32 {
