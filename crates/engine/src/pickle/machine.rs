@@ -189,7 +189,7 @@ pub(super) struct Machine<'a> {
     shared_scalars: [Option<Id>; SHARED_SCALARS],
     ops: u64,
     /// Bytes the heap's values and the recorded globals take (they are never freed while
-    /// the stream runs); the stack and memo are counted as they stand.
+    /// the stream runs); the stack, marks and memo are counted as they stand ([`Machine::room`]).
     heap_bytes: u64,
     /// Bytes of the lists the heap, stack, marks and memo grew out of: freed, but a freed
     /// block stays resident until the allocator hands it back, so a list doubled to its size
@@ -240,7 +240,7 @@ impl<'a> Machine<'a> {
             stack: Vec::new(),
             marks: Vec::new(),
             // Picklers memoize most values: a `torch.save` stream has a key per 13 bytes or so.
-            // Charged as it is allocated: no more than an eighth of the budget's room up front.
+            // Room only, charged as its slots are written: at most an eighth of the budget's.
             memo: Memo::with_capacity((bytes.len() / 12).min(memo_room(budget))),
             shared_scalars: [None; SHARED_SCALARS],
             ops: 0,
