@@ -52,6 +52,21 @@ pub enum Node {
     Composite(Box<CompositeSpec>),
 }
 
+impl Node {
+    /// How its own list grows to take `more` items (a list's, a set's, a dict's pairs, an
+    /// object's): nothing for a value that holds none.
+    pub(super) fn filled_with(&self, more: usize) -> Growth {
+        match self {
+            Node::List(list) | Node::Set(list) => grown_by::<Id>(list.len(), list.capacity(), more),
+            Node::Dict(pairs) => grown_by::<(Id, Id)>(pairs.len(), pairs.capacity(), more),
+            Node::Object(object) => {
+                grown_by::<(Option<Id>, Id)>(object.items.len(), object.items.capacity(), more)
+            }
+            _ => Growth::default(),
+        }
+    }
+}
+
 /// A name a pickle refers to ([`Node::Global`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Global {

@@ -3,9 +3,7 @@
 
 use super::allowlist::{map_module, resolves, Class, Loader};
 use super::dict_keys;
-use super::heap::{
-    grown_by, grown_list, slice_bytes, Global, Growth, Heap, Id, Node, Object, TensorSpec,
-};
+use super::heap::{grown_list, slice_bytes, Global, Growth, Heap, Id, Node, Object, TensorSpec};
 use super::inline::{Inline, InlineArray};
 use super::literals::{
     decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape, utf8_surrogatepass,
@@ -862,18 +860,7 @@ impl<'a> Machine<'a> {
     /// machine, dropping the items, so every later global is named; refused at the end.
     fn append_to_top(&mut self, items: Vec<Id>) -> Result<()> {
         let target = self.top()?;
-        let growth = match self.heap.get(target) {
-            Node::List(list) | Node::Set(list) => {
-                grown_by::<Id>(list.len(), list.capacity(), items.len())
-            }
-            Node::Object(object) => grown_by::<(Option<Id>, Id)>(
-                object.items.len(),
-                object.items.capacity(),
-                items.len(),
-            ),
-            _ => Growth::default(),
-        };
-        self.grow_value(growth)?;
+        self.grow_value(self.heap.get(target).filled_with(items.len()))?;
         match self.heap.get_mut(target) {
             Some(Node::List(list) | Node::Set(list)) => list.extend(items),
             Some(Node::Object(object)) => object.items.extend(items.into_iter().map(|v| (None, v))),
@@ -886,16 +873,7 @@ impl<'a> Machine<'a> {
 
     fn set_on_top(&mut self, pairs: Vec<(Id, Id)>) -> Result<()> {
         let target = self.top()?;
-        let growth = match self.heap.get(target) {
-            Node::Dict(dict) => grown_by::<(Id, Id)>(dict.len(), dict.capacity(), pairs.len()),
-            Node::Object(object) => grown_by::<(Option<Id>, Id)>(
-                object.items.len(),
-                object.items.capacity(),
-                pairs.len(),
-            ),
-            _ => Growth::default(),
-        };
-        self.grow_value(growth)?;
+        self.grow_value(self.heap.get(target).filled_with(pairs.len()))?;
         match self.heap.get_mut(target) {
             Some(Node::Dict(dict)) => dict.extend(pairs),
             Some(Node::Object(object)) => object
