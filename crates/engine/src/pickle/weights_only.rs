@@ -510,6 +510,9 @@ struct Machine<'a> {
     /// The read's budget: every list the replay keeps is grown through [`Machine::room`],
     /// which holds them, with what the read held before, to `max_memory`.
     budget: Budget,
+    /// Bytes of the lists it grew out of: freed, but resident until the allocator hands them
+    /// back, so they count as the pickle machine's do.
+    outgrown: u64,
 }
 
 /// Why a replay stopped before STOP.
@@ -589,11 +592,12 @@ impl<'a> Machine<'a> {
             persistent,
             sizes: Vec::new(),
             budget: *budget,
+            outgrown: 0,
         }
     }
 
     /// The bytes the replay's lists hold (the memo's and the memo keys' tables as
-    /// [`table_bytes`] counts them).
+    /// [`table_bytes`] counts them), and the lists they grew out of.
     fn held(&self) -> u64 {
         let bytes = |len: usize, each: usize| (len as u64).saturating_mul(each as u64);
         bytes(self.stack.capacity(), size_of::<V<'a>>())
@@ -601,6 +605,7 @@ impl<'a> Machine<'a> {
             .saturating_add(bytes(self.sizes.capacity(), size_of::<u64>()))
             .saturating_add(table_bytes(self.memo.capacity(), size_of::<(u32, V<'a>)>()))
             .saturating_add(self.gets.as_ref().map_or(0, |gets| gets.held(false)))
+            .saturating_add(self.outgrown)
     }
 
     /// Room for one more item in the list `pick` chooses, doubling it only where the
@@ -619,12 +624,16 @@ impl<'a> Machine<'a> {
     #[cold]
     #[inline(never)]
     fn double<T>(&mut self, pick: impl Fn(&mut Self) -> &mut Vec<T>) -> Result<(), Stop> {
-        let more = pick(self).capacity().max(4);
+        let old = pick(self).capacity();
+        let more = old.max(4);
         let needed = self
             .held()
             .saturating_add((more as u64).saturating_mul(2 * size_of::<T>() as u64));
         self.check(needed)?;
         pick(self).reserve_exact(more);
+        self.outgrown = self
+            .outgrown
+            .saturating_add((old as u64).saturating_mul(size_of::<T>() as u64));
         Ok(())
     }
 
@@ -665,12 +674,12 @@ impl<'a> Machine<'a> {
         if self.memo.len() < self.memo.capacity() {
             return Ok(());
         }
-        let grown = doubled(self.memo.capacity());
-        let needed = self
-            .held()
-            .saturating_add(table_bytes(grown, size_of::<(u32, V<'a>)>()));
+        let entry = size_of::<(u32, V<'a>)>();
+        let (old, grown) = (self.memo.capacity(), doubled(self.memo.capacity()));
+        let needed = self.held().saturating_add(table_bytes(grown, entry));
         self.check(needed)?;
         self.memo.reserve(grown - self.memo.len());
+        self.outgrown = self.outgrown.saturating_add(table_bytes(old, entry));
         Ok(())
     }
 
