@@ -1,4 +1,5 @@
-//! Limits that keep a hostile pickle's cost bounded.
+//! Limits that keep a hostile pickle's cost bounded, and what the lists and tables a reading
+//! keeps take of the memory one.
 
 /// How much work and memory one pickle stream may take.
 #[derive(Debug, Clone, Copy)]
@@ -39,4 +40,47 @@ impl Default for Budget {
             memory_held: 0,
         }
     }
+}
+
+/// A list grown: the bytes of the new one, and of the old one it frees (which the allocator
+/// may keep a while). Both zero where the list had room.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Growth {
+    pub new: u64,
+    pub old: u64,
+}
+
+/// How a full list of `len` items of `T` (of room for `capacity`) grows by one.
+pub(super) fn grown_list<T>(len: usize, capacity: usize) -> Growth {
+    grown_by::<T>(len, capacity, 1)
+}
+
+/// How a list of `len` items of `T` (of room for `capacity`) grows to take `more`: as Rust's
+/// vectors and `ThinVec` grow, to twice its room (four at least) or what it needs if more.
+pub(super) fn grown_by<T>(len: usize, capacity: usize, more: usize) -> Growth {
+    let needed = len.saturating_add(more);
+    if needed <= capacity {
+        return Growth::default();
+    }
+    Growth {
+        new: slice_bytes::<T>(needed.max(capacity.saturating_mul(2)).max(4)),
+        old: slice_bytes::<T>(capacity),
+    }
+}
+
+/// `n` values of `T`, in bytes.
+pub(super) fn slice_bytes<T>(n: usize) -> u64 {
+    (n as u64).saturating_mul(std::mem::size_of::<T>() as u64)
+}
+
+/// The bytes of a hash table with room for `capacity` entries of `entry` bytes: its slots a
+/// power of two with an eighth spare, a byte of control each.
+pub(super) fn table_bytes(capacity: usize, entry: usize) -> u64 {
+    let slots = capacity.saturating_mul(8) / 7;
+    (slots.next_power_of_two() as u64).saturating_mul(entry as u64 + 1)
+}
+
+/// A full table's capacity once it grows: it doubles.
+pub(super) fn doubled(capacity: usize) -> usize {
+    (capacity.max(3) + 1).saturating_mul(2)
 }

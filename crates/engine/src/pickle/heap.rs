@@ -2,6 +2,7 @@
 //! objects by reference exactly as Python's does, and nothing is ever deep-copied.
 
 use super::allowlist::{classify, Class, Known};
+use super::budget::{grown_by, grown_list, Growth};
 use crate::DType;
 use thin_vec::ThinVec;
 
@@ -347,35 +348,4 @@ impl Heap {
             .map(|&i| self.int(i).and_then(|v| u64::try_from(v).ok()))
             .collect()
     }
-}
-
-/// A list grown: the bytes of the new one, and of the old one it frees (which the allocator
-/// may keep a while). Both zero where the list had room.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Growth {
-    pub new: u64,
-    pub old: u64,
-}
-
-/// How a full list of `len` items of `T` (of room for `capacity`) grows by one.
-pub(super) fn grown_list<T>(len: usize, capacity: usize) -> Growth {
-    grown_by::<T>(len, capacity, 1)
-}
-
-/// How a list of `len` items of `T` (of room for `capacity`) grows to take `more`: as Rust's
-/// vectors and `ThinVec` grow, to twice its room (four at least) or what it needs if more.
-pub(super) fn grown_by<T>(len: usize, capacity: usize, more: usize) -> Growth {
-    let needed = len.saturating_add(more);
-    if needed <= capacity {
-        return Growth::default();
-    }
-    Growth {
-        new: slice_bytes::<T>(needed.max(capacity.saturating_mul(2)).max(4)),
-        old: slice_bytes::<T>(capacity),
-    }
-}
-
-/// `n` values of `T`, in bytes.
-pub(super) fn slice_bytes<T>(n: usize) -> u64 {
-    (n as u64).saturating_mul(std::mem::size_of::<T>() as u64)
 }

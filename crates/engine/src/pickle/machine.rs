@@ -2,8 +2,9 @@
 //! an interpretation of an allowlisted name or an opaque object.
 
 use super::allowlist::{map_module, resolves, Class, Loader};
+use super::budget::{grown_list, slice_bytes, Growth};
 use super::dict_keys;
-use super::heap::{grown_list, slice_bytes, Global, Growth, Heap, Id, Node, Object, TensorSpec};
+use super::heap::{Global, Heap, Id, Node, Object, TensorSpec};
 use super::inline::{Inline, InlineArray};
 use super::literals::{
     decimal_to_le, long_from_le, python_string_literal, raw_unicode_escape, utf8_surrogatepass,

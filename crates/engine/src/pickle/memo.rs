@@ -1,7 +1,8 @@
 //! The unpickler's memo. Picklers number memo entries 0, 1, 2… in order, so keys index a
 //! vector; scattered keys, which only a hand-made stream uses, go to a map.
 
-use super::heap::{slice_bytes, Growth, Id};
+use super::budget::{doubled, grown_by, slice_bytes, table_bytes, Growth};
+use super::heap::Id;
 use std::collections::HashMap;
 use std::mem::size_of;
 use std::num::NonZeroU32;
@@ -42,7 +43,7 @@ impl Memo {
     /// can leave a thousand empty slots a key), and the scattered keys' table.
     pub fn bytes(&self) -> u64 {
         slice_bytes::<Option<NonZeroU32>>(self.dense.len())
-            .saturating_add(sparse_bytes(self.sparse.capacity()))
+            .saturating_add(table_bytes(self.sparse.capacity(), SPARSE_ENTRY))
     }
 
     /// How inserting `key` grows it: a dense list or a table grown, or nothing where it has
@@ -54,21 +55,14 @@ impl Memo {
             }
             let capacity = self.sparse.capacity();
             return Growth {
-                new: sparse_bytes(capacity.max(2).saturating_mul(2)),
-                old: sparse_bytes(capacity),
+                new: table_bytes(doubled(capacity), SPARSE_ENTRY),
+                old: table_bytes(capacity, SPARSE_ENTRY),
             };
         }
-        // Dense keys are below the list's length plus the gap: they fit a `usize`.
-        let needed = (key as usize).saturating_add(1);
-        let capacity = self.dense.capacity();
-        if needed <= capacity {
-            return Growth::default();
-        }
-        let slots = |n: usize| slice_bytes::<Option<NonZeroU32>>(n);
-        Growth {
-            new: slots(needed.max(capacity.saturating_mul(2))),
-            old: slots(capacity),
-        }
+        // Dense keys are below the list's length plus the gap: they fit a `usize`. The list
+        // grows to hold the key, whatever lies between.
+        let slots = (key as usize).saturating_add(1);
+        grown_by::<Option<NonZeroU32>>(0, self.dense.capacity(), slots)
     }
 
     /// Whether `key` goes in the dense list: the next key in order, or one within the gap past
@@ -108,12 +102,8 @@ impl Memo {
     }
 }
 
-/// A table of `capacity` scattered keys: a key, an id and a control byte each, as hashbrown
-/// lays them out (a power of two of buckets, an eighth spare).
-fn sparse_bytes(capacity: usize) -> u64 {
-    let buckets = (capacity as u64).saturating_mul(8) / 7;
-    buckets.saturating_mul(size_of::<(u64, Id)>() as u64 + 1)
-}
+/// A scattered key's entry in its table.
+const SPARSE_ENTRY: usize = size_of::<(u64, Id)>();
 
 #[cfg(test)]
 mod tests {

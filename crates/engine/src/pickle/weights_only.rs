@@ -10,6 +10,7 @@
 //! Where it refuses, [`replay`] gives torch's own message.
 
 use super::allowlist::{resolves, DTENSOR_REGISTERS};
+use super::budget::{doubled, slice_bytes, table_bytes};
 use super::opcodes::*;
 use super::Budget;
 use super::Loader;
@@ -83,18 +84,6 @@ impl Keys {
         }
         self.bits.get(word).is_some_and(|w| w & (1 << bit) != 0)
     }
-}
-
-/// The bytes of a hash table with room for `capacity` entries of `entry` bytes: its slots a
-/// power of two with an eighth spare, a byte of control each.
-fn table_bytes(capacity: usize, entry: usize) -> u64 {
-    let slots = capacity.saturating_mul(8) / 7;
-    (slots.next_power_of_two() as u64).saturating_mul(entry as u64 + 1)
-}
-
-/// A full table's capacity once it grows: it doubles.
-fn doubled(capacity: usize) -> usize {
-    (capacity.max(3) + 1).saturating_mul(2)
 }
 
 /// What `_rebuild_tensor`'s `set_` says of a tensor it rebuilds: torch checks, in signed 64-bit
@@ -599,10 +588,9 @@ impl<'a> Machine<'a> {
     /// The bytes the replay's lists hold (the memo's and the memo keys' tables as
     /// [`table_bytes`] counts them), and the lists they grew out of.
     fn held(&self) -> u64 {
-        let bytes = |len: usize, each: usize| (len as u64).saturating_mul(each as u64);
-        bytes(self.stack.capacity(), size_of::<V<'a>>())
-            .saturating_add(bytes(self.marks.capacity(), size_of::<usize>()))
-            .saturating_add(bytes(self.sizes.capacity(), size_of::<u64>()))
+        slice_bytes::<V<'a>>(self.stack.capacity())
+            .saturating_add(slice_bytes::<usize>(self.marks.capacity()))
+            .saturating_add(slice_bytes::<u64>(self.sizes.capacity()))
             .saturating_add(table_bytes(self.memo.capacity(), size_of::<(u32, V<'a>)>()))
             .saturating_add(self.gets.as_ref().map_or(0, |gets| gets.held(false)))
             .saturating_add(self.outgrown)
@@ -631,9 +619,7 @@ impl<'a> Machine<'a> {
             .saturating_add((more as u64).saturating_mul(2 * size_of::<T>() as u64));
         self.check(needed)?;
         pick(self).reserve_exact(more);
-        self.outgrown = self
-            .outgrown
-            .saturating_add((old as u64).saturating_mul(size_of::<T>() as u64));
+        self.outgrown = self.outgrown.saturating_add(slice_bytes::<T>(old));
         Ok(())
     }
 
