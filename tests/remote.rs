@@ -336,6 +336,76 @@ fn a_large_safetensors_file_is_audited_reading_under_one_percent_of_it() {
     );
 }
 
+/// `torch.save` of `n` float32 tensors `w{i}` of `numel` elements, storage key `{i}`, as a
+/// torch-style archive (its data.pkl written out opcode by opcode, protocol 2).
+fn many_records(n: usize, numel: u32) -> Vec<u8> {
+    let text = |p: &mut Vec<u8>, s: &str| {
+        p.push(b'X');
+        p.extend((s.len() as u32).to_le_bytes());
+        p.extend(s.as_bytes());
+    };
+    let mut pickle = b"\x80\x02}(".to_vec();
+    for i in 0..n {
+        text(&mut pickle, &format!("w{i}"));
+        pickle.extend(b"ctorch._utils\n_rebuild_tensor_v2\n((");
+        text(&mut pickle, "storage");
+        pickle.extend(b"ctorch\nFloatStorage\n");
+        text(&mut pickle, &i.to_string());
+        text(&mut pickle, "cpu");
+        pickle.push(b'J');
+        pickle.extend(numel.to_le_bytes());
+        pickle.extend(b"tQK\x00J");
+        pickle.extend(numel.to_le_bytes());
+        pickle.extend(b"\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR");
+    }
+    pickle.extend(b"u.");
+    let mut zip = crate::common::zip_writer::ZipWriter::default();
+    zip.add("archive/data.pkl", &pickle);
+    let record = vec![0u8; numel as usize * 4];
+    for i in 0..n {
+        zip.add(&format!("archive/data/{i}"), &record);
+    }
+    zip.add("archive/version", b"3\n");
+    zip.finish()
+}
+
+#[test]
+fn a_remote_archive_s_local_headers_are_fetched_together_a_page_each() {
+    // 24 records of 256 KiB: each local header is a request, and was a 64 KiB block asked for
+    // once the one before had come back (1.6 MiB read of 6 MiB). The headers are now asked for
+    // together, several at once, a page around each.
+    let dir = crate::common::TempDir::new("remote-headers");
+    std::fs::write(dir.0.join("model.pt"), many_records(24, 64 << 10)).unwrap();
+    let local = audit(
+        &["--metadata-only", dir.0.join("model.pt").to_str().unwrap()],
+        None,
+    );
+    let server = RangeServer::start(&dir.0);
+    let url = server.url("model.pt");
+    let remote = audit(&[&url], None);
+    assert_eq!(
+        remote.status.code(),
+        local.status.code(),
+        "{}",
+        stderr(&remote)
+    );
+    let strip = |mut f: Vec<(String, String)>| {
+        f.iter_mut().for_each(|f| f.0.clear());
+        f
+    };
+    assert_eq!(strip(findings(&remote, "")), strip(findings(&local, "")));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&remote)).unwrap();
+    let read = &report["files"][0]["remote"];
+    assert_eq!(
+        read["requests"].as_u64(),
+        Some(server.range_requests() as u64)
+    );
+    // The head (128 KiB), the end records and directory (a block), the other 23 headers: at
+    // most two pages each.
+    let bytes = read["bytes_read"].as_u64().unwrap();
+    assert!(bytes <= (128 + 64 + 23 * 8) << 10, "{read}");
+}
+
 #[test]
 fn a_large_array_is_audited_reading_its_header_and_a_deep_read_fetches_it_once() {
     // 64 MiB of float32 zeros behind an .npy header: the audit asks for the header alone, and

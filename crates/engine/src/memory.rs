@@ -186,6 +186,27 @@ impl HostBuffer {
         }
     }
 
+    /// Asks for the bytes of `ranges` ahead of a reading that will ask for each in turn: a
+    /// remote object fetches those it does not hold, several requests at once; a buffer in
+    /// memory has them already. Nothing is lent or refused here: the reading still asks.
+    pub fn prefetch(&self, ranges: &[std::ops::Range<u64>]) {
+        match &self.backing {
+            Backing::Remote(remote) => remote.prefetch(ranges),
+            Backing::Window { parent, start, end } => {
+                let (base, len) = (*start as u64, (*end - *start) as u64);
+                let within: Vec<_> = ranges
+                    .iter()
+                    .map(|r| {
+                        let to = r.end.min(len);
+                        base + r.start.min(to)..base + to
+                    })
+                    .collect();
+                parent.prefetch(&within);
+            }
+            _ => {}
+        }
+    }
+
     /// The address of the first byte in this process, without reading any.
     pub fn address(&self) -> u64 {
         match &self.backing {

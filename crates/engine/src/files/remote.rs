@@ -24,6 +24,17 @@ pub(crate) const HEAD: u64 = 128 << 10;
 const BLOCK: u64 = 64 << 10;
 /// The most a read going on where the fetched bytes end (a scan) is read ahead.
 const MAX_AHEAD: u64 = 16 << 20;
+/// A prefetch asks for the pages around what it is given, not blocks: a zip's local header
+/// is a few dozen bytes, a block around each would be 64 KiB a record.
+const PAGE: u64 = 4 << 10;
+/// Prefetched pages closer than this are asked for in one request: a few KiB more, a request
+/// fewer.
+const JOIN: u64 = 16 << 10;
+/// The most one prefetch request asks for: dense pages (a thousand small records' headers)
+/// are still fetched several requests at once.
+const MAX_PREFETCH_REQUEST: u64 = 1 << 20;
+/// Requests a prefetch keeps in flight.
+const IN_FLIGHT: usize = 8;
 
 /// One mounted object's bytes: an anonymous map of its length, written only where nothing
 /// is lent yet (a block being fetched), lent only where written.
@@ -62,6 +73,8 @@ struct State {
     /// The first fetch that failed, for a reading that could only say "no bytes" (the whole
     /// object asked for by [`HostBuffer::bytes`], a storage's bytes under `--deep`).
     failure: Option<Error>,
+    /// Why no byte is lent any more: the bytes fetched are not the object listed.
+    refused: Option<Error>,
 }
 
 impl RemoteBytes {
@@ -131,7 +144,13 @@ impl RemoteBytes {
         }
         let map = self.map()?;
         // Most asks (a header read field by field) are of bytes already here.
-        let held = self.lock().filled.contains(start..end);
+        let held = {
+            let state = self.lock();
+            if let Some(refused) = &state.refused {
+                return Err(copy_of(refused, &self.path));
+            }
+            state.filled.contains(start..end)
+        };
         let fetched = if held {
             Ok(())
         } else {
@@ -232,24 +251,76 @@ impl RemoteBytes {
                     ),
                 });
             }
-            // SAFETY: `range` lies inside the map (clipped to `len`) and outside `filled`, so
-            // no slice of it has been lent; the lock is held, so no other fetch writes it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    map.base.add(range.start as usize),
-                    bytes.len(),
-                );
-            }
-            state.filled.insert(range.clone());
-            state.bytes_read += bytes.len() as u64;
-            state.requests += 1;
+            put(&mut state, map, range, &bytes);
         }
         self.verify(&mut state, map)
     }
 
+    /// Fetches the pages around `ranges` not fetched yet, [`IN_FLIGHT`] requests at once, for
+    /// a reading about to ask for each in turn (a zip's local headers, a request each, one
+    /// after another, otherwise). Only what the run's budget takes whole: where the pages
+    /// would pass a limit nothing is prefetched, and the reading meets the limit itself, as
+    /// it would have. A request that fails is left to the reading to send again and report.
+    pub(crate) fn prefetch(&self, ranges: &[Range<u64>]) {
+        let Ok(map) = self.map() else {
+            return;
+        };
+        let len = self.len();
+        let mut pages = Ranges::default();
+        for range in ranges {
+            let end = range.end.min(len);
+            let start = range.start.min(end);
+            if start < end {
+                pages
+                    .insert(start - start % PAGE..end.div_ceil(PAGE).saturating_mul(PAGE).min(len));
+            }
+        }
+        let requests = {
+            let state = self.lock();
+            if state.refused.is_some() {
+                return;
+            }
+            requests_for(&pages.subtract(&state.filled))
+        };
+        let bytes = requests.iter().map(|r| r.end - r.start).sum::<u64>();
+        if requests.is_empty()
+            || requests.len() as u64 > self.budget.requests_left()
+            || bytes > self.budget.left()
+        {
+            return;
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let fetch_one = || {
+            use std::sync::atomic::Ordering::Relaxed;
+            while let Some(range) = requests.get(next.fetch_add(1, Relaxed)) {
+                let n = range.end - range.start;
+                if stop.load(Relaxed) || self.budget.charge(&self.path, 1, n).is_err() {
+                    stop.store(true, Relaxed);
+                    return;
+                }
+                match self.object.read_range(range.clone()) {
+                    Ok(bytes) if bytes.len() as u64 == n => {
+                        let mut state = self.lock();
+                        put(&mut state, map, range.clone(), &bytes);
+                    }
+                    _ => {}
+                }
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..IN_FLIGHT.min(requests.len()) {
+                scope.spawn(fetch_one);
+            }
+            fetch_one();
+        });
+        // A mismatch is kept as the refusal of every later ask.
+        let _ = self.verify(&mut self.lock(), map);
+    }
+
     /// Once every byte of an object with a listed SHA-256 is fetched, checks that they hash to
-    /// it: a store serving other bytes under the listed address is not the object listed.
+    /// it: a store serving other bytes under the listed address is not the object listed, and
+    /// none of them is lent from then on.
     fn verify(&self, state: &mut State, map: &Map) -> Result<()> {
         let Some(listed) = self.object.listed_sha256() else {
             return Ok(());
@@ -265,7 +336,7 @@ impl RemoteBytes {
         let got: [u8; 32] = Sha256::digest(all).into();
         if got != listed {
             let hex = |d: &[u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
-            return Err(Error::RemoteInconsistent {
+            let refusal = Error::RemoteInconsistent {
                 path: self.path.clone(),
                 detail: format!(
                     "its bytes hash to SHA-256 {}, not the {} its listing gives (the Hub's \
@@ -273,11 +344,60 @@ impl RemoteBytes {
                     hex(&got),
                     hex(&listed)
                 ),
-            });
+            };
+            state.refused = Some(copy_of(&refusal, &self.path));
+            return Err(refusal);
         }
         state.verified = true;
         Ok(())
     }
+}
+
+/// Puts the fetched `bytes` of `range` in place where they are not yet, and counts the
+/// request that fetched them.
+fn put(state: &mut State, map: &Map, range: Range<u64>, bytes: &[u8]) {
+    let mut fetched = Ranges::default();
+    fetched.insert(range.clone());
+    for new in fetched.subtract(&state.filled).iter() {
+        let Some(part) =
+            bytes.get((new.start - range.start) as usize..(new.end - range.start) as usize)
+        else {
+            continue;
+        };
+        // SAFETY: `new` lies inside the map (fetched ranges are clipped to its length) and
+        // outside `filled`, so no slice of it has been lent; the caller holds the lock, so no
+        // other fetch writes it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                part.as_ptr(),
+                map.base.add(new.start as usize),
+                part.len(),
+            );
+        }
+        state.filled.insert(new);
+    }
+    state.bytes_read += bytes.len() as u64;
+    state.requests += 1;
+}
+
+/// The requests that fetch `pages`: pages closer than [`JOIN`] in one, none longer than
+/// [`MAX_PREFETCH_REQUEST`].
+fn requests_for(pages: &Ranges) -> Vec<Range<u64>> {
+    let mut joined: Vec<Range<u64>> = Vec::new();
+    for page in pages.iter() {
+        match joined.last_mut() {
+            Some(last) if page.start - last.end < JOIN => last.end = page.end,
+            _ => joined.push(page),
+        }
+    }
+    joined
+        .into_iter()
+        .flat_map(|run| {
+            (run.start..run.end)
+                .step_by(MAX_PREFETCH_REQUEST as usize)
+                .map(move |at| at..(at + MAX_PREFETCH_REQUEST).min(run.end))
+        })
+        .collect()
 }
 
 /// A failed fetch's error again, to keep while the first copy goes to the reader that asked.
@@ -316,13 +436,17 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    /// An object in memory that counts the ranges asked of it and can be made to fail.
-    #[derive(Debug)]
+    /// An object in memory that counts the ranges asked of it, and the most asked at once,
+    /// and can be made to fail or to take a while.
+    #[derive(Debug, Default)]
     struct Fake {
         bytes: Vec<u8>,
         asked: Mutex<Vec<Range<u64>>>,
         fail: bool,
         sha256: Option<[u8; 32]>,
+        delay: Duration,
+        in_flight: AtomicUsize,
+        most_in_flight: AtomicUsize,
     }
 
     impl RemoteObject for Fake {
@@ -331,6 +455,10 @@ mod tests {
         }
         fn read_range(&self, range: Range<u64>) -> std::result::Result<Vec<u8>, RemoteError> {
             self.asked.lock().unwrap().push(range.clone());
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(self.delay);
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
             if self.fail {
                 return Err(RemoteError::Unreachable("HTTP 503".to_owned()));
             }
@@ -347,18 +475,25 @@ mod tests {
         sha256: Option<[u8; 32]>,
         max_bytes: u64,
     ) -> (Arc<RemoteBytes>, Arc<Fake>) {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let object = Arc::new(Fake {
-            bytes: remote_bytes(len),
-            asked: Mutex::default(),
-            fail,
-            sha256,
-        });
         let limits = RemoteLimits {
             max_bytes,
             max_requests: u64::MAX,
         };
+        mount(
+            Fake {
+                bytes: remote_bytes(len),
+                fail,
+                sha256,
+                ..Fake::default()
+            },
+            limits,
+        )
+    }
+
+    fn mount(object: Fake, limits: RemoteLimits) -> (Arc<RemoteBytes>, Arc<Fake>) {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let object = Arc::new(object);
         let budget = Arc::new(Budget::new(limits, Duration::from_secs(60)));
         let path = PathBuf::from(format!("fake://{n}"));
         let remote = Arc::new(RemoteBytes::new(path, object.clone(), budget));
@@ -419,6 +554,96 @@ mod tests {
                 bound: crate::error::RemoteBound::Bytes,
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn a_prefetch_fetches_the_pages_around_its_ranges_several_requests_at_once() {
+        const KIB: u64 = 1 << 10;
+        let len = 4 << 20;
+        let slow = |fail, sha256, max_requests| {
+            let object = Fake {
+                bytes: remote_bytes(len),
+                fail,
+                sha256,
+                delay: Duration::from_millis(20),
+                ..Fake::default()
+            };
+            let limits = RemoteLimits {
+                max_bytes: u64::MAX,
+                max_requests,
+            };
+            mount(object, limits)
+        };
+        let sorted = |object: &Fake| {
+            let mut asked = asked(object);
+            asked.sort_by_key(|r| r.start);
+            asked
+        };
+        // Six headers 256 KiB apart, the last across a page's end: the pages around each.
+        let (remote, object) = slow(false, None, u64::MAX);
+        let mut headers: Vec<Range<u64>> = (0..5)
+            .map(|i| i * 256 * KIB + 100..i * 256 * KIB + 200)
+            .collect();
+        headers.push(5 * 256 * KIB + 4000..5 * 256 * KIB + 4200);
+        remote.prefetch(&headers);
+        let mut pages: Vec<Range<u64>> = (0..5)
+            .map(|i| i * 256 * KIB..i * 256 * KIB + 4 * KIB)
+            .collect();
+        pages.push(5 * 256 * KIB..5 * 256 * KIB + 8 * KIB);
+        assert_eq!(sorted(&object), pages);
+        assert!(
+            object.most_in_flight.load(Ordering::SeqCst) > 1,
+            "one request at a time"
+        );
+        // A reading of them then asks for nothing.
+        for header in &headers {
+            let expected = &remote_bytes(len)[header.start as usize..header.end as usize];
+            assert_eq!(remote.range(header.clone()).unwrap(), expected);
+        }
+        assert_eq!(asked(&object).len(), 6);
+        assert_eq!(remote.stats().requests, 6);
+        // Pages closer than 16 KiB are one request, what is held is not asked again, and a
+        // long run (clipped to the object) is asked in pieces of at most 1 MiB.
+        let mib = 1 << 20;
+        remote.prefetch(&[
+            100..200,
+            20 * KIB..20 * KIB + 1,
+            30 * KIB..30 * KIB + 1,
+            2 * mib..5 * mib,
+        ]);
+        let mut more = asked(&object).split_off(6);
+        more.sort_by_key(|r| r.start);
+        assert_eq!(
+            more,
+            vec![20 * KIB..32 * KIB, 2 * mib..3 * mib, 3 * mib..4 * mib]
+        );
+
+        // Only within the run's budget: three requests past a limit of two ask for nothing,
+        // and the reading meets the limit itself.
+        let (remote, object) = slow(false, None, 2);
+        remote.prefetch(&headers[..3]);
+        assert!(asked(&object).is_empty());
+        remote.range(0..10).unwrap();
+        remote.range(256 * KIB..256 * KIB + 10).unwrap();
+        assert!(matches!(
+            remote.range(512 * KIB..512 * KIB + 10),
+            Err(Error::RemoteBudget { .. })
+        ));
+
+        // A request that fails leaves the bytes to the reading, which asks again and fails.
+        let (remote, object) = slow(true, None, u64::MAX);
+        remote.prefetch(&headers[..1]);
+        assert_eq!(asked(&object).len(), 1);
+        assert!(matches!(remote.range(100..200), Err(Error::Remote { .. })));
+        assert_eq!(asked(&object).len(), 2);
+
+        // Bytes a prefetch completes that do not hash to the listed SHA-256 are never lent.
+        let (remote, _) = slow(false, Some([0; 32]), u64::MAX);
+        remote.prefetch(&[0..len as u64 / 2, len as u64 / 2..len as u64]);
+        assert!(matches!(
+            remote.range(0..10),
+            Err(Error::RemoteInconsistent { .. })
         ));
     }
 

@@ -162,6 +162,13 @@ impl Budget {
             .max_bytes
             .saturating_sub(self.bytes.load(Ordering::Relaxed))
     }
+
+    /// Requests still to be made within the limit.
+    pub(crate) fn requests_left(&self) -> u64 {
+        self.limits
+            .max_requests
+            .saturating_sub(self.requests.load(Ordering::Relaxed))
+    }
 }
 
 /// What was read of the object mounted at `path`.

@@ -19,6 +19,30 @@ const DESCRIPTOR_SIG: [u8; 4] = *b"PK\x07\x08";
 const HAS_DESCRIPTOR: u16 = 0x0008;
 const SATURATED: u32 = 0xFFFF_FFFF;
 
+/// Bytes asked for around a local header when they are prefetched: before it, the data
+/// descriptor of the entry before (at most 24 bytes); after its name, its extra field (torch
+/// pads it to align the record, up to 63 bytes, beside a zip64 field).
+const AROUND: u64 = 128;
+
+/// A remote archive's local headers, asked for together before [`check`] reads them one by
+/// one: otherwise each is a request of its own, sent once the one before has come back.
+pub(super) fn prefetch(file: &File<'_>, entries: &[Entry]) {
+    if file.local.is_some() {
+        return;
+    }
+    let headers: Vec<_> = entries
+        .iter()
+        .map(|entry| {
+            let name_end = entry
+                .local_offset
+                .saturating_add(LOCAL_LEN)
+                .saturating_add(entry.name.len() as u64);
+            entry.local_offset.saturating_sub(AROUND)..name_end.saturating_add(AROUND)
+        })
+        .collect();
+    file.buffer.prefetch(&headers);
+}
+
 /// Checks every local header, sets each entry's data start, and checks the tiling.
 pub(super) fn check(file: &File<'_>, entries: &mut [Entry], cd_offset: u64) -> Result<()> {
     for entry in entries.iter_mut() {

@@ -51,6 +51,7 @@ impl<'a> Zip<'a> {
         })?;
         let mut entries = central::read(&file, &end)?;
         let sorted = names::unique_names(&file, &entries)?;
+        local::prefetch(&file, &entries);
         local::check(&file, &mut entries, end.cd_offset)?;
         Ok(Zip {
             file,
