@@ -546,6 +546,11 @@ mod tests {
             wrong.range(0..1000),
             Err(Error::RemoteInconsistent { .. })
         ));
+        // And no byte of it is lent after.
+        assert!(matches!(
+            wrong.range(0..10),
+            Err(Error::RemoteInconsistent { .. })
+        ));
 
         // Its run's budget refuses a fetch past it, naming the bound.
         assert!(matches!(
