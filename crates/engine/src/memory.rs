@@ -169,13 +169,7 @@ impl HostBuffer {
     pub fn range(&self, range: std::ops::Range<u64>) -> Result<&[u8]> {
         match &self.backing {
             Backing::Remote(remote) => remote.range(range),
-            Backing::Window { parent, start, end } => {
-                let base = *start as u64;
-                let len = (*end - *start) as u64;
-                let to = range.end.min(len);
-                let from = range.start.min(to);
-                parent.range(base + from..base + to)
-            }
+            Backing::Window { parent, start, end } => parent.range(in_parent(*start, *end, range)),
             _ => {
                 let bytes = self.bytes();
                 let end = range.end.min(bytes.len() as u64);
@@ -193,13 +187,9 @@ impl HostBuffer {
         match &self.backing {
             Backing::Remote(remote) => remote.prefetch(ranges),
             Backing::Window { parent, start, end } => {
-                let (base, len) = (*start as u64, (*end - *start) as u64);
                 let within: Vec<_> = ranges
                     .iter()
-                    .map(|r| {
-                        let to = r.end.min(len);
-                        base + r.start.min(to)..base + to
-                    })
+                    .map(|r| in_parent(*start, *end, r.clone()))
                     .collect();
                 parent.prefetch(&within);
             }
@@ -297,6 +287,14 @@ impl std::fmt::Debug for HostBuffer {
             .field("len", &self.len())
             .finish()
     }
+}
+
+/// `range` of the window `start..end` of its parent, clipped to the window, as the parent's
+/// offsets.
+fn in_parent(start: usize, end: usize, range: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    let (base, len) = (start as u64, (end - start) as u64);
+    let to = range.end.min(len);
+    base + range.start.min(to)..base + to
 }
 
 #[cfg(test)]

@@ -25,7 +25,8 @@ const SATURATED: u32 = 0xFFFF_FFFF;
 const AROUND: u64 = 128;
 
 /// A remote archive's local headers, asked for together before [`check`] reads them one by
-/// one: otherwise each is a request of its own, sent once the one before has come back.
+/// one: otherwise each is a request of its own, sent once the one before has come back. The
+/// list of them is held within what `directory_cost` counts for a lookup slot an entry.
 pub(super) fn prefetch(file: &File<'_>, entries: &[Entry]) {
     if file.local.is_some() {
         return;
