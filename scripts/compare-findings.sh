@@ -3,8 +3,9 @@
 # `audit --format json --fail-on never` and its exit status, and `views --format json` with
 # the `disjoint` pairs dropped from both sides (since the views sweep, `views` lists only the
 # pairs that share bytes). A memory-budget refusal's estimate may differ between builds that
-# charge the view analysis differently: such a report is compared with the estimate masked
-# and counted apart, so a change of cost is seen and a change of verdict fails.
+# charge what a reading holds differently (the view analysis, a pickle's values): such a
+# report is compared with the estimate masked and counted apart, so a change of cost is seen
+# and a change of verdict fails.
 #
 # Usage: scripts/compare-findings.sh BEFORE AFTER [FILE...]
 # Without FILEs, every file git tracks under fixtures/. Exits 1 on any other difference;
@@ -42,10 +43,13 @@ run() {
     echo "exit $rc" >>"$out/$side/$key.views"
 }
 
-# The report with every memory-budget estimate ("exceeds the memory budget (N > L)") and the
-# fingerprints (which hash the message) masked.
+# The report with every memory-budget estimate (what "the read would hold", and the fix's
+# "above the N it needed so far, e.g. --max-memory M") and the fingerprints (which hash the
+# message) masked.
 masked() {
-    sed -E -e 's/(exceeds the memory budget \()[0-9]+ >/\1N >/g' \
+    sed -E -e 's/(the read would hold )[0-9.]+ [KMGT]?i?B \([0-9]+ bytes\)/\1N/g' \
+        -e 's/(above the )[0-9.]+ [KMGT]?i?B( it needed so far, e\.g\. --max-memory )[0-9.]+[KMGT]?i?B/\1N\2M/g' \
+        -e 's/(max_memory = \\")[0-9.]+[KMGT]?i?B/\1M/g' \
         -e 's/"fingerprint": "[0-9a-f]+"/"fingerprint": "F"/' "$1"
 }
 
