@@ -33,7 +33,7 @@ const JOIN: u64 = 16 << 10;
 /// The most one prefetch request asks for: dense pages (a thousand small records' headers)
 /// are still fetched several requests at once.
 const MAX_PREFETCH_REQUEST: u64 = 1 << 20;
-/// Requests a prefetch keeps in flight.
+/// Requests one prefetch keeps in flight (within what its run allows).
 const IN_FLIGHT: usize = 8;
 
 /// One mounted object's bytes: an anonymous map of its length, written only where nothing
@@ -308,12 +308,23 @@ impl RemoteBytes {
                 }
             }
         };
+        // This thread sends requests too; the others are what the run can have in flight.
+        let helpers = self
+            .budget
+            .begin_prefetch(IN_FLIGHT.min(requests.len()).saturating_sub(1));
         std::thread::scope(|scope| {
-            for _ in 1..IN_FLIGHT.min(requests.len()) {
-                scope.spawn(fetch_one);
+            for _ in 0..helpers {
+                // Where no thread can be started, fewer requests are in flight.
+                if std::thread::Builder::new()
+                    .spawn_scoped(scope, fetch_one)
+                    .is_err()
+                {
+                    break;
+                }
             }
             fetch_one();
         });
+        self.budget.end_prefetch(helpers);
         // A mismatch is kept as the refusal of every later ask.
         let _ = self.verify(&mut self.lock(), map);
     }

@@ -10,7 +10,7 @@ use super::remote::RemoteBytes;
 use crate::error::{Error, RemoteBound, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,13 @@ pub(crate) struct Budget {
     /// When the run's remote reading must end (`--remote-deadline`), and the limit it was set
     /// from; `None` for no deadline.
     deadline: Option<(Instant, Duration)>,
+    /// Prefetch requests in flight beside the readings' own ([`Budget::begin_prefetch`]).
+    prefetching: AtomicUsize,
 }
+
+/// The most prefetch requests a run keeps in flight beside its readings' own: files read side
+/// by side (`--jobs`) do not each add a prefetch's worth to what one store is sent at once.
+const PREFETCHING: usize = 16;
 
 /// The run paths are looked up in.
 static CURRENT: RwLock<Option<Arc<Run>>> = RwLock::new(None);
@@ -161,6 +167,25 @@ impl Budget {
         self.limits
             .max_bytes
             .saturating_sub(self.bytes.load(Ordering::Relaxed))
+    }
+
+    /// Up to `wanted` more requests to send at once, within [`PREFETCHING`] over the run: the
+    /// number granted, to give back with [`Budget::end_prefetch`].
+    pub(crate) fn begin_prefetch(&self, wanted: usize) -> usize {
+        let mut granted = 0;
+        // The closure always returns `Some`: the update cannot fail.
+        let _ = self
+            .prefetching
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                granted = wanted.min(PREFETCHING.saturating_sub(now));
+                Some(now + granted)
+            });
+        granted
+    }
+
+    /// Gives back what [`Budget::begin_prefetch`] granted.
+    pub(crate) fn end_prefetch(&self, granted: usize) {
+        self.prefetching.fetch_sub(granted, Ordering::Relaxed);
     }
 
     /// Requests still to be made within the limit.
@@ -309,5 +334,16 @@ mod tests {
         assert!(!is_remote(path), "its mounts end with the run");
         let _deadline = begin_run(limits, Duration::ZERO);
         assert!(over(charge(path, 1, 0), RemoteBound::Deadline));
+    }
+
+    #[test]
+    fn prefetches_share_the_run_s_requests_in_flight() {
+        let budget = Budget::default();
+        assert_eq!(budget.begin_prefetch(7), 7);
+        assert_eq!(budget.begin_prefetch(7), 7);
+        assert_eq!(budget.begin_prefetch(7), 2);
+        assert_eq!(budget.begin_prefetch(7), 0);
+        budget.end_prefetch(7);
+        assert_eq!(budget.begin_prefetch(3), 3);
     }
 }
