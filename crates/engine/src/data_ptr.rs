@@ -153,6 +153,23 @@ impl DataPtr {
         self.len() == 0
     }
 
+    /// Maps in `range` (relative to the DataPtr's own range) before a scan reads it
+    /// ([`HostBuffer::read_ahead`]); nothing for bytes not in a mapped file.
+    pub fn read_ahead(&self, range: Range<u64>) {
+        let Owner::Host { buffer, range: own } = &self.owner else {
+            return;
+        };
+        let (Some(start), Some(end)) = (
+            own.start.checked_add(range.start),
+            own.start.checked_add(range.end),
+        ) else {
+            return;
+        };
+        if start <= end && end <= own.end {
+            buffer.read_ahead(start..end);
+        }
+    }
+
     /// Hints that `range` of these bytes (0 is the first byte of this DataPtr) has been read
     /// and will not be needed again soon, so a scan of a file larger than memory keeps
     /// resident memory bounded (see [`HostBuffer::release`]). Heap bytes, storages without
@@ -187,7 +204,7 @@ mod tests {
     }
 
     #[test]
-    fn release_scanned_keeps_the_bytes_readable() {
+    fn release_scanned_and_read_ahead_keep_the_bytes_readable() {
         let file = TempFile(
             std::env::temp_dir().join(format!("tensorplay-release-scanned-{}", std::process::id())),
         );
@@ -199,6 +216,11 @@ mod tests {
         ptr.release_scanned(0..(3 << 16));
         ptr.release_scanned(Range { start: 10, end: 5 });
         ptr.release_scanned(u64::MAX - 1..u64::MAX);
+        assert!(ptr.bytes().unwrap().iter().all(|&b| b == 7));
+        // Mapping pages in ahead of a scan is advice too: inside, past the end or reversed.
+        ptr.read_ahead(0..(1 << 16));
+        ptr.read_ahead(0..(3 << 16));
+        ptr.read_ahead(Range { start: 10, end: 5 });
         assert!(ptr.bytes().unwrap().iter().all(|&b| b == 7));
         assert_eq!(ptr.len(), (2 << 16) - 4096);
 

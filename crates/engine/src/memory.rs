@@ -261,6 +261,30 @@ impl HostBuffer {
         }
     }
 
+    /// Maps in the pages of `range` of a mapped file at once, before a scan reads them: one
+    /// call rather than a page fault every 64 KiB. Advice only: where the kernel declines it
+    /// (before Linux 5.14), the scan faults the pages in as it reads.
+    pub fn read_ahead(&self, range: std::ops::Range<u64>) {
+        match &self.backing {
+            Backing::Window { parent, start, end } => {
+                parent.read_ahead(in_parent(*start, *end, range));
+            }
+            #[cfg(target_os = "linux")]
+            Backing::Mapped(map) => {
+                let (Ok(start), Ok(end)) =
+                    (usize::try_from(range.start), usize::try_from(range.end))
+                else {
+                    return;
+                };
+                let end = end.min(map.len());
+                if start < end {
+                    let _ = map.advise_range(memmap2::Advice::PopulateRead, start, end - start);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The file the bytes came from.
     pub fn source(&self) -> &Path {
         &self.source

@@ -142,6 +142,13 @@ fn scan_chunk(imp: &TensorImpl, chunk: u64, progress: Option<&AtomicU64>) -> Opt
     let start = chunk.checked_mul(CHUNK_BYTES)?;
     let end = start.saturating_add(CHUNK_BYTES).min(bytes.len() as u64);
     let part = bytes.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
+    // Advice only: an empty view has no byte range, and is still scanned.
+    if let Ok(Some(view)) = imp.byte_range() {
+        let at = view.start;
+        imp.storage()
+            .data_ptr()
+            .read_ahead(at.saturating_add(start)..at.saturating_add(end));
+    }
     let found = scan_bytes(imp.dtype(), part);
     let len = part.len() as u64;
     if len >= RELEASE_MIN {
