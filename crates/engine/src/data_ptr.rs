@@ -156,17 +156,8 @@ impl DataPtr {
     /// Maps in `range` (relative to the DataPtr's own range) before a scan reads it
     /// ([`HostBuffer::read_ahead`]); nothing for bytes not in a mapped file.
     pub fn read_ahead(&self, range: Range<u64>) {
-        let Owner::Host { buffer, range: own } = &self.owner else {
-            return;
-        };
-        let (Some(start), Some(end)) = (
-            own.start.checked_add(range.start),
-            own.start.checked_add(range.end),
-        ) else {
-            return;
-        };
-        if start <= end && end <= own.end {
-            buffer.read_ahead(start..end);
+        if let Some((buffer, within)) = self.in_buffer(range) {
+            buffer.read_ahead(within);
         }
     }
 
@@ -175,18 +166,20 @@ impl DataPtr {
     /// resident memory bounded (see [`HostBuffer::release`]). Heap bytes, storages without
     /// bytes and ranges that do not lie inside this DataPtr are left alone.
     pub fn release_scanned(&self, range: Range<u64>) {
-        let Owner::Host { buffer, range: own } = &self.owner else {
-            return;
-        };
-        let (Some(start), Some(end)) = (
-            own.start.checked_add(range.start),
-            own.start.checked_add(range.end),
-        ) else {
-            return;
-        };
-        if start <= end && end <= own.end {
-            buffer.release(start..end);
+        if let Some((buffer, within)) = self.in_buffer(range) {
+            buffer.release(within);
         }
+    }
+
+    /// `range` of these bytes as a range of the host buffer holding them; `None` for bytes
+    /// in no host buffer, or a range that does not lie inside this DataPtr.
+    fn in_buffer(&self, range: Range<u64>) -> Option<(&HostBuffer, Range<u64>)> {
+        let Owner::Host { buffer, range: own } = &self.owner else {
+            return None;
+        };
+        let start = own.start.checked_add(range.start)?;
+        let end = own.start.checked_add(range.end)?;
+        (start <= end && end <= own.end).then_some((&**buffer, start..end))
     }
 }
 
