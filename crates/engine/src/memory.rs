@@ -238,50 +238,44 @@ impl HostBuffer {
     /// it is a hint, and a failed hint changes nothing.
     pub fn release(&self, range: std::ops::Range<u64>) {
         if let Backing::Window { parent, start, end } = &self.backing {
-            let base = *start as u64;
-            let end = (*end as u64).min(range.end.saturating_add(base));
-            return parent.release(range.start.saturating_add(base)..end);
+            return parent.release(in_parent(*start, *end, range));
         }
-        if let Backing::Mapped(map) = &self.backing {
-            let (Ok(start), Ok(end)) = (usize::try_from(range.start), usize::try_from(range.end))
-            else {
-                return;
-            };
-            let end = end.min(map.len());
-            if start >= end {
-                return;
-            }
+        if let Some((map, start, len)) = self.mapped(range) {
             #[cfg(unix)]
             // SAFETY: the map is a read-only, private mapping of a file that tensorplay never
             // writes. MADV_DONTNEED drops its pages; the next read of them faults the same
             // bytes back in from the file, so no reference ever observes different data.
             let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len)
             };
+            #[cfg(not(unix))]
+            let _ = (map, start, len);
         }
+    }
+
+    /// A mapped file's map, and `range` of it clipped to it as a start and a length; `None`
+    /// for other bytes, or where nothing of `range` is mapped.
+    fn mapped(&self, range: std::ops::Range<u64>) -> Option<(&Mmap, usize, usize)> {
+        let Backing::Mapped(map) = &self.backing else {
+            return None;
+        };
+        let start = usize::try_from(range.start).ok()?;
+        let end = usize::try_from(range.end).ok()?.min(map.len());
+        (start < end).then_some((map, start, end - start))
     }
 
     /// Maps in the pages of `range` of a mapped file at once, before a scan reads them: one
     /// call rather than a page fault every 64 KiB. Advice only: where the kernel declines it
     /// (before Linux 5.14), the scan faults the pages in as it reads.
     pub fn read_ahead(&self, range: std::ops::Range<u64>) {
-        match &self.backing {
-            Backing::Window { parent, start, end } => {
-                parent.read_ahead(in_parent(*start, *end, range));
-            }
+        if let Backing::Window { parent, start, end } = &self.backing {
+            return parent.read_ahead(in_parent(*start, *end, range));
+        }
+        if let Some((map, start, len)) = self.mapped(range) {
             #[cfg(target_os = "linux")]
-            Backing::Mapped(map) => {
-                let (Ok(start), Ok(end)) =
-                    (usize::try_from(range.start), usize::try_from(range.end))
-                else {
-                    return;
-                };
-                let end = end.min(map.len());
-                if start < end {
-                    let _ = map.advise_range(memmap2::Advice::PopulateRead, start, end - start);
-                }
-            }
-            _ => {}
+            let _ = map.advise_range(memmap2::Advice::PopulateRead, start, len);
+            #[cfg(not(target_os = "linux"))]
+            let _ = (map, start, len);
         }
     }
 

@@ -204,8 +204,7 @@ impl RemoteBytes {
     /// them in place; the lock is held throughout, so two readers never fetch one block twice.
     fn fetch(&self, range: Range<u64>, map: &Map) -> Result<()> {
         let len = self.len();
-        let start = range.start - range.start % BLOCK;
-        let end = range.end.div_ceil(BLOCK).saturating_mul(BLOCK).min(len);
+        let Range { start, end } = aligned(range, BLOCK, len);
         let mut state = self.lock();
         // A reading that goes on where the fetched bytes end (a deep scan storage after
         // storage) is read ahead as far as it has come, so its requests grow geometrically
@@ -265,15 +264,9 @@ impl RemoteBytes {
         let Ok(map) = self.map() else {
             return;
         };
-        let len = self.len();
         let mut pages = Ranges::default();
         for range in ranges {
-            let end = range.end.min(len);
-            let start = range.start.min(end);
-            if start < end {
-                pages
-                    .insert(start - start % PAGE..end.div_ceil(PAGE).saturating_mul(PAGE).min(len));
-            }
+            pages.insert(aligned(range.clone(), PAGE, self.len()));
         }
         let requests = {
             let state = self.lock();
@@ -362,6 +355,17 @@ impl RemoteBytes {
         state.verified = true;
         Ok(())
     }
+}
+
+/// `range` clipped to an object of `len` bytes and widened to whole `unit`s (the last one
+/// short at the object's end); empty where nothing of it lies inside.
+fn aligned(range: Range<u64>, unit: u64, len: u64) -> Range<u64> {
+    let end = range.end.min(len);
+    let start = range.start.min(end);
+    if start == end {
+        return start..start;
+    }
+    start - start % unit..end.div_ceil(unit).saturating_mul(unit).min(len)
 }
 
 /// Puts the fetched `bytes` of `range` in place where they are not yet, and counts the

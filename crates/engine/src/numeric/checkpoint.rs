@@ -142,31 +142,26 @@ fn scan_chunk(imp: &TensorImpl, chunk: u64, progress: Option<&AtomicU64>) -> Opt
     let start = chunk.checked_mul(CHUNK_BYTES)?;
     let end = start.saturating_add(CHUNK_BYTES).min(bytes.len() as u64);
     let part = bytes.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
-    // Advice only: an empty view has no byte range, and is still scanned.
-    if let Ok(Some(view)) = imp.byte_range() {
-        let at = view.start;
-        imp.storage()
-            .data_ptr()
-            .read_ahead(at.saturating_add(start)..at.saturating_add(end));
+    // The chunk as bytes of its storage, where the view has a byte range (an empty view has
+    // none, and is still scanned): mapped in before the scan, released after it.
+    let stored = imp
+        .byte_range()
+        .ok()
+        .flatten()
+        .and_then(|view| Some(view.start.checked_add(start)?..view.start.checked_add(end)?));
+    let data_ptr = imp.storage().data_ptr();
+    if let Some(stored) = &stored {
+        data_ptr.read_ahead(stored.clone());
     }
     let found = scan_bytes(imp.dtype(), part);
     let len = part.len() as u64;
-    if len >= RELEASE_MIN {
-        release(imp, start, len);
+    if let Some(stored) = stored.filter(|_| len >= RELEASE_MIN) {
+        data_ptr.release_scanned(stored);
     }
     if let Some(counter) = progress {
         counter.fetch_add(len, Ordering::Relaxed);
     }
     Some(found)
-}
-
-/// Releases `len` scanned bytes starting `start` bytes into a view.
-fn release(imp: &TensorImpl, start: u64, len: u64) -> Option<()> {
-    let at = imp.byte_range().ok()??.start.checked_add(start)?;
-    imp.storage()
-        .data_ptr()
-        .release_scanned(at..at.checked_add(len)?);
-    Some(())
 }
 
 /// A non-contiguous view through [`scan_tensor`]; but when, broadcasts aside, it reaches more
