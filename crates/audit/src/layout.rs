@@ -25,7 +25,7 @@ pub fn layout(ckpt: &Checkpoint, sim: &LoadSimulation, threshold: f64) -> Layout
 pub fn storage_tensors(ckpt: &Checkpoint) -> Vec<String> {
     let mut seen: Vec<(Option<&str>, usize)> = vec![(None, 0); ckpt.storages.len()];
     for t in &ckpt.tensors {
-        if let Some((first, more)) = seen.get_mut(t.tensor_impl().storage().id().index()) {
+        if let Some((first, more)) = seen.get_mut(t.storage_index()) {
             match first {
                 None => *first = Some(t.name()),
                 Some(_) => *more += 1,

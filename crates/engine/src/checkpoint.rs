@@ -220,7 +220,7 @@ impl Checkpoint {
     pub fn tensors_by_storage(&self) -> Vec<Vec<&str>> {
         let mut out = vec![Vec::new(); self.storages.len()];
         for t in &self.tensors {
-            if let Some(names) = out.get_mut(t.tensor_impl().storage().id().index()) {
+            if let Some(names) = out.get_mut(t.storage_index()) {
                 names.push(t.name());
             }
         }

@@ -9,6 +9,10 @@ pub struct Tensor {
     // Shared with the storage key where the format makes them one (safetensors).
     name: Arc<str>,
     imp: Arc<TensorImpl>,
+    // Its storage's index, copied from the storage (which never changes): passes over a
+    // million tensors that only group them by storage read it here, without fetching the
+    // TensorImpl and the Storage from memory. `u32::MAX` when it does not fit.
+    storage: u32,
     held_as: Option<HeldAs>,
 }
 
@@ -51,9 +55,11 @@ impl HeldAs {
 impl Tensor {
     /// A handle named `name` over `imp`.
     pub fn new(name: impl Into<Arc<str>>, imp: Arc<TensorImpl>) -> Self {
+        let storage = u32::try_from(imp.storage().id().index()).unwrap_or(u32::MAX);
         Tensor {
             name: name.into(),
             imp,
+            storage,
             held_as: None,
         }
     }
@@ -69,6 +75,15 @@ impl Tensor {
         &self.name
     }
 
+    /// Its storage's position in the checkpoint's storage list: its TensorImpl's storage's
+    /// [`id`](crate::Storage::id), without reading either.
+    pub fn storage_index(&self) -> usize {
+        match self.storage {
+            u32::MAX => self.imp.storage().id().index(),
+            index => index as usize,
+        }
+    }
+
     /// The control block it forwards to.
     pub fn tensor_impl(&self) -> &Arc<TensorImpl> {
         &self.imp
@@ -77,5 +92,28 @@ impl Tensor {
     /// What the TorchScript module it was saved in holds it as; `None` for every other format.
     pub fn held_as(&self) -> Option<HeldAs> {
         self.held_as
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor_impl::tests::view;
+    use crate::{DType, DataPtr};
+
+    #[test]
+    fn a_handle_knows_its_storage_s_index_past_what_it_keeps_too() {
+        for index in [0, 7, u32::MAX as usize - 1, u32::MAX as usize, 1 << 40] {
+            let storage = Arc::new(crate::testing::storage(
+                index,
+                "0",
+                DType::UInt8,
+                4,
+                "cpu",
+                DataPtr::heap("mem", vec![0; 4]),
+            ));
+            let tensor = Tensor::new("t", Arc::new(view(&storage, &[4], &[1], 0)));
+            assert_eq!(tensor.storage_index(), index);
+        }
     }
 }

@@ -134,15 +134,11 @@ fn check(
     let mut views: Vec<BudgetView> = ckpt
         .tensors
         .iter()
-        .filter(|t| {
-            views_of
-                .get(t.tensor_impl().storage().id().index())
-                .is_some_and(|&n| n >= 2)
-        })
+        .filter(|t| views_of.get(t.storage_index()).is_some_and(|&n| n >= 2))
         .map(|t| {
             let imp = t.tensor_impl();
             let range = imp.byte_range().ok().flatten();
-            (imp.storage().id().index(), range, t.name().len() as u64)
+            (t.storage_index(), range, t.name().len() as u64)
         })
         .collect();
     views.sort_unstable_by_key(|(id, range, _)| (*id, range.as_ref().map(|r| (r.start, r.end))));
@@ -270,7 +266,7 @@ fn views_cost(views: &[BudgetView], pairs: &PairCounts) -> u64 {
 fn views_per_storage(ckpt: &Checkpoint) -> Vec<u32> {
     let mut counts = vec![0u32; ckpt.storages.len()];
     for tensor in &ckpt.tensors {
-        if let Some(n) = counts.get_mut(tensor.tensor_impl().storage().id().index()) {
+        if let Some(n) = counts.get_mut(tensor.storage_index()) {
             *n = n.saturating_add(1);
         }
     }
@@ -286,14 +282,14 @@ pub fn shared_storages(ckpt: &Checkpoint) -> Vec<SharedStorage<'_>> {
     let mut shared: Vec<(usize, View<'_>)> = ckpt
         .tensors
         .iter()
-        .filter(|t| counts.get(t.tensor_impl().storage().id().index()) >= Some(&2))
+        .filter(|t| counts.get(t.storage_index()) >= Some(&2))
         .map(|tensor| {
             let imp = tensor.tensor_impl();
             let view = View {
                 tensor,
                 bytes: imp.byte_range().ok().flatten(),
             };
-            (imp.storage().id().index(), view)
+            (tensor.storage_index(), view)
         })
         .collect();
     shared.sort_by_key(|(id, _)| *id);

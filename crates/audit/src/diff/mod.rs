@@ -273,7 +273,7 @@ fn peers(ckpt: &Checkpoint) -> BTreeMap<&str, Vec<String>> {
     ckpt.tensors
         .iter()
         .map(|t| {
-            let id = t.tensor_impl().storage().id().index();
+            let id = t.storage_index();
             let others = by_storage
                 .get(id)
                 .into_iter()

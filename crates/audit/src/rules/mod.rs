@@ -18,7 +18,7 @@ pub(crate) fn names_in_storage(ctx: &Context<'_>, id: usize) -> Vec<String> {
     ctx.ckpt
         .tensors
         .iter()
-        .filter(|t| t.tensor_impl().storage().id().index() == id)
+        .filter(|t| t.storage_index() == id)
         .map(|t| t.name().to_owned())
         .collect()
 }

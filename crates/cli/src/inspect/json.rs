@@ -222,7 +222,7 @@ fn chunked_json<'a>(ckpt: &'a Checkpoint, tensor: &'a ChunkedTensor) -> ChunkedJ
                 offsets: &chunk.offsets,
                 sizes: &chunk.sizes,
                 tensor: own.map_or("", |t| t.name()),
-                storage: own.map_or(0, |t| t.tensor_impl().storage().id().index()),
+                storage: own.map_or(0, |t| t.storage_index()),
             }
         })
         .collect();

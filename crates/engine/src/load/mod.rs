@@ -18,6 +18,7 @@ mod dcp;
 mod flatten;
 mod gguf;
 mod hdf5;
+mod in_order;
 mod index;
 mod joblib;
 mod json;

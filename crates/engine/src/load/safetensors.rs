@@ -28,6 +28,7 @@ mod scan;
 
 use entries::Entries;
 
+use super::in_order;
 use super::limits::{Meter, HEADER_ENTRY_BYTES};
 use super::sniff::Prefix;
 use super::table::{Accepts, FileReader, FileRule, Row};
@@ -155,6 +156,7 @@ fn build_into(
     sink: &mut Sink<'_>,
 ) -> Result<()> {
     sink.reserve_tensors(entries.len());
+    sink.reserve_storages(entries.len());
     for chunk in entries.into_chunks() {
         build_chunk(buffer, data_start, chunk, sink)?;
     }
@@ -180,20 +182,16 @@ fn build_chunk(
             saved_alone: false,
         })
     })?;
-    let tensors: Vec<Tensor> = entries
-        .into_par_iter()
-        .zip(storages)
-        .map(|(entry, storage)| {
-            let (dtype, shape) = as_torch_reads(entry.dtype, entry.shape);
-            let layout = Layout::contiguous(&shape).map_err(|e| Error::InvalidTensor {
-                path: buffer.source().to_owned(),
-                tensor: entry.name.to_string(),
-                detail: e.to_string(),
-            })?;
-            let imp = TensorImpl::new(layout, dtype, Device::Cpu, false, false, storage);
-            Ok(Tensor::new(entry.name, Arc::new(imp)))
-        })
-        .collect::<Result<_>>()?;
+    let tensors = in_order::try_map(entries.into_par_iter().zip(storages), |(entry, storage)| {
+        let (dtype, shape) = as_torch_reads(entry.dtype, entry.shape);
+        let layout = Layout::contiguous(&shape).map_err(|e| Error::InvalidTensor {
+            path: buffer.source().to_owned(),
+            tensor: entry.name.to_string(),
+            detail: e.to_string(),
+        })?;
+        let imp = TensorImpl::new(layout, dtype, Device::Cpu, false, false, storage);
+        Ok(Tensor::new(entry.name, Arc::new(imp)))
+    })?;
     sink.add_tensors(tensors);
     Ok(())
 }
@@ -216,14 +214,6 @@ fn torch_dtype(dtype: DType) -> DType {
         DType::Float4E2m1fn => DType::Float4E2m1fnX2,
         other => other,
     }
-}
-
-/// The values of a list without gaps, in the list's own memory: `Option` of a type with a
-/// niche (an `Arc`) is the same size, and `filter_map` collects in place where `flatten`
-/// would copy a million entries.
-#[allow(clippy::filter_map_identity)]
-fn somes<T>(list: Vec<Option<T>>) -> Vec<T> {
-    list.into_iter().filter_map(|v| v).collect()
 }
 
 /// The header text and the file offset where tensor data begins.
@@ -605,7 +595,7 @@ fn parse_entries(path: &Path, raw: RawEntries<'_>, meter: &Meter) -> Result<Pars
             .find_map(|(name, value)| parse_entry(path, name, value.get()).err());
         return Err(first.unwrap_or_else(|| syntax("an entry could not be read".into())));
     }
-    let mut entries = Entries::from(somes(parsed));
+    let mut entries = Entries::from(in_order::somes(parsed));
     drop(raw);
     entries.sort_by_offset();
     check_tiling(path, entries.iter())?;

@@ -229,11 +229,9 @@ impl<'a> Sink<'a> {
     ) -> crate::Result<Vec<Arc<Storage>>> {
         let first = self.out.storages.len();
         let this = &*self;
-        let built: Vec<Arc<Storage>> = items
-            .par_iter()
-            .enumerate()
-            .map(|(i, item)| Ok(Arc::new(this.build(first + i, make(item)?))))
-            .collect::<crate::Result<_>>()?;
+        let built = super::in_order::try_map(items.par_iter().enumerate(), |(i, item)| {
+            Ok(Arc::new(this.build(first + i, make(item)?)))
+        })?;
         self.out.storages.extend(built.iter().cloned());
         Ok(built)
     }
@@ -279,8 +277,9 @@ impl<'a> Sink<'a> {
     /// Adds tensors in order, named in this scope.
     pub fn add_tensors(&mut self, mut tensors: Vec<Tensor>) {
         if self.scope.names.is_empty() && self.scope.held_as.is_none() {
-            // Taken as they are, without a copy into an empty list.
-            match self.out.tensors.is_empty() {
+            // Taken as they are, without a copy into an empty list, unless the list has room
+            // reserved for them (a reader adding its tensors a chunk at a time).
+            match self.out.tensors.capacity() < tensors.len() && self.out.tensors.is_empty() {
                 true => self.out.tensors = tensors,
                 false => self.out.tensors.append(&mut tensors),
             }
@@ -299,6 +298,11 @@ impl<'a> Sink<'a> {
     /// Room for `more` tensors.
     pub fn reserve_tensors(&mut self, more: usize) {
         self.out.tensors.reserve(more);
+    }
+
+    /// Room for `more` storages, for a reader adding them a chunk at a time.
+    pub fn reserve_storages(&mut self, more: usize) {
+        self.out.storages.reserve(more);
     }
 
     /// How many tensors the checkpoint has so far: a mark for [`tensors_since`](Self::tensors_since).

@@ -47,7 +47,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             .tensors
             .iter()
             .filter(|t| {
-                let id = t.tensor_impl().storage().id().index();
+                let id = t.storage_index();
                 here.get(id).copied().unwrap_or(false)
             })
             .map(|t| t.name().to_owned())

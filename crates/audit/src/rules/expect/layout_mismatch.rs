@@ -102,10 +102,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         if differences.is_empty() {
             continue;
         }
-        let storage = ctx
-            .ckpt
-            .tensor(&t.name)
-            .map(|x| x.tensor_impl().storage().id().index());
+        let storage = ctx.ckpt.tensor(&t.name).map(|x| x.storage_index());
         out.push(Draft {
             tensors: vec![t.name.clone()],
             storage,

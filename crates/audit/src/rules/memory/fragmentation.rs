@@ -65,7 +65,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 .ckpt
                 .tensors
                 .iter()
-                .filter(|t| t.tensor_impl().storage().id().index() == s.id().index())
+                .filter(|t| t.storage_index() == s.id().index())
                 .map(|t| t.name().to_owned())
                 .collect();
             let text = format!(

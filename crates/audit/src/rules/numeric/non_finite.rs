@@ -85,7 +85,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         }
         out.push(Draft {
             tensors: vec![t.name().to_owned()],
-            storage: Some(t.tensor_impl().storage().id().index()),
+            storage: Some(t.storage_index()),
             message: format!(
                 "'{}' ({}) holds {} NaN, {} +Inf, {} -Inf among {numel} elements; first at index {}",
                 t.name(),
@@ -105,7 +105,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
 fn by_design(t: &Tensor, found: &NonFinite, what: &str, why: &str) -> Draft {
     Draft {
         tensors: vec![t.name().to_owned()],
-        storage: Some(t.tensor_impl().storage().id().index()),
+        storage: Some(t.storage_index()),
         message: format!(
             "'{}' holds {} +Inf, {} -Inf among {} elements: {what}; not a weight",
             t.name(),
@@ -127,7 +127,7 @@ fn scale_draft(t: &Tensor, scales: &BlockScales, found: &NonFinite) -> Draft {
     let names: Vec<&str> = scales.scales.iter().map(|&(name, _)| name).collect();
     Draft {
         tensors: vec![t.name().to_owned()],
-        storage: Some(t.tensor_impl().storage().id().index()),
+        storage: Some(t.storage_index()),
         message: format!(
             "'{}' ({} blocks) holds {} NaN, {} +Inf, {} -Inf among its {count} float16 block scales ({}); first in block {}: every value of such a block dequantises to NaN or ±Inf",
             t.name(),

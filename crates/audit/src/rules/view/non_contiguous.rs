@@ -33,7 +33,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         }
         out.push(Draft {
             tensors: vec![t.name().to_owned()],
-            storage: Some(t.tensor_impl().storage().id().index()),
+            storage: Some(t.storage_index()),
             message: format!(
                 "'{}' has shape {:?} with strides {:?}: not contiguous",
                 t.name(),

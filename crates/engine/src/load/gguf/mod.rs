@@ -512,7 +512,7 @@ mod tests {
             .info("e", &[0], 0, 0)
             .info("b", &[16], 0, 0);
         let ckpt = read(b.data(32, &[0; 64])).expect("reads");
-        let storage = |i: usize| ckpt.tensors[i].tensor_impl().storage().id().index();
+        let storage = |i: usize| ckpt.tensors[i].storage_index();
         assert_eq!((storage(0), storage(1), storage(2)), (0, 1, 0));
         assert_eq!(ckpt.storages[0].nbytes(), 64);
         assert_eq!(ckpt.tensors[2].tensor_impl().layout().storage_offset(), 0);
