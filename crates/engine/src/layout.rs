@@ -14,10 +14,11 @@ pub use walk::{Run, Runs, Walk};
 /// so the accessors below never overflow.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Layout {
-    // Sizes then strides, inline up to four dimensions (nearly every tensor): no allocation
-    // per tensor, one length for both. Element count and extent are derived, not kept: a
-    // million tensors' layouts stay 80 bytes each.
-    dims: SmallVec<[u64; 8]>,
+    // Sizes then strides, inline up to two dimensions (the weights and biases that files of
+    // a million tensors are made of): no allocation per tensor, one length for both; more
+    // dimensions (a convolution's four, a few hundred tensors) take one. Element count and
+    // extent are derived, not kept: a million tensors' layouts stay 48 bytes each.
+    dims: SmallVec<[u64; 4]>,
     storage_offset: u64,
 }
 
@@ -101,7 +102,7 @@ impl Layout {
     pub fn contiguous(sizes: impl AsRef<[u64]>) -> Result<Self> {
         let sizes = sizes.as_ref();
         let rank = sizes.len();
-        let mut dims: SmallVec<[u64; 8]> = smallvec::smallvec![1u64; 2 * rank];
+        let mut dims: SmallVec<[u64; 4]> = smallvec::smallvec![1u64; 2 * rank];
         let (head, strides) = dims.split_at_mut(rank);
         head.copy_from_slice(sizes);
         contiguous_strides(sizes, strides)?;
