@@ -170,15 +170,22 @@ fn build_chunk(
     entries: Vec<Entry>,
     sink: &mut Sink<'_>,
 ) -> Result<()> {
-    let storages = sink.add_storages(&entries, |entry| {
+    // Every storage holds the file's buffer: its count is taken here, on one thread, where
+    // two threads taking it at once contend for one cache line (a million storages: a fifth
+    // of the read's CPU).
+    let mut data_ptrs = Vec::with_capacity(entries.len());
+    for entry in &entries {
         // Tiling and the data length put every offset inside the file: no sum overflows.
         let range = (data_start + entry.start)..(data_start + entry.end);
+        data_ptrs.push(DataPtr::host(Arc::clone(buffer), range)?);
+    }
+    let storages = sink.add_storages(entries.par_iter().zip(data_ptrs), |(entry, data_ptr)| {
         Ok(NewStorage {
             key: Arc::clone(&entry.name),
             dtype: torch_dtype(entry.dtype),
             nbytes: entry.end - entry.start,
             location: "cpu".into(),
-            data_ptr: DataPtr::host(Arc::clone(buffer), range)?,
+            data_ptr,
             saved_alone: false,
         })
     })?;

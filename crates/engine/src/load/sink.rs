@@ -222,14 +222,14 @@ impl<'a> Sink<'a> {
 
     /// Adds a storage per item, in order, each described by `make` and built in parallel;
     /// returns them, or the first item's error.
-    pub fn add_storages<T: Sync>(
+    pub fn add_storages<T>(
         &mut self,
-        items: &[T],
-        make: impl Fn(&T) -> crate::Result<NewStorage> + Sync,
+        items: impl IndexedParallelIterator<Item = T>,
+        make: impl Fn(T) -> crate::Result<NewStorage> + Sync + Send,
     ) -> crate::Result<Vec<Arc<Storage>>> {
         let first = self.out.storages.len();
         let this = &*self;
-        let built = super::in_order::try_map(items.par_iter().enumerate(), |(i, item)| {
+        let built = super::in_order::try_map(items.enumerate(), |(i, item)| {
             Ok(Arc::new(this.build(first + i, make(item)?)))
         })?;
         self.out.storages.extend(built.iter().cloned());
