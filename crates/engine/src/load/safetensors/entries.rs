@@ -47,6 +47,17 @@ impl Entries {
         self.chunks.iter().flatten()
     }
 
+    /// The entry at `index`, in the order read (or sorted).
+    pub(super) fn get(&self, mut index: usize) -> Option<&Entry> {
+        for chunk in &self.chunks {
+            match chunk.get(index) {
+                Some(entry) => return Some(entry),
+                None => index -= chunk.len(),
+            }
+        }
+        None
+    }
+
     pub(super) fn last(&self) -> Option<&Entry> {
         self.chunks.last().and_then(|chunk| chunk.last())
     }
