@@ -2,8 +2,8 @@
 //!
 //! Collecting a parallel map into a `Result` loses its length: rayon joins per-thread lists,
 //! each grown by doubling, and every growth takes fresh pages the kernel must zero (a million
-//! tensors: a fifth of the read's CPU). An indexed collect into a list of `Option`s is written
-//! in place at its exact size, and dropping its `None`s reuses that list.
+//! safetensors tensors: 16 000 page faults, 5 000 without). An indexed collect into a list of
+//! `Option`s is written in place at its exact size, and dropping its `None`s reuses that list.
 
 use crate::error::Result;
 use rayon::prelude::*;
@@ -49,7 +49,6 @@ pub(crate) fn somes<T>(list: Vec<Option<T>>) -> Vec<T> {
 mod tests {
     use super::*;
     use crate::error::Error;
-
     use std::num::NonZeroU64;
 
     // A value with a niche, as the readers' `Arc`s and tensors have.

@@ -174,7 +174,7 @@ fn build_chunk(
 ) -> Result<()> {
     // Every storage holds the file's buffer: its count is taken here, on one thread, where
     // two threads taking it at once contend for one cache line (a million storages: a fifth
-    // of the read's CPU).
+    // of the audit's CPU).
     let mut data_ptrs = Vec::with_capacity(entries.len());
     for entry in &entries {
         // Tiling and the data length put every offset inside the file: no sum overflows.
@@ -633,8 +633,7 @@ fn first_duplicate<'n>(
         if seen.find(hash, |&j| name_at(j) == Some(name)).is_some() {
             return Some(name);
         }
-        // Past `u32::MAX` names (never: each is charged to the budget) the rest go unchecked
-        // by the set: the tiling then refuses any two at one offset.
+        // Indices fit: a header is at most 100 MB (`MAX_HEADER_LEN`), an entry over 50 bytes.
         let Ok(i) = u32::try_from(i) else { break };
         seen.insert_unique(hash, i, rehash);
     }
