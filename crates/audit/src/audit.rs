@@ -6,10 +6,10 @@ use crate::finding::{Draft, Finding, GlobalRef};
 use crate::inventory::Inventory;
 use crate::layout::layout;
 use crate::options::Options;
+use crate::passes::{StorageFacts, TensorFacts};
 use crate::registry::RULES;
 use crate::report::{DeviceFacts, FileReport, MemoryFacts};
 use crate::rule::{Context, Memory, Rule};
-use crate::rules::device::storages_by_location;
 use crate::text::{bounded_message, bounded_name};
 use crate::Severity;
 use rayon::prelude::*;
@@ -86,8 +86,9 @@ pub fn audit(
     }
     let rules = enabled(config, options, path);
     let reads_bytes = rules.iter().any(|(r, _)| r.reads_bytes());
-    // The byte scan, the simulated load, the view analysis and the devices are independent.
-    let (scans, (memory, (shared, by_location))) = rayon::join(
+    // The byte scan, the simulated load, the view analysis and the passes over the storages
+    // and the tensors are independent.
+    let (scans, (memory, (shared, (storage_facts, tensor_facts)))) = rayon::join(
         || {
             reads_bytes.then(|| {
                 let progress = options.progress.as_deref();
@@ -105,7 +106,7 @@ pub fn audit(
                 || {
                     rayon::join(
                         || views::shared_storages(ckpt),
-                        || storages_by_location(ckpt),
+                        || rayon::join(|| StorageFacts::of(ckpt), || TensorFacts::of(ckpt)),
                     )
                 },
             )
@@ -115,7 +116,8 @@ pub fn audit(
         ckpt,
         settings: &config.settings,
         shared,
-        by_location,
+        storage_facts,
+        tensor_facts,
         scans,
         memory,
         device_load,
@@ -146,17 +148,24 @@ pub fn audit(
         })
         .flatten()
         .collect();
-    // Borrowed while deduplicated: a million tensors share a handful of values.
-    let devices = distinct(ckpt.storages.iter().map(|s| s.location()));
-    let dtypes = distinct(ckpt.tensors.iter().map(|t| t.tensor_impl().dtype().name()));
     FileReport {
         path: path.to_owned(),
         format: Some(ckpt.format.name().to_owned()),
         tensors: ckpt.tensors.len(),
         storages: ckpt.storages.len(),
-        bytes: ckpt.storage_bytes(),
-        devices: devices.into_iter().map(str::to_owned).collect(),
-        dtypes: dtypes.into_iter().map(str::to_owned).collect(),
+        bytes: ctx.storage_facts.bytes,
+        devices: ctx
+            .storage_facts
+            .locations
+            .iter()
+            .map(|&l| l.to_owned())
+            .collect(),
+        dtypes: ctx
+            .tensor_facts
+            .dtypes
+            .iter()
+            .map(|&d| d.to_owned())
+            .collect(),
         checked: rules.iter().map(|(r, _)| r.code()).collect(),
         findings,
         suppressed: Vec::new(),
@@ -175,22 +184,6 @@ pub fn audit(
             )
         }),
     }
-}
-
-/// The distinct values, sorted. Values come in runs (a file's tensors share a dtype, its
-/// storages a device): a value like the one before is not looked up again, where collecting
-/// all of them first sorted a million. Runs are mostly of one static name, known the same
-/// by its address without comparing bytes.
-fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> BTreeSet<&'a str> {
-    let mut set = BTreeSet::new();
-    let mut last: Option<&str> = None;
-    for value in values {
-        if !last.is_some_and(|last| std::ptr::eq(last, value) || last == value) {
-            set.insert(value);
-            last = Some(value);
-        }
-    }
-    set
 }
 
 fn device_facts(load: &DeviceLoad) -> DeviceFacts {

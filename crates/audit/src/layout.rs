@@ -11,10 +11,11 @@ use tensorplay_engine::Checkpoint;
 /// The facts of `ckpt`, whose full load (with its map) is `sim`.
 pub fn layout(ckpt: &Checkpoint, sim: &LoadSimulation, threshold: f64) -> LayoutFacts {
     let sizes: Vec<u64> = ckpt.storages.iter().map(|s| s.nbytes()).collect();
-    let as_f64: Vec<f64> = sizes.iter().map(|&s| s as f64).collect();
+    let as_f64 = sizes.iter().map(|&s| s as f64);
     LayoutFacts {
         size_bins: size_bins(&sizes),
-        fragmentation_score: fragmentation_score(&as_f64),
+        fragmentation_score: fragmentation_score(sizes.len(), as_f64.clone().sum(), as_f64)
+            .map(|(score, _)| score),
         fragmentation_threshold: threshold,
         segments: segments(sim),
         storage_tensors: storage_tensors(ckpt),

@@ -22,6 +22,7 @@ pub mod keras;
 pub mod layout;
 pub mod manifest;
 pub mod options;
+mod passes;
 mod presets;
 pub mod provenance;
 pub mod registry;

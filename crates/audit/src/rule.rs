@@ -5,7 +5,7 @@ use crate::manifest::Manifest;
 use crate::options::Options;
 use crate::settings::RuleSettings;
 use crate::{Code, Severity};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use tensorplay_engine::alloc::device_load::DeviceLoad;
 use tensorplay_engine::alloc::simulate::LoadSimulation;
 use tensorplay_engine::numeric::NonFinite;
@@ -74,8 +74,11 @@ pub struct Context<'a> {
     pub settings: &'a RuleSettings,
     /// Storages viewed by more than one tensor.
     pub shared: Vec<SharedStorage<'a>>,
-    /// Storage ids by recorded location, meta storages left out (they hold no data; TP204).
-    pub by_location: BTreeMap<&'a str, Vec<usize>>,
+    /// What every tensor is, found in one pass: the dtypes, and which of the rules that
+    /// judge tensors one by one some tensor fires.
+    pub tensor_facts: crate::passes::TensorFacts,
+    /// What every storage holds and where, found in one pass.
+    pub storage_facts: crate::passes::StorageFacts<'a>,
     /// Non-finite counts by tensor index, when the bytes were scanned.
     pub scans: Option<HashMap<usize, NonFinite>>,
     /// The simulated GPU load.

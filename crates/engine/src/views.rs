@@ -128,13 +128,13 @@ fn check(
     cost: impl Fn(&[BudgetView]) -> u64,
 ) -> Result<()> {
     // Only storages with two views or more cost anything.
-    let views_of = views_per_storage(ckpt);
+    let viewed_twice = ViewedTwice::of(ckpt);
     // (storage, byte range, name bytes) per view, sorted so views of one storage, and views
     // of one byte range within it, are side by side.
     let mut views: Vec<BudgetView> = ckpt
         .tensors
         .iter()
-        .filter(|t| views_of.get(t.storage_index()).is_some_and(|&n| n >= 2))
+        .filter(|t| viewed_twice.contains(t.storage_index()))
         .map(|t| {
             let imp = t.tensor_impl();
             let range = imp.byte_range().ok().flatten();
@@ -261,28 +261,47 @@ fn views_cost(views: &[BudgetView], pairs: &PairCounts) -> u64 {
         .saturating_add(names.saturating_mul(4))
 }
 
-/// How many tensors view each storage, by storage id: counted first, so that a million
-/// storages of one tensor each make no list of views.
-fn views_per_storage(ckpt: &Checkpoint) -> Vec<u32> {
-    let mut counts = vec![0u32; ckpt.storages.len()];
-    for tensor in &ckpt.tensors {
-        if let Some(n) = counts.get_mut(tensor.storage_index()) {
-            *n = n.saturating_add(1);
+/// Which storages two tensors or more view, by storage id: found first, so that a million
+/// storages of one tensor each make no list of views. Two bits a storage, not a count: a
+/// million storages take 250 KB of fresh pages rather than 4 MB.
+struct ViewedTwice {
+    twice: Vec<u64>,
+}
+
+impl ViewedTwice {
+    fn of(ckpt: &Checkpoint) -> Self {
+        let words = ckpt.storages.len().div_ceil(64);
+        let (mut once, mut twice) = (vec![0u64; words], vec![0u64; words]);
+        for tensor in &ckpt.tensors {
+            let (word, bit) = Self::at(tensor.storage_index());
+            if let (Some(once), Some(twice)) = (once.get_mut(word), twice.get_mut(word)) {
+                *twice |= *once & bit;
+                *once |= bit;
+            }
         }
+        ViewedTwice { twice }
     }
-    counts
+
+    fn at(storage: usize) -> (usize, u64) {
+        (storage / 64, 1 << (storage % 64))
+    }
+
+    fn contains(&self, storage: usize) -> bool {
+        let (word, bit) = Self::at(storage);
+        self.twice.get(word).is_some_and(|w| w & bit != 0)
+    }
 }
 
 /// Every storage that more than one tensor name views, in storage order. A view whose
 /// extent overflows counts as reaching no bytes.
 pub fn shared_storages(ckpt: &Checkpoint) -> Vec<SharedStorage<'_>> {
-    let counts = views_per_storage(ckpt);
+    let viewed_twice = ViewedTwice::of(ckpt);
     // (storage id, view) of the storages viewed twice or more; the stable sort keeps each
     // storage's views in tensor order.
     let mut shared: Vec<(usize, View<'_>)> = ckpt
         .tensors
         .iter()
-        .filter(|t| counts.get(t.storage_index()) >= Some(&2))
+        .filter(|t| viewed_twice.contains(t.storage_index()))
         .map(|tensor| {
             let imp = tensor.tensor_impl();
             let view = View {
@@ -367,6 +386,42 @@ fn overlapping_pairs<'r>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Storages viewed by two tensors or more, by storage id, on either side of a word of
+    /// the bit sets and at their ends: 130 storages, each viewed by two tensors where its id
+    /// is a multiple of 63 or the last, by one otherwise.
+    #[test]
+    fn storages_viewed_twice_are_found_across_words() {
+        use crate::{DType, DataPtr, Device, Format, Layout, Tensor, TensorImpl};
+        let storages: Vec<Arc<Storage>> = (0..130)
+            .map(|i| {
+                let ptr = DataPtr::none(Device::Cpu);
+                let s = crate::testing::storage(i, i.to_string(), DType::UInt8, 4, "cpu", ptr);
+                Arc::new(s)
+            })
+            .collect();
+        let views = |i: usize| (if i.is_multiple_of(63) { 2 } else { 1 }) + usize::from(i == 129);
+        let tensors = storages
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| (0..views(i)).map(move |v| (i, v, s)))
+            .map(|(i, v, s)| {
+                let layout = Layout::contiguous(vec![4]).unwrap();
+                let imp =
+                    TensorImpl::new(layout, DType::UInt8, Device::Cpu, false, false, s.clone());
+                Tensor::new(format!("t{i}.{v}"), Arc::new(imp))
+            })
+            .collect();
+        let ckpt = crate::testing::checkpoint("v.pt", Format::PytorchZip, tensors, storages);
+        let twice = ViewedTwice::of(&ckpt);
+        let found: Vec<usize> = (0..140).filter(|&i| twice.contains(i)).collect();
+        assert_eq!(found, [0, 63, 126, 129]);
+        let shared: Vec<usize> = shared_storages(&ckpt)
+            .iter()
+            .map(|s| s.storage.id().index())
+            .collect();
+        assert_eq!(shared, found);
+    }
 
     /// Every pair of `ranges` related as the views were before the sweep (each pair by
     /// `Relation::of`), less the disjoint ones.

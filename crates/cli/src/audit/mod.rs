@@ -572,7 +572,8 @@ fn audit_read(
                 .ok_or_else(|| e.to_string())
         }
     };
-    if over_share(tensorplay_audit::audit::views_within_budget(&ckpt, shown, options).is_err()) {
+    // Asked only of a share, which may defer the file: the audit asks again of every file.
+    if deferrable && tensorplay_audit::audit::views_within_budget(&ckpt, shown, options).is_err() {
         return Ok(Audited::Alone(path));
     }
     let loaded = match gpu {

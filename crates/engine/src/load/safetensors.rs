@@ -439,7 +439,8 @@ fn read_at_once(path: &Path, header: &str, meter: &Meter) -> Result<Option<Parse
     let each = std::mem::size_of::<Entry>() as u64;
     meter.hold_tensors(path, entries.len() as u64, each, names)?;
     let name_at = |i: u32| entries.get(i as usize).map(|e| &*e.name);
-    if let Some(name) = first_duplicate(entries.len(), entries.iter().map(|e| &*e.name), name_at) {
+    let names = entries.iter().map(|e| &*e.name);
+    if let Some(name) = first_duplicate(path, entries.len(), names, name_at)? {
         return Err(Error::DuplicateTensor {
             path: path.to_owned(),
             name: name.to_owned(),
@@ -578,7 +579,8 @@ fn parse_entries(path: &Path, raw: RawEntries<'_>, meter: &Meter) -> Result<Pars
     // In order and indexed, so the list is written in place, not joined from pieces.
     let (duplicate, parsed) = rayon::join(
         || {
-            first_duplicate(raw.len(), raw.iter().map(|(name, _)| name.as_ref()), |i| {
+            let names = raw.iter().map(|(name, _)| name.as_ref());
+            first_duplicate(path, raw.len(), names, |i| {
                 raw.get(i as usize).map(|(name, _)| name.as_ref())
             })
         },
@@ -590,7 +592,7 @@ fn parse_entries(path: &Path, raw: RawEntries<'_>, meter: &Meter) -> Result<Pars
                 .collect::<Vec<_>>()
         },
     );
-    if let Some(name) = duplicate {
+    if let Some(name) = duplicate? {
         return Err(Error::DuplicateTensor {
             path: path.to_owned(),
             name: name.to_owned(),
@@ -621,23 +623,30 @@ fn parse_entries(path: &Path, raw: RawEntries<'_>, meter: &Meter) -> Result<Pars
 /// The set holds each name's index (4 bytes), not the name (16): a million names' set is
 /// 10 MB of fresh pages rather than 34. `name_at` is asked only where two hashes agree.
 fn first_duplicate<'n>(
+    path: &Path,
     count: usize,
     names: impl Iterator<Item = &'n str>,
     name_at: impl Fn(u32) -> Option<&'n str>,
-) -> Option<&'n str> {
+) -> Result<Option<&'n str>> {
+    // A header is at most 100 MB (`MAX_HEADER_LEN`) and an entry over 50 bytes, so more
+    // names than a `u32` counts would be tensorplay's bug: refused, not left unchecked.
+    if u32::try_from(count).is_err() {
+        return Err(Error::Internal {
+            path: path.to_owned(),
+            detail: format!("{count} tensor names are more than a header can hold"),
+        });
+    }
     let hasher = foldhash::quality::RandomState::default();
     let mut seen: HashTable<u32> = HashTable::with_capacity(count);
     let rehash = |&i: &u32| name_at(i).map_or(0, |name| hasher.hash_one(name));
-    for (i, name) in names.enumerate() {
+    for (i, name) in (0..=u32::MAX).zip(names.take(count)) {
         let hash = hasher.hash_one(name);
         if seen.find(hash, |&j| name_at(j) == Some(name)).is_some() {
-            return Some(name);
+            return Ok(Some(name));
         }
-        // Indices fit: a header is at most 100 MB (`MAX_HEADER_LEN`), an entry over 50 bytes.
-        let Ok(i) = u32::try_from(i) else { break };
         seen.insert_unique(hash, i, rehash);
     }
-    None
+    Ok(None)
 }
 
 /// One tensor's entry: a known dtype, a shape, and offsets spanning exactly its bytes.
@@ -1011,6 +1020,24 @@ mod tests {
                 "{first_dtype}: {e}"
             );
         }
+    }
+
+    /// More names than the duplicate check's set can index is refused as tensorplay's own
+    /// failure, never checked in part and passed.
+    #[test]
+    fn more_names_than_the_set_indexes_are_refused_not_skipped() {
+        let count = u32::MAX as usize + 1;
+        let got = first_duplicate(
+            Path::new("big.safetensors"),
+            count,
+            std::iter::empty(),
+            |_| None,
+        );
+        let e = got.expect_err("refused").to_string();
+        assert!(
+            e.contains("internal error") && e.contains("4294967296 tensor names"),
+            "{e}"
+        );
     }
 
     /// The cases the property above must meet both ways: each rule the crate's validation

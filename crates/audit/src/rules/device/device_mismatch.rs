@@ -1,4 +1,5 @@
 use crate::finding::Draft;
+use crate::passes;
 use crate::rule::{declare_rule, Context};
 use tensorplay_engine::alloc::device_load::DeviceLoad;
 
@@ -40,10 +41,13 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
 
 /// Each tensor's device against its storage's, as the file records them.
 fn recorded_devices(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    if !ctx.tensor_facts.device_mismatch {
+        return;
+    }
     for t in &ctx.ckpt.tensors {
         let imp = t.tensor_impl();
         let storage = imp.storage();
-        if imp.device() == storage.device() {
+        if !passes::device_mismatch(imp) {
             continue;
         }
         out.push(Draft {

@@ -1,6 +1,6 @@
 use crate::finding::Draft;
+use crate::passes;
 use crate::rule::{declare_rule, Context};
-use tensorplay_engine::Device;
 
 declare_rule!(MetaTensor {
     code: "TP204",
@@ -28,9 +28,12 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    if !ctx.tensor_facts.meta {
+        return;
+    }
     for t in &ctx.ckpt.tensors {
         let imp = t.tensor_impl();
-        if *imp.device() != Device::Meta && *imp.storage().device() != Device::Meta {
+        if !passes::on_meta(imp) {
             continue;
         }
         out.push(Draft {

@@ -29,7 +29,7 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    let by = &ctx.by_location;
+    let by = &ctx.storage_facts.by_location;
     if by.len() < 2 {
         return;
     }

@@ -30,14 +30,14 @@ How to fix
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     let allowed = &ctx.settings.allowed_devices;
-    for (&location, ids) in &ctx.by_location {
+    for (&location, ids) in &ctx.storage_facts.by_location {
         if allowed.iter().any(|a| a == location) {
             continue;
         }
         // A lookup per tensor, not a search of the ids: a million storages saved from one
         // GPU stay linear.
         let mut here = vec![false; ctx.ckpt.storages.len()];
-        for &id in ids {
+        for id in ids.iter() {
             if let Some(slot) = here.get_mut(id) {
                 *slot = true;
             }
@@ -62,7 +62,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
             ),
             fix: format!("save from CPU (`{{k: v.cpu() for k, v in sd.items()}}`) or add \"{location}\" to allowed_devices"),
             tensors,
-            storage: ids.first().copied().filter(|_| ids.len() == 1),
+            storage: ids.first().filter(|_| ids.len() == 1),
             ..Default::default()
         });
     }

@@ -44,19 +44,16 @@ Why info by default
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
-    let sizes: Vec<f64> = ctx
-        .ckpt
-        .storages
-        .iter()
-        .map(|s| s.nbytes() as f64)
-        .collect();
-    let Some(score) = score(&sizes) else { return };
+    let storages = &ctx.ckpt.storages;
+    let sizes = storages.iter().map(|s| s.nbytes() as f64);
+    let Some((score, mean)) = score(storages.len(), ctx.storage_facts.bytes_f64, sizes) else {
+        return;
+    };
     let threshold = ctx.settings.thresholds.fragmentation_score;
     if score <= threshold {
         return;
     }
     // What drives the score: the largest storage against the mean, named by its tensors.
-    let mean = sizes.iter().sum::<f64>() / sizes.len() as f64;
     // The first of the largest: `max_by_key` keeps the last of equals.
     let largest = ctx.ckpt.storages.iter().rev().max_by_key(|s| s.nbytes());
     let (tensors, largest_text) = match largest {
@@ -89,25 +86,31 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
         storage: largest.map(|s| s.id().index()),
         message: format!(
             "storage sizes have a fragmentation score of {score:.2} (variance / mean² over {}; threshold {threshold}){largest_text}",
-            plural(sizes.len(), "storage")
+            plural(storages.len(), "storage")
         ),
         fix: "pack small tensors into fewer storages, or load the largest tensors first".into(),
         ..Default::default()
     });
 }
 
-/// Variance / mean² of the sizes (population variance); `None` below two sizes or when all are zero.
-pub(crate) fn score(sizes: &[f64]) -> Option<f64> {
-    if sizes.len() < 2 {
+/// Variance / mean² of the `count` sizes (population variance), whose `sum` (in their
+/// order) the caller has, and their mean; `None` below two sizes or when all are zero. One
+/// pass over the sizes: a million storages' sizes are never collected.
+pub(crate) fn score(
+    count: usize,
+    sum: f64,
+    sizes: impl Iterator<Item = f64>,
+) -> Option<(f64, f64)> {
+    if count < 2 {
         return None;
     }
-    let n = sizes.len() as f64;
-    let mean = sizes.iter().sum::<f64>() / n;
+    let n = count as f64;
+    let mean = sum / n;
     if mean == 0.0 {
         return None;
     }
-    let variance = sizes.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n;
-    Some(variance / (mean * mean))
+    let variance = sizes.map(|s| (s - mean).powi(2)).sum::<f64>() / n;
+    Some((variance / (mean * mean), mean))
 }
 
 #[cfg(test)]
@@ -117,14 +120,18 @@ mod tests {
 
     #[test]
     fn the_score_is_dimensionless() {
-        assert_eq!(super::score(&[4.0, 4.0, 4.0]), Some(0.0));
+        let score =
+            |sizes: &[f64]| super::score(sizes.len(), sizes.iter().sum(), sizes.iter().copied());
+        assert_eq!(score(&[4.0, 4.0, 4.0]), Some((0.0, 4.0)));
         // Scaling every size leaves the score unchanged.
-        let a = super::score(&[1.0, 1.0, 1.0, 97.0]).unwrap();
-        let b = super::score(&[1e9, 1e9, 1e9, 97e9]).unwrap();
+        let (a, mean) = score(&[1.0, 1.0, 1.0, 97.0]).unwrap();
+        let (b, _) = score(&[1e9, 1e9, 1e9, 97e9]).unwrap();
         assert!((a - b).abs() < 1e-9);
         // mean 25, variance (3·24² + 72²)/4 = 1728, score 2.7648
         assert!((a - 2.7648).abs() < 1e-9, "{a}");
-        assert_eq!(super::score(&[5.0]), None);
+        assert_eq!(mean, 25.0);
+        assert_eq!(score(&[5.0]), None);
+        assert_eq!(score(&[0.0, 0.0]), None);
     }
 
     /// One storage per size (in float32 elements), each fully viewed by one tensor.

@@ -1,4 +1,5 @@
 use crate::finding::Draft;
+use crate::passes;
 use crate::rule::{declare_rule, Context};
 
 declare_rule!(NonContiguous {
@@ -26,11 +27,14 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    if !ctx.tensor_facts.non_contiguous {
+        return;
+    }
     for t in &ctx.ckpt.tensors {
-        let layout = t.tensor_impl().layout();
-        if layout.is_contiguous() {
+        if !passes::non_contiguous(t.tensor_impl()) {
             continue;
         }
+        let layout = t.tensor_impl().layout();
         out.push(Draft {
             tensors: vec![t.name().to_owned()],
             storage: Some(t.storage_index()),

@@ -1,4 +1,5 @@
 use crate::finding::Draft;
+use crate::passes;
 use crate::rule::{declare_rule, Context};
 
 declare_rule!(ViewOutOfBounds {
@@ -27,11 +28,17 @@ How to fix
 });
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
+    if !ctx.tensor_facts.out_of_bounds {
+        return;
+    }
     for t in &ctx.ckpt.tensors {
         let imp = t.tensor_impl();
+        if !passes::out_of_bounds(imp) {
+            continue;
+        }
         let storage = imp.storage();
         let problem = match imp.byte_range() {
-            Ok(Some(r)) if r.end > storage.nbytes() => format!(
+            Ok(Some(r)) => format!(
                 "'{}' reaches bytes [{}, {}) of a {}-byte storage",
                 t.name(),
                 r.start,
@@ -39,7 +46,7 @@ fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
                 storage.nbytes()
             ),
             Err(e) => format!("'{}': {e}", t.name()),
-            _ => continue,
+            Ok(None) => continue,
         };
         out.push(Draft {
             tensors: vec![t.name().to_owned()],

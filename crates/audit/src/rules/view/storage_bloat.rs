@@ -32,6 +32,10 @@ How to fix
 
 fn check(ctx: &Context<'_>, out: &mut Vec<Draft>) {
     let limits = &ctx.settings.thresholds;
+    // No storage this large: none can leave the threshold's bytes unreached.
+    if ctx.storage_facts.largest < limits.storage_bloat_bytes.max(1) {
+        return;
+    }
     // (storage, start, end) of every view, sorted: each storage's views side by side in
     // byte order, with no list per storage (files list tensors in storage order, which the
     // sort finds at once).
