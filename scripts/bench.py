@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Generate benchmark checkpoints and time tensorplay, `cat` and the Python way side by side.
 
-Run through scripts/bench.sh. Every command runs in a fresh process, several times, with the
-file already in the page cache (a `cat` first warms it). Each command gets three figures:
+Run through scripts/bench.sh. Every command runs in a fresh process, several times after one
+uncounted warm-up run, with the file already in the page cache (a `cat` first warms it). Each
+command gets three figures:
 CPU-seconds (user + sys, median of the runs), wall seconds (median) and peak RSS (GNU time's
 maximum resident set size, the largest of the runs). Targets are judged in CPU-seconds: the
 machine this runs on is shared, so its wall time measures the neighbours as much as the command.
@@ -149,11 +150,17 @@ def measure(cmd, runs, ok=(0, 1)):
     not this (large) Python process's. The CPU time is the kernel's account of the GNU time
     process, which has reaped the command (its own share is well under a millisecond): GNU time
     prints CPU time in 10 ms steps, too coarse for a 0.02 s audit. `ok`: the exit statuses that
-    are a result rather than a broken benchmark (None: any; the first non-zero one is kept in rc)."""
+    are a result rather than a broken benchmark (None: any; the first non-zero one is kept in rc).
+
+    One run before those is not counted (a warm-up, as hyperfine's): on the virtual machines
+    this runs on, the first process to fault in pages after a command that freed 0.5-1 GiB
+    (the Python references) pays for them again, 1.5-2.5x the CPU of the runs after it
+    (BENCHMARKS.md, "Notes on these numbers")."""
     cpus, walls, rss, rcs = [], [], [], []
     rss_file = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tensorplay-bench-rss-{os.getpid()}")
     if isinstance(cmd, str):
         cmd = ["sh", "-c", cmd]
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
@@ -514,7 +521,7 @@ def scale(args):
            f"({os.cpu_count()} cores, shared with other jobs, so figures are CPU-seconds, user + sys, with "
            "wall seconds beside them: the wall times vary run to run). Files of one-element "
            "`float32` tensors, one storage each; every command in a fresh process, median of "
-           f"{args.runs} runs with the file in the page cache; peak RSS is GNU time's maximum of those runs. "
+           f"{args.runs} runs after one uncounted warm-up, with the file in the page cache; peak RSS is GNU time's maximum of those runs. "
            "tensorplay runs `audit --metadata-only --ci-mode --max-memory 4GiB`; the `safetensors` package lists every tensor's "
            "shape and dtype through `safe_open`; PyTorch runs `torch.load(mmap=True, weights_only=True)` "
            "and touches each tensor's storage, device, dtype and shape; picklescan (pinned in "
@@ -667,7 +674,7 @@ def main():
     out.append("# Benchmarks\n")
     out.append("Produced by `scripts/bench.sh` (generates the checkpoints, builds tensorplay in release mode, "
                "runs every command in a fresh process; times are CPU-seconds, user + sys, medians of "
-               f"{args.runs} runs with the file in the page cache, judged in CPU-seconds because this machine is "
+               f"{args.runs} runs after one uncounted warm-up, with the file in the page cache, judged in CPU-seconds because this machine is "
                "shared and its wall times vary; peak RSS is GNU time's maximum resident set size of that command).\n")
     out.append(f"- date: {datetime.date.today().isoformat()}\n- machine: {os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB RAM, "
                f"{platform.system()} {platform.release()}\n- Python way: torch {torch_version} "
