@@ -2,6 +2,7 @@
 
 fn main() -> std::process::ExitCode {
     purge_freed_memory_soon();
+    tensorplay_engine::set_hand_back(hand_back_freed_memory);
     std::process::ExitCode::from(tensorplay::run(std::env::args_os()))
 }
 
@@ -20,4 +21,13 @@ fn purge_freed_memory_soon() {
     // SAFETY: sets one integer option of the allocator this binary links; mimalloc reads its
     // options atomically and allows changing them while it runs.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10) }
+}
+
+/// Hands every page freed so far back to the kernel now (`mi_collect(true)` purges what the
+/// delay above holds): the engine asks after a reading that let go of much, before the next
+/// reading of the file.
+fn hand_back_freed_memory() {
+    // SAFETY: a collection of this thread's heap and the arenas, which mimalloc allows at any
+    // time.
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }

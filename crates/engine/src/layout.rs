@@ -84,9 +84,12 @@ impl Layout {
                 .ok_or_else(overflow)?;
             last.checked_add(1).ok_or_else(overflow)?;
         }
-        let mut dims = SmallVec::with_capacity(2 * sizes.len());
-        dims.extend_from_slice(sizes);
-        dims.extend_from_slice(strides);
+        // The ranks of nearly every tensor written straight into the inline array.
+        let dims = match (sizes, strides) {
+            (&[size], &[stride]) => SmallVec::from_buf_and_len([size, stride, 0, 0], 2),
+            (&[s0, s1], &[t0, t1]) => SmallVec::from_buf([s0, s1, t0, t1]),
+            _ => sizes.iter().chain(strides).copied().collect(),
+        };
         Ok(Layout {
             dims,
             storage_offset,
@@ -337,7 +340,8 @@ mod tests {
             off in any::<u64>(),
         ) {
             let (sizes, strides): (Vec<u64>, Vec<u64>) = dims.into_iter().unzip();
-            if let Ok(layout) = Layout::new(sizes, strides, off) {
+            if let Ok(layout) = Layout::new(&sizes, &strides, off) {
+                prop_assert_eq!((layout.sizes(), layout.strides()), (&sizes[..], &strides[..]));
                 let _ = layout.is_contiguous();
                 let _ = layout.byte_range(DType::Complex128);
                 let _ = layout.nbytes(DType::Float4E2m1fn);

@@ -45,7 +45,7 @@ pub use dtype::{DType, DTypeKind};
 pub use error::{Error, ErrorKind, RemoteBound, Result};
 pub use keras::{KerasMember, KerasModel};
 pub use layout::Layout;
-pub use memory::{HostBackend, HostBuffer};
+pub use memory::{set_hand_back, HostBackend, HostBuffer};
 pub use storage::{Storage, StorageId};
 pub use tensor::{HeldAs, Tensor};
 pub use tensor_impl::TensorImpl;

@@ -10,6 +10,24 @@ use std::sync::Arc;
 /// below a CI runner.
 pub const DEFAULT_MAX_MEMORY: u64 = 1 << 30;
 
+/// How the process hands memory it freed back to the system at once, where the binary that
+/// picked the allocator says (the CLI's mimalloc hands it back only after a delay).
+static HAND_BACK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets what [`hand_back`] calls, once for the process.
+pub fn set_hand_back(call: fn()) {
+    let _ = HAND_BACK.set(call);
+}
+
+/// Hands the memory freed so far back to the system, where the binary said how: a reading
+/// after one that let go of much (a pickle's lists, refused at the budget) would otherwise
+/// find it still resident beside its own, past the budget.
+pub(crate) fn hand_back() {
+    if let Some(call) = HAND_BACK.get() {
+        call();
+    }
+}
+
 /// A read-only block of host bytes that storages point into.
 pub struct HostBuffer {
     source: PathBuf,

@@ -22,7 +22,7 @@ use super::torch::{add_member, Member, StorageRecord, StorageSource};
 use super::{pickle_start, Scope, Sink, Sniffed};
 use crate::error::{Error, Result};
 use crate::pickle::allowlist::Loader;
-use crate::pickle::weights_only::{replay, Persistent};
+use crate::pickle::weights_only::{replay_holding, Persistent};
 use crate::pickle::{unpickle, unpickle_inline, Budget, UnsafeGlobal, WeightsOnly};
 use crate::{DType, DataPtr, Format, HostBuffer};
 use std::collections::HashSet;
@@ -60,7 +60,8 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
     // pickle must be the magic number: it refuses every plain pickle, the question is why.
     // A replay past the budget leaves only that unanswered: the file is read on.
     let budget = sink.meter().pickle_budget();
-    let reason = match replay(buffer.bytes(), Persistent::Refused, &budget) {
+    let (replayed, reached) = replay_holding(buffer.bytes(), Persistent::Refused, &budget);
+    let reason = match replayed {
         Ok(Ok(())) => "Invalid magic number; corrupt file?".into(),
         Ok(Err(reason)) => reason,
         Err(overrun) => format!(
@@ -70,11 +71,17 @@ pub(crate) fn read_into(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Result
         ),
     };
     sink.weights_only(WeightsOnly::refuses(MEMBER, reason));
+    if reached >= HANDED_BACK {
+        crate::memory::hand_back();
+    }
     match read_streams(buffer, sink)? {
         true => Ok(Format::Joblib),
         false => Ok(Format::Pickle),
     }
 }
+
+/// Lists a reading reached past which what it freed is handed back before the next reading.
+const HANDED_BACK: u64 = 16 << 20;
 
 /// Reads every stream of `buffer` (a file, or a compressed joblib file's inflated stream)
 /// through `sink`; says whether joblib arrays were among what they hold.
@@ -110,6 +117,7 @@ pub(crate) fn read_streams(buffer: &Arc<HostBuffer>, sink: &mut Sink<'_>) -> Res
                 }
                 if e.over_budget() {
                     // Refused for what its values would take: CPython reads on through.
+                    crate::memory::hand_back();
                     let known = named.iter().chain(e.unsafe_globals());
                     let walked =
                         pickle_start::unsafe_globals_walked(rest, MEMBER, pos, known, &budget);

@@ -156,8 +156,26 @@ pub type Verdict = Result<(), String>;
 /// holding no more memory than `budget` leaves: its verdict, or the overrun that kept it
 /// from one.
 pub fn replay(stream: &[u8], persistent: Persistent, budget: &Budget) -> Result<Verdict, Overrun> {
-    let gets = memo_gets(stream, budget)?;
-    ended(Machine::new(stream, persistent, Some(gets), budget).run())
+    replay_holding(stream, persistent, budget).0
+}
+
+/// [`replay`], and the bytes its lists reached: freed when it ends, but resident until the
+/// allocator hands them back.
+pub(crate) fn replay_holding(
+    stream: &[u8],
+    persistent: Persistent,
+    budget: &Budget,
+) -> (Result<Verdict, Overrun>, u64) {
+    let gets = match memo_gets(stream, budget) {
+        Ok(gets) => gets,
+        Err(overrun) => {
+            let reached = overrun.needed.saturating_sub(budget.memory_held);
+            return (Err(overrun), reached);
+        }
+    };
+    let mut machine = Machine::new(stream, persistent, Some(gets), budget);
+    let run = machine.run();
+    (ended(run), machine.held())
 }
 
 /// [`replay`] of a stream the pickle machine read to its STOP without a refusal, given the
@@ -952,8 +970,9 @@ impl<'a> Machine<'a> {
                     // A value never fetched is not kept (nor cloned); the empty stack still
                     // fails as torch's does.
                     let keep = self.gets.as_ref().is_none_or(|gets| gets.contains(index));
-                    let top = *self.peek()?;
+                    let top = self.peek()?;
                     if keep {
+                        let top = *top;
                         self.memo_room()?;
                         self.memo.insert(index, top);
                     }

@@ -34,9 +34,8 @@ pub(crate) use every_pickle::globals_of_every_pickle;
 pub(crate) struct Zip<'a> {
     file: File<'a>,
     entries: Vec<Entry>,
-    /// Entry indices sorted by name ignoring ASCII case: miniz binary-searches its directory
-    /// sorted so, and a lookup here then needs no lowercased copy of the name.
-    sorted: Vec<usize>,
+    /// The entries by name ignoring ASCII case, as miniz's sorted directory finds them.
+    names: names::Names,
 }
 
 impl<'a> Zip<'a> {
@@ -50,13 +49,13 @@ impl<'a> Zip<'a> {
             format!("the central directory's {} entries", end.count)
         })?;
         let mut entries = central::read(&file, &end)?;
-        let sorted = names::unique_names(&file, &entries)?;
+        let names = names::unique_names(&file, &entries)?;
         local::prefetch(&file, &entries);
         local::check(&file, &mut entries, end.cd_offset)?;
         Ok(Zip {
             file,
             entries,
-            sorted,
+            names,
         })
     }
 
@@ -73,11 +72,10 @@ impl<'a> Zip<'a> {
 
     /// The central-directory index of the entry PyTorch's reader finds for the name `folders`
     /// and `name` make joined by '/': the one whose name equals it ignoring ASCII case (names
-    /// are unique that way, so the binary search has one answer). Empty folders are left out
-    /// and the name is kept even when empty, as `format!("{folder}/{name}")` would; callers
-    /// look records up under their folders without building the joined name.
+    /// are unique that way, so miniz's binary search has one answer). Empty folders are left
+    /// out and the name is kept even when empty, as `format!("{folder}/{name}")` would.
     pub fn position(&self, folders: &[&str], name: &str) -> Option<usize> {
-        names::search(&self.sorted, &self.entries, folders, name)
+        names::search(&self.names, &self.entries, folders, name)
     }
 
     /// [`Self::position`], trying the entry at `guess` first: `torch.save` writes records in
@@ -85,11 +83,10 @@ impl<'a> Zip<'a> {
     /// always the next one asked for. Names are unique ignoring case, so a match is the
     /// answer the search would give.
     pub fn position_from(&self, guess: usize, folders: &[&str], name: &str) -> Option<usize> {
-        let hit = self.entries.get(guess).is_some_and(|entry| {
-            names::cmp_joined(entry.name.as_bytes(), folders, name, 0)
-                .0
-                .is_eq()
-        });
+        let hit = self
+            .entries
+            .get(guess)
+            .is_some_and(|entry| names::is_joined(entry.name.as_bytes(), folders, name));
         if hit {
             return Some(guess);
         }

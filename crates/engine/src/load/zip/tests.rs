@@ -422,19 +422,16 @@ fn joined(folders: &[&str], last: &str) -> String {
     pieces.join("/")
 }
 
-/// What the comparisons must agree with: the lowercased copies, compared as bytes, and how
-/// many leading bytes they share.
-fn reference(a: &str, b: &str) -> (std::cmp::Ordering, usize) {
-    let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
-    let agree = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
-    (a.cmp(&b), agree)
+/// What every lookup must agree with: the lowercased copies, equal as bytes.
+#[allow(clippy::manual_ignore_case_cmp)] // the copies are the reference, not the shortcut
+fn reference(a: &str, b: &str) -> bool {
+    a.to_ascii_lowercase() == b.to_ascii_lowercase()
 }
 
-/// Names to compare: differing in case or in one byte early and late (in the words compared
-/// eight bytes at a time and in the bytes after them); '@', '[', '`' and '{' (next to the
-/// letters: '[' and '`' lie between the capitals and the small letters, so a caseless order
-/// differs from the bytes'); letters beyond ASCII, whose lead bytes' low bits look like
-/// capitals ('Ł' is 0xC5 0x81, 'Ż' 0xC5 0xBB); prefixes of one another.
+/// Names to compare: differing in case or in one byte early and late; '@', '[', '`' and '{'
+/// (next to the letters, one bit from a capital or a small letter); letters beyond ASCII,
+/// whose lead bytes' low bits look like capitals ('Ł' is 0xC5 0x81, 'Ż' 0xC5 0xBB);
+/// prefixes of one another.
 const NAMES: &str = "|a|A|a/|a/b|A/B|a/bc|a/b/c|a/B/C|ab|a0|a.|a_|b|[|`|Z|z|arch/data/1\
                      |arch/data/10|arch/Data/1|arch/data|arch/|archive/|archive/data/1234567\
                      |archive/data/12345678|ARCHIVE/DATA/12345678|archive/data/123456789\
@@ -448,20 +445,7 @@ const NAMES: &str = "|a|A|a/|a/b|A/B|a/bc|a/b/c|a/B/C|ab|a0|a.|a_|b|[|`|Z|z|arch
                      |`rchive|{rchive|Arch1ve|aRCH1VE|Arch1ve/@|Arch1ve/[";
 
 #[test]
-fn names_compare_as_their_lowercased_copies() {
-    for a in NAMES.split('|') {
-        for b in NAMES.split('|') {
-            assert_eq!(
-                names::cmp_caseless(a.as_bytes(), b.as_bytes()),
-                reference(a, b),
-                "{a:?} against {b:?}"
-            );
-        }
-    }
-}
-
-#[test]
-fn joined_names_compare_as_their_lowercased_join_from_any_agreed_start() {
+fn joined_names_match_as_their_lowercased_join() {
     let queries: [(&[&str], &str); 17] = [
         (&[], ""),
         (&[], "a"),
@@ -483,15 +467,11 @@ fn joined_names_compare_as_their_lowercased_join_from_any_agreed_start() {
     ];
     for name in NAMES.split('|') {
         for (folders, last) in queries {
-            let expected = reference(name, &joined(folders, last));
-            // Skipping bytes known to agree, up to all of them, changes nothing.
-            for skip in 0..=expected.1 {
-                assert_eq!(
-                    names::cmp_joined(name.as_bytes(), folders, last, skip),
-                    expected,
-                    "{name:?} against {folders:?} {last:?} past {skip}"
-                );
-            }
+            assert_eq!(
+                names::is_joined(name.as_bytes(), folders, last),
+                reference(name, &joined(folders, last)),
+                "{name:?} is {folders:?} {last:?}"
+            );
         }
     }
 }
@@ -515,24 +495,36 @@ fn named_entries(names: &[String]) -> Vec<super::Entry> {
 }
 
 #[test]
-fn the_directory_sorts_as_its_lowercased_names() {
-    // Each list once as is and once under a shared folder (the sort skips what all names
-    // share); zero bytes and names ending within or past the twelve bytes sorted on first.
+fn every_name_is_found_in_any_case_and_no_other() {
+    // Each list as is and under shared folders, one making every name too long to hash on
+    // the stack; zero bytes, letters beyond ASCII and names that are prefixes of one another.
     let mut base: Vec<String> = Vec::new();
     for name in NAMES.split('|').chain(["a\0", "a\0\0b", "a\0B", "a\x01"]) {
         if !base.iter().any(|b| b.eq_ignore_ascii_case(name)) {
             base.push(name.to_owned());
         }
     }
-    for folder in ["", "Shared/Folder/", "shared/"] {
+    let long = "A/Folder/Name/Longer/Than/The/Sixty/Four/Bytes/Hashed/On/The/Stack/";
+    for folder in ["", "Shared/Folder/", "shared/", long] {
         let names: Vec<String> = base.iter().map(|n| format!("{folder}{n}")).collect();
         let entries = named_entries(&names);
         let empty = HostBuffer::from_vec("t.pt", Vec::new());
         let file = File::new(&empty);
-        let sorted = names::unique_names(&file, &entries).expect("unique");
-        let mut expected: Vec<usize> = (0..names.len()).collect();
-        expected.sort_by(|&a, &b| reference(&names[a], &names[b]).0.then(a.cmp(&b)));
-        assert_eq!(sorted, expected, "under {folder:?}");
+        let index = names::unique_names(&file, &entries).expect("unique");
+        for (i, name) in names.iter().enumerate() {
+            for asked in [
+                name.clone(),
+                name.to_ascii_uppercase(),
+                name.to_ascii_lowercase(),
+            ] {
+                let found = names::search(&index, &entries, &[], &asked);
+                assert_eq!(found, Some(i), "{asked:?} under {folder:?}");
+            }
+            let longer = format!("{name}x");
+            if !names.iter().any(|n| reference(n, &longer)) {
+                assert_eq!(names::search(&index, &entries, &[], &longer), None);
+            }
+        }
     }
 }
 
@@ -555,7 +547,7 @@ fn the_search_finds_what_a_scan_ignoring_case_finds() {
     let entries = named_entries(&names);
     let empty = HostBuffer::from_vec("t.pt", Vec::new());
     let file = File::new(&empty);
-    let sorted = names::unique_names(&file, &entries).expect("unique");
+    let index = names::unique_names(&file, &entries).expect("unique");
     let mut queries: Vec<(Vec<&str>, String)> = Vec::new();
     for i in 0..400 {
         for (folders, last) in [
@@ -584,7 +576,7 @@ fn the_search_finds_what_a_scan_ignoring_case_finds() {
     for (folders, last) in &queries {
         let want = joined(folders, last).to_ascii_lowercase();
         let scan = names.iter().position(|n| n.to_ascii_lowercase() == want);
-        let searched = names::search(&sorted, &entries, folders, last);
+        let searched = names::search(&index, &entries, folders, last);
         assert_eq!(searched, scan, "{folders:?} {last:?}");
         found += usize::from(scan.is_some());
     }
