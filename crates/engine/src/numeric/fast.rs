@@ -152,13 +152,41 @@ fn complex<S: ElementScan, const N: usize, const H: usize>(
     )
 }
 
+/// Counts a run of whole elements ([`count`]), built for AVX2 where the CPU has it: the same
+/// loop over twice as many lanes, which keeps up with what two threads read from memory where
+/// the baseline's 16-byte vectors took a tenth longer than a plain sum of the bytes.
+#[inline(always)]
+pub(super) fn scan_words<const N: usize>(
+    words: &[[u8; N]],
+    hit: impl Fn(&[u8; N]) -> bool,
+    check: impl Fn(&[u8; N]) -> Flags,
+) -> NonFinite {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, the one feature `count_avx2` is built for.
+        return unsafe { count_avx2(words, hit, check) };
+    }
+    count(words, hit, check)
+}
+
+/// [`count`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn count_avx2<const N: usize>(
+    words: &[[u8; N]],
+    hit: impl Fn(&[u8; N]) -> bool,
+    check: impl Fn(&[u8; N]) -> Flags,
+) -> NonFinite {
+    count(words, hit, check)
+}
+
 /// Counts a run of whole elements, chunk by chunk; `first` is relative to the run's start.
 ///
 /// Each chunk is first reduced to one "any non-finite" bit, branch-free (the common, clean
 /// case costs one vectorised pass); a chunk with a hit is counted with counters, branch-free
 /// again, and the first chunk with a hit is searched for the first index.
 #[inline(always)]
-pub(super) fn scan_words<const N: usize>(
+fn count<const N: usize>(
     words: &[[u8; N]],
     hit: impl Fn(&[u8; N]) -> bool,
     check: impl Fn(&[u8; N]) -> Flags,
@@ -650,6 +678,21 @@ pub(super) mod tests {
         })
     }
 
+    /// [`Contiguous`] through the baseline loop alone.
+    struct Portable<'a>(&'a [u8]);
+
+    impl ElementScan for Portable<'_> {
+        type Output = NonFinite;
+
+        fn scan<const N: usize>(
+            self,
+            hit: impl Fn(&[u8; N]) -> bool + Copy,
+            check: impl Fn(&[u8; N]) -> Flags + Copy,
+        ) -> NonFinite {
+            count(self.0.as_chunks::<N>().0, hit, check)
+        }
+    }
+
     pub(in crate::numeric) fn scannable_dtype() -> impl Strategy<Value = DType> {
         proptest::sample::select(DType::ALL.to_vec())
     }
@@ -683,7 +726,11 @@ pub(super) mod tests {
             dtype in scannable_dtype(),
             bytes in special_bytes(0..2200),
         ) {
-            prop_assert_eq!(scan_bytes(dtype, &bytes), reference(dtype, &bytes));
+            let expected = reference(dtype, &bytes);
+            prop_assert_eq!(scan_bytes(dtype, &bytes), expected);
+            // The loop as built for any CPU, whichever one `scan_bytes` chose here.
+            let portable = with_check(dtype, Portable(&bytes)).unwrap_or_default();
+            prop_assert_eq!(portable, expected);
         }
 
         #[test]
