@@ -12,28 +12,46 @@ pub struct DataPtr {
     // No address field: a host address is the buffer's plus the range start, any other is 0;
     // and no device beside the owner: bytes in host memory or the file are on the CPU, and
     // only an owner of nothing says where. A million storages hold 24 bytes less each.
-    owner: Owner,
+    held: Held,
 }
 
 /// Where the bytes of a host or deferred owner are.
 static CPU: Device = Device::Cpu;
 
+/// [`Owner`] as it is kept: the two rare owners nested in one variant, so the host buffer's
+/// pointer alone tells it apart from them and a storage holds 24 bytes rather than 32 (with
+/// its device and location in 16, a storage fits a 96-byte allocation, not a 112-byte one).
+#[derive(Debug, Clone)]
+enum Held {
+    Host {
+        buffer: Arc<HostBuffer>,
+        range: Range<u64>,
+    },
+    Elsewhere(Elsewhere),
+}
+
+/// The owners of bytes in no host buffer.
+#[derive(Debug, Clone)]
+enum Elsewhere {
+    None(Device),
+    Deferred(Box<Deferred>),
+}
+
 /// What keeps a DataPtr's bytes alive.
 #[derive(Debug, Clone)]
-pub enum Owner {
+pub enum Owner<'a> {
     /// A range of a host buffer (a mapped file or heap bytes).
     Host {
         /// The buffer.
-        buffer: Arc<HostBuffer>,
+        buffer: &'a Arc<HostBuffer>,
         /// The range inside it.
         range: Range<u64>,
     },
     /// Nothing: the storage has no bytes (meta tensors), on this device.
-    None(Device),
+    None(&'a Device),
     /// Bytes left compressed in the file (a deflated zip record). Never held whole: a scan
-    /// inflates them piece by piece, and `--metadata-only` not at all. Boxed: the rare case
-    /// keeps every storage's owner small.
-    Deferred(Box<Deferred>),
+    /// inflates them piece by piece, and `--metadata-only` not at all.
+    Deferred(&'a Deferred),
 }
 
 /// A record left compressed in the file: its `compressed` range of a buffer, which inflates to
@@ -60,7 +78,7 @@ impl DataPtr {
             });
         }
         Ok(DataPtr {
-            owner: Owner::Host { buffer, range },
+            held: Held::Host { buffer, range },
         })
     }
 
@@ -70,7 +88,7 @@ impl DataPtr {
         let len = bytes.len() as u64;
         let buffer = HostBuffer::from_vec(source, bytes);
         DataPtr {
-            owner: Owner::Host {
+            held: Held::Host {
                 buffer,
                 range: 0..len,
             },
@@ -81,24 +99,24 @@ impl DataPtr {
     /// [`bytes`](Self::bytes) has none, [`len`](Self::len) is the declared `len`.
     pub fn deferred(buffer: Arc<HostBuffer>, compressed: Range<u64>, len: u64) -> Self {
         DataPtr {
-            owner: Owner::Deferred(Box::new(Deferred {
+            held: Held::Elsewhere(Elsewhere::Deferred(Box::new(Deferred {
                 buffer,
                 compressed,
                 len,
-            })),
+            }))),
         }
     }
 
     /// A DataPtr that owns nothing, for storages without bytes, on `device`.
     pub fn none(device: Device) -> Self {
         DataPtr {
-            owner: Owner::None(device),
+            held: Held::Elsewhere(Elsewhere::None(device)),
         }
     }
 
     /// The address in the owning process (host virtual address, or device pointer).
     pub fn address(&self) -> u64 {
-        match &self.owner {
+        match self.owner() {
             // Host addresses fit u64 on every supported target; the sum stays inside the buffer.
             Owner::Host { buffer, range } => buffer.address() + range.start,
             Owner::None(_) | Owner::Deferred(_) => 0,
@@ -107,7 +125,7 @@ impl DataPtr {
 
     /// The file the bytes are read from; `None` for storages without bytes.
     pub fn source(&self) -> Option<&std::path::Path> {
-        match &self.owner {
+        match self.owner() {
             Owner::Host { buffer, .. } => Some(buffer.source()),
             Owner::Deferred(d) => Some(d.buffer.source()),
             Owner::None(_) => None,
@@ -116,21 +134,28 @@ impl DataPtr {
 
     /// The device the bytes really are on.
     pub fn device(&self) -> &Device {
-        match &self.owner {
+        match self.owner() {
             Owner::None(device) => device,
             Owner::Host { .. } | Owner::Deferred(_) => &CPU,
         }
     }
 
     /// What owns the bytes.
-    pub fn owner(&self) -> &Owner {
-        &self.owner
+    pub fn owner(&self) -> Owner<'_> {
+        match &self.held {
+            Held::Host { buffer, range } => Owner::Host {
+                buffer,
+                range: range.clone(),
+            },
+            Held::Elsewhere(Elsewhere::None(device)) => Owner::None(device),
+            Held::Elsewhere(Elsewhere::Deferred(d)) => Owner::Deferred(d),
+        }
     }
 
     /// The bytes, when they are in host memory: of a remote object, fetched first (these
     /// alone); when they cannot be, none, and `files::checked` reports why.
     pub fn bytes(&self) -> Option<&[u8]> {
-        match &self.owner {
+        match self.owner() {
             Owner::Host { buffer, range } => {
                 let bytes = buffer.range(range.clone()).ok()?;
                 (bytes.len() as u64 == range.end - range.start).then_some(bytes)
@@ -141,7 +166,7 @@ impl DataPtr {
 
     /// Number of bytes owned (0 for none).
     pub fn len(&self) -> u64 {
-        match &self.owner {
+        match self.owner() {
             Owner::Host { range, .. } => range.end - range.start,
             Owner::Deferred(d) => d.len,
             Owner::None(_) => 0,
@@ -174,7 +199,7 @@ impl DataPtr {
     /// `range` of these bytes as a range of the host buffer holding them; `None` for bytes
     /// in no host buffer, or a range that does not lie inside this DataPtr.
     fn in_buffer(&self, range: Range<u64>) -> Option<(&HostBuffer, Range<u64>)> {
-        let Owner::Host { buffer, range: own } = &self.owner else {
+        let Held::Host { buffer, range: own } = &self.held else {
             return None;
         };
         let start = own.start.checked_add(range.start)?;

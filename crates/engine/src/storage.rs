@@ -34,13 +34,20 @@ pub struct Storage {
     key: Arc<str>,
     dtype: DType,
     nbytes: u64,
-    // `None` when it is the common spelling of `device` (`cpu`, `cuda:0`…), so a million
-    // storages hold no location strings and one pointer each.
-    #[allow(clippy::box_collection)] // a `Box<str>` would be two pointers wide
-    location: Option<Box<String>>,
-    device: Device,
+    place: Place,
     data_ptr: DataPtr,
     saved_alone: bool,
+}
+
+/// A storage's device and how the file spells its location, in the 16 bytes of a device: a
+/// million storages hold no location strings.
+#[derive(Debug)]
+enum Place {
+    /// Spelt as PyTorch writes the device (`cpu`, `cuda:0`…), or kept verbatim by the device
+    /// itself (`mps`, a private-use name).
+    Spelt(Device),
+    /// Spelt some other way (`cuda:08`, `cuda:+1`, an ordinal past 7): the spelling beside.
+    Written(Box<(Device, String)>),
 }
 
 impl Storage {
@@ -55,24 +62,22 @@ impl Storage {
     ) -> Self {
         let location = location.as_ref();
         // Nearly every storage's: not parsed and spelt again.
-        let (device, location) = match location {
-            "cpu" => (Device::Cpu, None),
-            _ => {
-                let device = Device::parse(location);
-                let location = match common_spelling(&device) {
-                    Some(common) if common == location => None,
-                    _ => Some(Box::new(location.to_owned())),
-                };
-                (device, location)
-            }
+        let place = match location {
+            "cpu" => Place::Spelt(Device::Cpu),
+            _ => match Device::parse(location) {
+                device @ Device::Other(_) => Place::Spelt(device),
+                device => match common_spelling(&device) {
+                    Some(common) if common == location => Place::Spelt(device),
+                    _ => Place::Written(Box::new((device, location.to_owned()))),
+                },
+            },
         };
         Storage {
             id,
             key: key.into(),
             dtype,
             nbytes,
-            device,
-            location,
+            place,
             data_ptr,
             saved_alone: false,
         }
@@ -113,15 +118,19 @@ impl Storage {
 
     /// The location string exactly as the file records it.
     pub fn location(&self) -> &str {
-        match &self.location {
-            Some(written) => written,
-            None => common_spelling(&self.device).unwrap_or_default(),
+        match &self.place {
+            Place::Spelt(Device::Other(verbatim)) => verbatim,
+            Place::Spelt(device) => common_spelling(device).unwrap_or_default(),
+            Place::Written(written) => &written.1,
         }
     }
 
     /// The device it claims, parsed from the location.
     pub fn device(&self) -> &Device {
-        &self.device
+        match &self.place {
+            Place::Spelt(device) => device,
+            Place::Written(written) => &written.0,
+        }
     }
 
     /// Where its bytes really are.
@@ -147,5 +156,36 @@ fn common_spelling(device: &Device) -> Option<&'static str> {
         Device::Cuda(None) => Some("cuda"),
         Device::Cuda(Some(n)) => usize::try_from(*n).ok().and_then(|n| CUDA.get(n).copied()),
         Device::Other(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every location reads back as the file spelt it, beside the device it names, whichever
+    /// way it is kept.
+    #[test]
+    fn locations_read_back_as_written_beside_their_devices() {
+        let cases = [
+            ("cpu", Device::Cpu),
+            ("meta", Device::Meta),
+            ("cuda", Device::Cuda(None)),
+            ("cuda:0", Device::Cuda(Some(0))),
+            ("cuda:7", Device::Cuda(Some(7))),
+            ("cuda:8", Device::Cuda(Some(8))),
+            ("cuda:08", Device::Cuda(Some(8))),
+            ("cuda:+1", Device::Cuda(Some(1))),
+            ("mps", Device::Other(Box::new("mps".into()))),
+            ("xpu:1", Device::Other(Box::new("xpu:1".into()))),
+            ("CPU", Device::Other(Box::new("CPU".into()))),
+            ("", Device::Other(Box::default())),
+        ];
+        for (location, device) in cases {
+            let ptr = DataPtr::none(Device::Meta);
+            let storage = Storage::new(StorageId::new(0), "0", DType::Float32, 4, location, ptr);
+            assert_eq!(storage.location(), location);
+            assert_eq!(storage.device(), &device, "{location}");
+        }
     }
 }

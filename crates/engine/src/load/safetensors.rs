@@ -985,7 +985,7 @@ mod tests {
             assert!(Arc::ptr_eq(storage, &ckpt.storages[i]), "t{i}");
             let at = (8 + header.len() + 2 * i) as u64;
             match storage.data_ptr().owner() {
-                crate::data_ptr::Owner::Host { range, .. } => assert_eq!(*range, at..at + 2),
+                crate::data_ptr::Owner::Host { range, .. } => assert_eq!(range, at..at + 2),
                 other => panic!("t{i}: {other:?}"),
             }
         }
