@@ -48,15 +48,11 @@ impl Entries {
         self.chunks.iter().flatten()
     }
 
-    /// The entry at `index`, in the order read (or sorted).
-    pub(super) fn get(&self, mut index: usize) -> Option<&Entry> {
-        for chunk in &self.chunks {
-            match chunk.get(index) {
-                Some(entry) => return Some(entry),
-                None => index -= chunk.len(),
-            }
-        }
-        None
+    /// The entry at `index`, in the order read (or sorted). Every chunk but the last is as
+    /// long as the first (filled to `CHUNK`, or the one sorted list), so no walk.
+    pub(super) fn get(&self, index: usize) -> Option<&Entry> {
+        let per = self.chunks.first()?.len().max(1);
+        self.chunks.get(index / per)?.get(index % per)
     }
 
     pub(super) fn last(&self) -> Option<&Entry> {
@@ -132,6 +128,11 @@ mod tests {
         }
         assert_eq!((entries.len(), entries.chunks.len()), (n, 2));
         assert_eq!(entries.last().map(|e| e.end), Some(n as u64));
+        let at = |entries: &Entries| -> Vec<Option<u64>> {
+            (0..=n).map(|i| entries.get(i).map(|e| e.start)).collect()
+        };
+        let every: Vec<_> = (0..n as u64).map(Some).chain([None]).collect();
+        assert_eq!(at(&entries), every);
         // In offset order already: kept in its chunks.
         entries.sort_by_offset();
         assert_eq!(entries.chunks.len(), 2);
@@ -150,6 +151,7 @@ mod tests {
         entries.sort_by_offset();
         let starts: Vec<u64> = entries.iter().map(|e| e.start).collect();
         assert!(starts.windows(2).all(|w| w[0] < w[1]) && starts.len() == n);
+        assert_eq!(at(&entries), every);
     }
 
     #[test]
