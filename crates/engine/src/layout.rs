@@ -14,12 +14,13 @@ pub use walk::{Run, Runs, Walk};
 /// so the accessors below never overflow.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Layout {
-    // Sizes then strides, inline up to two dimensions (the weights and biases that files of
-    // a million tensors are made of): no allocation per tensor, one length for both; more
-    // dimensions (a convolution's four, a few hundred tensors) take one. Element count and
-    // extent are derived, not kept: a million tensors' layouts stay 48 bytes each.
+    // Sizes, then strides, then the storage offset where it is not 0, inline up to two
+    // dimensions at offset 0 or one at any offset (the weights, biases and views of flat
+    // buffers that files of a million tensors are made of): no allocation per tensor, one
+    // length for all three; more (a convolution's four dimensions, a slice of a matrix) take
+    // one. Element count and extent are derived, not kept: a million layouts stay 40 bytes
+    // each, and a `TensorImpl` fits a 64-byte block.
     dims: SmallVec<[u64; 4]>,
-    storage_offset: u64,
 }
 
 /// PyTorch's strides of a fresh tensor of `sizes` into `strides` (ones on entry; empty to
@@ -84,16 +85,19 @@ impl Layout {
                 .ok_or_else(overflow)?;
             last.checked_add(1).ok_or_else(overflow)?;
         }
-        // The ranks of nearly every tensor written straight into the inline array.
-        let dims = match (sizes, strides) {
-            (&[size], &[stride]) => SmallVec::from_buf_and_len([size, stride, 0, 0], 2),
-            (&[s0, s1], &[t0, t1]) => SmallVec::from_buf([s0, s1, t0, t1]),
-            _ => sizes.iter().chain(strides).copied().collect(),
+        // The layouts of nearly every tensor written straight into the inline array.
+        let dims = match (sizes, strides, storage_offset) {
+            (&[size], &[stride], 0) => SmallVec::from_buf_and_len([size, stride, 0, 0], 2),
+            (&[size], &[stride], at) => SmallVec::from_buf_and_len([size, stride, at, 0], 3),
+            (&[s0, s1], &[t0, t1], 0) => SmallVec::from_buf([s0, s1, t0, t1]),
+            _ => sizes
+                .iter()
+                .chain(strides)
+                .copied()
+                .chain((storage_offset != 0).then_some(storage_offset))
+                .collect(),
         };
-        Ok(Layout {
-            dims,
-            storage_offset,
-        })
+        Ok(Layout { dims })
     }
 
     /// A C-contiguous layout at offset 0, with the strides PyTorch gives a fresh tensor
@@ -109,10 +113,7 @@ impl Layout {
         let (head, strides) = dims.split_at_mut(rank);
         head.copy_from_slice(sizes);
         contiguous_strides(sizes, strides)?;
-        Ok(Layout {
-            dims,
-            storage_offset: 0,
-        })
+        Ok(Layout { dims })
     }
 
     /// The element count of [`Layout::contiguous`]`(sizes)`, or its error, without building it.
@@ -122,17 +123,25 @@ impl Layout {
 
     /// Sizes per dimension.
     pub fn sizes(&self) -> &[u64] {
-        self.dims.split_at(self.dims.len() / 2).0
+        self.parts().0
     }
 
     /// Strides per dimension, in elements.
     pub fn strides(&self) -> &[u64] {
-        self.dims.split_at(self.dims.len() / 2).1
+        self.parts().1
     }
 
     /// Offset of the first element into the storage, in elements.
     pub fn storage_offset(&self) -> u64 {
-        self.storage_offset
+        self.parts().2
+    }
+
+    /// Sizes, strides and offset: the rank is half the length, rounded down (an odd length
+    /// holds an offset).
+    fn parts(&self) -> (&[u64], &[u64], u64) {
+        let (sizes, rest) = self.dims.split_at(self.dims.len() / 2);
+        let (strides, offset) = rest.split_at(sizes.len());
+        (sizes, strides, offset.first().copied().unwrap_or(0))
     }
 
     /// Number of elements.
@@ -164,8 +173,8 @@ impl Layout {
     pub fn element_range(&self) -> Option<Range<u64>> {
         // The element count is 0 exactly when a size is: one pass, where counting the
         // elements first took two.
-        let (sizes, strides) = self.dims.split_at(self.dims.len() / 2);
-        let mut last = self.storage_offset;
+        let (sizes, strides, offset) = self.parts();
+        let mut last = offset;
         for (&size, &stride) in sizes.iter().zip(strides) {
             // One past the highest index reached is checked by construction.
             last = size
@@ -173,7 +182,7 @@ impl Layout {
                 .saturating_mul(stride)
                 .saturating_add(last);
         }
-        Some(self.storage_offset..last.saturating_add(1))
+        Some(offset..last.saturating_add(1))
     }
 
     /// Bytes of the storage the view touches, `None` when it touches none.
@@ -337,11 +346,12 @@ mod tests {
         #[test]
         fn arbitrary_layouts_never_panic(
             dims in proptest::collection::vec((any::<u64>(), any::<u64>()), 0..6),
-            off in any::<u64>(),
+            off in prop_oneof![Just(0u64), 0u64..16, any::<u64>()],
         ) {
             let (sizes, strides): (Vec<u64>, Vec<u64>) = dims.into_iter().unzip();
             if let Ok(layout) = Layout::new(&sizes, &strides, off) {
                 prop_assert_eq!((layout.sizes(), layout.strides()), (&sizes[..], &strides[..]));
+                prop_assert_eq!(layout.storage_offset(), off);
                 let _ = layout.is_contiguous();
                 let _ = layout.byte_range(DType::Complex128);
                 let _ = layout.nbytes(DType::Float4E2m1fn);

@@ -85,7 +85,7 @@ impl Layout {
         };
         if self.numel() == 0 {
             return Ok(Walk {
-                storage_offset: self.storage_offset,
+                storage_offset: self.storage_offset(),
                 outer: Vec::new(),
                 inner: unit,
                 repeat: 1,
@@ -131,7 +131,7 @@ impl Layout {
         }
         let inner = dims.pop().unwrap_or(unit);
         Ok(Walk {
-            storage_offset: self.storage_offset,
+            storage_offset: self.storage_offset(),
             outer: dims,
             inner,
             repeat,
